@@ -1,0 +1,388 @@
+#include "ir/graph.h"
+
+#include <algorithm>
+#include <set>
+
+namespace fuse::ir {
+
+std::string_view op_kind_name(OpKind k) {
+  switch (k) {
+    case OpKind::Input: return "input";
+    case OpKind::Constant: return "constant";
+    case OpKind::Arange: return "arange";
+    case OpKind::Rand: return "rand";
+    case OpKind::Elementwise: return "elementwise";
+    case OpKind::Reduce: return "reduce";
+    case OpKind::Matmul: return "matmul";
+    case OpKind::BroadcastTo: return "broadcast_to";
+    case OpKind::Reshape: return "reshape";
+    case OpKind::Permute: return "permute";
+    case OpKind::ExpandDims: return "expand_dims";
+    case OpKind::Squeeze: return "squeeze";
+  }
+  return "?";
+}
+
+bool is_view(OpKind k) {
+  return k == OpKind::BroadcastTo || k == OpKind::Reshape || k == OpKind::Permute ||
+         k == OpKind::ExpandDims || k == OpKind::Squeeze;
+}
+
+std::string_view reduce_kind_name(ReduceKind k) {
+  switch (k) {
+    case ReduceKind::Sum: return "sum";
+    case ReduceKind::Prod: return "prod";
+    case ReduceKind::Max: return "max";
+    case ReduceKind::Min: return "min";
+    case ReduceKind::Mean: return "mean";
+    case ReduceKind::Any: return "any";
+    case ReduceKind::All: return "all";
+    case ReduceKind::Custom: return "reduce";
+  }
+  return "?";
+}
+
+NodeId Graph::add(Node n) {
+  nodes.push_back(std::move(n));
+  return static_cast<NodeId>(nodes.size() - 1);
+}
+
+std::vector<NodeId> Graph::input_nodes() const {
+  std::vector<NodeId> ids;
+  for (size_t i = 0; i < nodes.size(); ++i)
+    if (nodes[i].kind == OpKind::Input) ids.push_back(static_cast<NodeId>(i));
+  return ids;
+}
+
+const Node* Graph::find_input(const std::string& name) const {
+  for (const Node& n : nodes)
+    if (n.kind == OpKind::Input && n.as<InputAttrs>().name == name) return &n;
+  return nullptr;
+}
+
+// ---------------------------------------------------------------- shape rules
+
+Shape broadcast_shapes(const std::vector<Shape>& shapes, const std::string& op, const SourceLoc& loc) {
+  Shape out;
+  for (const Shape& s : shapes) {
+    Shape merged(std::max(out.size(), s.size()), Dim(1));
+    for (size_t i = 0; i < merged.size(); ++i) {
+      // Align from the right.
+      const Dim* a = i < out.size() ? &out[out.size() - 1 - i] : nullptr;
+      const Dim* b = i < s.size() ? &s[s.size() - 1 - i] : nullptr;
+      Dim& m = merged[merged.size() - 1 - i];
+      if (!a) m = *b;
+      else if (!b) m = *a;
+      else if (*a == *b || *b == Dim(1)) m = *a;
+      else if (*a == Dim(1)) m = *b;
+      else
+        throw Error(op + ": shapes " + shape_str(out) + " and " + shape_str(s) +
+                        " cannot be broadcast together (dim " + a->str() + " vs " + b->str() + ")",
+                    loc);
+    }
+    out = std::move(merged);
+  }
+  return out;
+}
+
+Shape matmul_shape(const Shape& a, const Shape& b, const SourceLoc& loc) {
+  auto fail = [&](const std::string& why) {
+    return Error("matmul: shapes " + shape_str(a) + " and " + shape_str(b) + " " + why, loc);
+  };
+  if (a.empty() || b.empty()) throw fail("are invalid: operands must have at least 1 dim");
+  Shape a2 = a.size() == 1 ? Shape{Dim(1), a[0]} : a;
+  Shape b2 = b.size() == 1 ? Shape{b[0], Dim(1)} : b;
+  const Dim& ka = a2[a2.size() - 1];
+  const Dim& kb = b2[b2.size() - 2];
+  if (!(ka == kb))
+    throw fail("do not match: contracted dims " + ka.str() + " and " + kb.str() + " differ");
+  Shape batch_a(a2.begin(), a2.end() - 2), batch_b(b2.begin(), b2.end() - 2);
+  Shape out;
+  try {
+    out = broadcast_shapes({batch_a, batch_b}, "matmul", loc);
+  } catch (const Error&) {
+    throw fail("have batch dims that cannot be broadcast together");
+  }
+  if (a.size() > 1) out.push_back(a2[a2.size() - 2]);
+  if (b.size() > 1) out.push_back(b2[b2.size() - 1]);
+  return out;
+}
+
+Shape reduced_shape(const Shape& in, const std::vector<int>& axes, bool keepdims) {
+  Shape out;
+  for (int i = 0; i < static_cast<int>(in.size()); ++i) {
+    bool reduced = std::find(axes.begin(), axes.end(), i) != axes.end();
+    if (!reduced) out.push_back(in[i]);
+    else if (keepdims) out.push_back(Dim(1));
+  }
+  return out;
+}
+
+DType reduce_result_dtype(ReduceKind kind, DType in) {
+  switch (kind) {
+    case ReduceKind::Sum:
+    case ReduceKind::Prod: return arithmetic_type(in);
+    case ReduceKind::Mean: return float_type(in);
+    case ReduceKind::Any:
+    case ReduceKind::All: return DType::Bool;
+    default: return in;
+  }
+}
+
+// ---------------------------------------------------------------- construction
+
+static const Node& checked(const Graph& g, NodeId id, const std::string& op, const SourceLoc& loc) {
+  if (id < 0 || id >= static_cast<NodeId>(g.nodes.size()))
+    throw Error(op + ": operand is not a node of this graph", loc);
+  return g.nodes[id];
+}
+
+static NodeId add_node(Graph& g, OpKind kind, DType dtype, Shape shape, std::vector<NodeId> inputs,
+                       NodeAttrs attrs, SourceLoc loc) {
+  Node n;
+  n.kind = kind;
+  n.dtype = dtype;
+  n.shape = std::move(shape);
+  n.inputs = std::move(inputs);
+  n.attrs = std::move(attrs);
+  n.loc = std::move(loc);
+  return g.add(std::move(n));
+}
+
+static void check_dims_non_negative(const Shape& shape, const std::string& op, const SourceLoc& loc) {
+  for (const Dim& d : shape)
+    if (d.factor < 0) throw Error(op + ": negative dimension in shape " + shape_str(shape), loc);
+}
+
+NodeId add_input(Graph& g, std::string name, DType dtype, Shape shape, SourceLoc loc) {
+  if (name.empty()) throw Error("input: the name must not be empty", loc);
+  if (g.find_input(name)) throw Error("input: '" + name + "' is already an input", loc);
+  check_dims_non_negative(shape, "input '" + name + "'", loc);
+  return add_node(g, OpKind::Input, dtype, std::move(shape), {}, InputAttrs{std::move(name)}, std::move(loc));
+}
+
+NodeId add_constant(Graph& g, HostArray value, SourceLoc loc) {
+  DType t = value.dtype;
+  Shape s = to_shape(value.shape);
+  return add_node(g, OpKind::Constant, t, std::move(s), {}, ConstantAttrs{std::move(value)}, std::move(loc));
+}
+
+NodeId add_arange(Graph& g, Dim n, SourceLoc loc) {
+  check_dims_non_negative({n}, "arange", loc);
+  return add_node(g, OpKind::Arange, DType::I64, {n}, {}, NoAttrs{}, std::move(loc));
+}
+
+NodeId add_rand(Graph& g, Shape shape, uint64_t seed, SourceLoc loc) {
+  check_dims_non_negative(shape, "rand", loc);
+  return add_node(g, OpKind::Rand, DType::F32, std::move(shape), {}, RandAttrs{seed}, std::move(loc));
+}
+
+NodeId add_elementwise(Graph& g, std::vector<NodeId> inputs, ScalarFn body, SourceLoc loc,
+                       const std::string& op_name) {
+  if (inputs.empty()) throw Error(op_name + ": needs at least one tensor operand", loc);
+  if (body.params.size() != inputs.size())
+    throw Error(op_name + ": takes " + std::to_string(body.params.size()) + " operands but " +
+                    std::to_string(inputs.size()) + " were given", loc);
+  if (body.results.size() != 1)
+    throw Error(op_name + ": the scalar function must return exactly one value here", loc);
+  std::vector<Shape> shapes;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Node& in = checked(g, inputs[i], op_name, loc);
+    if (in.dtype != body.params[i])
+      throw Error(op_name + ": operand " + std::to_string(i) + " is " + std::string(dtype_name(in.dtype)) +
+                      " but the function takes " + std::string(dtype_name(body.params[i])), loc);
+    shapes.push_back(in.shape);
+  }
+  Shape shape = broadcast_shapes(shapes, op_name, loc);
+  DType dtype = body.result_dtype();
+  return add_node(g, OpKind::Elementwise, dtype, std::move(shape), std::move(inputs),
+                  ElementwiseAttrs{std::move(body)}, std::move(loc));
+}
+
+NodeId add_scalar_op(Graph& g, ScalarOp op, std::vector<NodeId> inputs, SourceLoc loc) {
+  std::string name(scalar_op_name(op));
+  if (static_cast<int>(inputs.size()) != scalar_op_arity(op))
+    throw Error(name + ": takes " + std::to_string(scalar_op_arity(op)) + " operands but " +
+                    std::to_string(inputs.size()) + " were given", loc);
+  std::vector<DType> types;
+  for (NodeId id : inputs) types.push_back(checked(g, id, name, loc).dtype);
+  ScalarFn body;
+  try {
+    body = make_op_fn(op, types);
+  } catch (const Error& e) {
+    throw Error(e.message(), loc);
+  }
+  return add_elementwise(g, std::move(inputs), std::move(body), std::move(loc), name);
+}
+
+NodeId add_cast(Graph& g, NodeId x, DType to, SourceLoc loc) {
+  ScalarBuilder b;
+  ScalarId p = b.param(checked(g, x, "cast", loc).dtype);
+  return add_elementwise(g, {x}, b.finish({b.cast(p, to)}), std::move(loc), "cast");
+}
+
+static std::vector<int> normalize_axes(const std::vector<int64_t>& axes, int rank, bool all_if_empty,
+                                       const std::string& op, const Shape& shape, const SourceLoc& loc) {
+  std::vector<int> out;
+  if (axes.empty() && all_if_empty) {
+    for (int i = 0; i < rank; ++i) out.push_back(i);
+    return out;
+  }
+  for (int64_t a : axes) {
+    auto n = normalize_axis(a, rank);
+    if (!n)
+      throw Error(op + ": axis " + std::to_string(a) + " is out of range for shape " + shape_str(shape) +
+                      " (rank " + std::to_string(rank) + ")", loc);
+    if (std::find(out.begin(), out.end(), *n) != out.end())
+      throw Error(op + ": axis " + std::to_string(a) + " is repeated", loc);
+    out.push_back(*n);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+NodeId add_reduce(Graph& g, NodeId x, ReduceKind kind, std::vector<int64_t> axes, bool keepdims,
+                  SourceLoc loc) {
+  std::string name(reduce_kind_name(kind));
+  if (kind == ReduceKind::Custom) throw Error(name + ": use add_custom_reduce for user combiners", loc);
+  const Node& in = checked(g, x, name, loc);
+  ReduceAttrs attrs;
+  attrs.kind = kind;
+  attrs.axes = normalize_axes(axes, in.rank(), true, name, in.shape, loc);
+  attrs.keepdims = keepdims;
+  Shape shape = reduced_shape(in.shape, attrs.axes, keepdims);
+  DType dtype = reduce_result_dtype(kind, in.dtype);
+  return add_node(g, OpKind::Reduce, dtype, std::move(shape), {x}, std::move(attrs), std::move(loc));
+}
+
+NodeId add_custom_reduce(Graph& g, NodeId x, ScalarFn combiner, ScalarValue identity,
+                         std::vector<int64_t> axes, bool keepdims, SourceLoc loc) {
+  const Node& in = checked(g, x, "reduce", loc);
+  if (combiner.params.size() != 2 || combiner.results.size() != 1)
+    throw Error("reduce: the combiner must take two values and return one", loc);
+  if (combiner.params[0] != in.dtype || combiner.params[1] != in.dtype || combiner.result_dtype() != in.dtype)
+    throw Error("reduce: the combiner must take and return " + std::string(dtype_name(in.dtype)) +
+                    ", the operand's dtype", loc);
+  ReduceAttrs attrs;
+  attrs.kind = ReduceKind::Custom;
+  attrs.axes = normalize_axes(axes, in.rank(), true, "reduce", in.shape, loc);
+  attrs.keepdims = keepdims;
+  attrs.combiner = std::move(combiner);
+  attrs.identity = identity;
+  Shape shape = reduced_shape(in.shape, attrs.axes, keepdims);
+  return add_node(g, OpKind::Reduce, in.dtype, std::move(shape), {x}, std::move(attrs), std::move(loc));
+}
+
+NodeId add_matmul(Graph& g, NodeId a, NodeId b, SourceLoc loc) {
+  const Node& na = checked(g, a, "matmul", loc);
+  const Node& nb = checked(g, b, "matmul", loc);
+  Shape shape = matmul_shape(na.shape, nb.shape, loc);
+  DType dtype = arithmetic_type(promote(na.dtype, nb.dtype));
+  return add_node(g, OpKind::Matmul, dtype, std::move(shape), {a, b}, NoAttrs{}, std::move(loc));
+}
+
+NodeId add_broadcast_to(Graph& g, NodeId x, Shape shape, SourceLoc loc) {
+  const Node& in = checked(g, x, "broadcast_to", loc);
+  check_dims_non_negative(shape, "broadcast_to", loc);
+  bool ok = in.shape.size() <= shape.size();
+  for (size_t i = 0; ok && i < in.shape.size(); ++i) {
+    const Dim& from = in.shape[in.shape.size() - 1 - i];
+    const Dim& to = shape[shape.size() - 1 - i];
+    ok = from == to || from == Dim(1);
+  }
+  if (!ok)
+    throw Error("broadcast_to: cannot broadcast shape " + shape_str(in.shape) + " to " + shape_str(shape), loc);
+  return add_node(g, OpKind::BroadcastTo, in.dtype, std::move(shape), {x}, NoAttrs{}, std::move(loc));
+}
+
+NodeId add_reshape(Graph& g, NodeId x, Shape shape, SourceLoc loc) {
+  const Node& in = checked(g, x, "reshape", loc);
+  Dim total = num_elements(in.shape);
+  int inferred = -1;
+  Dim known = 1;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] == Dim(-1)) {
+      if (inferred >= 0) throw Error("reshape: only one dim of " + shape_str(shape) + " may be -1", loc);
+      inferred = static_cast<int>(i);
+    } else if (shape[i].factor < 0) {
+      throw Error("reshape: negative dimension in " + shape_str(shape), loc);
+    } else {
+      known = known * shape[i];
+    }
+  }
+  if (inferred >= 0) {
+    auto d = exact_divide(total, known);
+    if (!d)
+      throw Error("reshape: cannot infer the -1 dim of " + shape_str(shape) + " from shape " +
+                      shape_str(in.shape), loc);
+    shape[inferred] = *d;
+  } else if (!(known == total)) {
+    throw Error("reshape: cannot reshape " + shape_str(in.shape) + " (" + total.str() + " elements) to " +
+                    shape_str(shape) + " (" + known.str() + " elements)", loc);
+  }
+  return add_node(g, OpKind::Reshape, in.dtype, std::move(shape), {x}, NoAttrs{}, std::move(loc));
+}
+
+NodeId add_permute(Graph& g, NodeId x, std::vector<int64_t> perm, SourceLoc loc) {
+  const Node& in = checked(g, x, "permute", loc);
+  std::string perm_text = "[";
+  for (size_t i = 0; i < perm.size(); ++i) perm_text += (i ? ", " : "") + std::to_string(perm[i]);
+  perm_text += "]";
+  if (static_cast<int>(perm.size()) != in.rank())
+    throw Error("permute: permutation " + perm_text + " has " + std::to_string(perm.size()) +
+                    " axes but the operand has shape " + shape_str(in.shape), loc);
+  normalize_axes(perm, in.rank(), false, "permute", in.shape, loc);  // throws unless a permutation
+  PermuteAttrs attrs;
+  Shape shape;
+  for (int64_t a : perm) {
+    int axis = *normalize_axis(a, in.rank());
+    attrs.perm.push_back(axis);
+    shape.push_back(in.shape[axis]);
+  }
+  return add_node(g, OpKind::Permute, in.dtype, std::move(shape), {x}, std::move(attrs), std::move(loc));
+}
+
+NodeId add_transpose(Graph& g, NodeId x, SourceLoc loc) {
+  int rank = checked(g, x, "transpose", loc).rank();
+  std::vector<int64_t> perm;
+  for (int i = rank - 1; i >= 0; --i) perm.push_back(i);
+  return add_permute(g, x, std::move(perm), std::move(loc));
+}
+
+NodeId add_expand_dims(Graph& g, NodeId x, int64_t axis, SourceLoc loc) {
+  const Node& in = checked(g, x, "expand_dims", loc);
+  auto a = normalize_axis(axis, in.rank() + 1);
+  if (!a)
+    throw Error("expand_dims: axis " + std::to_string(axis) + " is out of range for shape " +
+                    shape_str(in.shape), loc);
+  Shape shape = in.shape;
+  shape.insert(shape.begin() + *a, Dim(1));
+  return add_node(g, OpKind::ExpandDims, in.dtype, std::move(shape), {x}, ExpandDimsAttrs{*a}, std::move(loc));
+}
+
+NodeId add_squeeze(Graph& g, NodeId x, std::vector<int64_t> axes, SourceLoc loc) {
+  const Node& in = checked(g, x, "squeeze", loc);
+  SqueezeAttrs attrs;
+  if (axes.empty()) {
+    for (int i = 0; i < in.rank(); ++i)
+      if (in.shape[i] == Dim(1)) attrs.axes.push_back(i);
+  } else {
+    attrs.axes = normalize_axes(axes, in.rank(), false, "squeeze", in.shape, loc);
+    for (int a : attrs.axes)
+      if (!(in.shape[a] == Dim(1)))
+        throw Error("squeeze: axis " + std::to_string(a) + " of shape " + shape_str(in.shape) +
+                        " has size " + in.shape[a].str() + ", not 1", loc);
+  }
+  Shape shape = reduced_shape(in.shape, attrs.axes, false);
+  return add_node(g, OpKind::Squeeze, in.dtype, std::move(shape), {x}, std::move(attrs), std::move(loc));
+}
+
+void add_output(Graph& g, std::string name, NodeId node, SourceLoc loc) {
+  checked(g, node, "output", loc);
+  if (name.empty()) throw Error("output: the name must not be empty", loc);
+  for (const GraphOutput& o : g.outputs)
+    if (o.name == name) throw Error("output: '" + name + "' is already an output", loc);
+  g.outputs.push_back({std::move(name), node});
+}
+
+}  // namespace fuse::ir

@@ -1,0 +1,165 @@
+// The graph IR: tensors made by ops, in topological order, with named inputs and outputs.
+//
+// Each op below states its exact semantics. Shapes and dtypes are inferred when a node is added
+// (add_* functions), which throw fuse::ir::Error naming the op, the shapes and the user's
+// location on misuse. Elementwise ops broadcast implicitly (NumPy rules) until the broadcasting
+// pass (passes/broadcast.h) makes every broadcast an explicit broadcast_to view.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "ir/dtype.h"
+#include "ir/error.h"
+#include "ir/host_array.h"
+#include "ir/scalar.h"
+#include "ir/shape.h"
+
+namespace fuse::ir {
+
+using NodeId = int32_t;
+
+enum class OpKind {
+  Input,        // a named tensor supplied at run time
+  Constant,     // a literal array baked into the graph
+  Arange,       // out[i] = i for i in [0, n): i64[n]
+  Rand,         // out[i] = uniform [0,1) f32 from Philox-4x32-10(key = seed, counter = flat i)
+  Elementwise,  // out[idx] = body(in0[bidx0], in1[bidx1], ...): map (1 input) and zip (n)
+  Reduce,       // out[kept idx] = fold of combiner over the reduced axes, from the identity
+  Matmul,       // np.matmul: out[..., i, j] = sum_k a[..., i, k] * b[..., k, j]
+  BroadcastTo,  // view: out[idx] = in[idx with broadcast dims (size 1 or missing) at 0]
+  Reshape,      // view: same elements in row-major order, new shape
+  Permute,      // view: out[i0..in] = in[i at perm^-1]; out.shape[k] = in.shape[perm[k]]
+  ExpandDims,   // view: inserts a size-1 dim at `axis`
+  Squeeze,      // view: removes the size-1 dims at `axes`
+};
+
+std::string_view op_kind_name(OpKind k);
+bool is_view(OpKind k);  // BroadcastTo, Reshape, Permute, ExpandDims, Squeeze
+
+enum class ReduceKind { Sum, Prod, Max, Min, Mean, Any, All, Custom };
+std::string_view reduce_kind_name(ReduceKind k);
+
+struct NoAttrs {
+  bool operator==(const NoAttrs&) const = default;
+};
+struct InputAttrs {
+  std::string name;
+  bool operator==(const InputAttrs&) const = default;
+};
+struct ConstantAttrs {
+  HostArray value;
+  bool operator==(const ConstantAttrs& o) const {
+    return value.dtype == o.value.dtype && value.shape == o.value.shape && value.bytes == o.value.bytes;
+  }
+};
+struct RandAttrs {
+  uint64_t seed = 0;
+  bool operator==(const RandAttrs&) const = default;
+};
+/// body has one parameter per input (typed as the input) and one result (the node's dtype).
+struct ElementwiseAttrs {
+  ScalarFn body;
+  bool operator==(const ElementwiseAttrs&) const = default;
+};
+/// Reduces `axes` (sorted, distinct, non-negative) of the input; keepdims keeps them as size 1.
+/// Sum/Prod of bool give i32; Mean gives float_type(input); Any/All give bool; Max/Min keep the
+/// type (NaN propagates). Over an empty axis: sum 0, prod 1, max -inf (or the integer minimum),
+/// min +inf (or the maximum), mean NaN, any false, all true, custom the identity.
+/// Custom: combiner(acc, x) -> acc with both parameters and the result of the node's dtype.
+struct ReduceAttrs {
+  ReduceKind kind = ReduceKind::Sum;
+  std::vector<int> axes;
+  bool keepdims = false;
+  ScalarFn combiner;      // Custom only
+  ScalarValue identity;   // Custom only, in the node's dtype
+  bool operator==(const ReduceAttrs&) const = default;
+};
+struct PermuteAttrs {
+  std::vector<int> perm;
+  bool operator==(const PermuteAttrs&) const = default;
+};
+struct ExpandDimsAttrs {
+  int axis = 0;
+  bool operator==(const ExpandDimsAttrs&) const = default;
+};
+struct SqueezeAttrs {
+  std::vector<int> axes;  // sorted, non-negative
+  bool operator==(const SqueezeAttrs&) const = default;
+};
+
+using NodeAttrs = std::variant<NoAttrs, InputAttrs, ConstantAttrs, RandAttrs, ElementwiseAttrs,
+                               ReduceAttrs, PermuteAttrs, ExpandDimsAttrs, SqueezeAttrs>;
+
+struct Node {
+  OpKind kind = OpKind::Input;
+  DType dtype = DType::F32;
+  Shape shape;
+  std::vector<NodeId> inputs;  // always ids of earlier nodes
+  NodeAttrs attrs;
+  SourceLoc loc;
+
+  template <class A> const A& as() const { return std::get<A>(attrs); }
+  int rank() const { return static_cast<int>(shape.size()); }
+};
+
+struct GraphOutput {
+  std::string name;
+  NodeId node = -1;
+};
+
+struct Graph {
+  std::vector<Node> nodes;
+  std::vector<GraphOutput> outputs;
+
+  const Node& node(NodeId id) const { return nodes[id]; }
+  NodeId add(Node n);  // appends, returns the id (no checks: use the add_* functions)
+  std::vector<NodeId> input_nodes() const;  // in order of appearance
+  const Node* find_input(const std::string& name) const;
+};
+
+// ---- Construction with shape and dtype inference. Each throws Error at `loc` on misuse. ----
+
+NodeId add_input(Graph& g, std::string name, DType dtype, Shape shape, SourceLoc loc = {});
+NodeId add_constant(Graph& g, HostArray value, SourceLoc loc = {});
+NodeId add_arange(Graph& g, Dim n, SourceLoc loc = {});
+NodeId add_rand(Graph& g, Shape shape, uint64_t seed, SourceLoc loc = {});
+/// body.params must match the inputs' dtypes; `op_name` names the op in error messages.
+NodeId add_elementwise(Graph& g, std::vector<NodeId> inputs, ScalarFn body, SourceLoc loc = {},
+                       const std::string& op_name = "elementwise");
+/// Applies the single-op body `op` to the inputs with the typing rules of ScalarBuilder.
+NodeId add_scalar_op(Graph& g, ScalarOp op, std::vector<NodeId> inputs, SourceLoc loc = {});
+NodeId add_cast(Graph& g, NodeId x, DType to, SourceLoc loc = {});
+/// axes may be negative; empty `axes` with all_axes=true reduces every axis.
+NodeId add_reduce(Graph& g, NodeId x, ReduceKind kind, std::vector<int64_t> axes, bool keepdims,
+                  SourceLoc loc = {});
+NodeId add_custom_reduce(Graph& g, NodeId x, ScalarFn combiner, ScalarValue identity,
+                         std::vector<int64_t> axes, bool keepdims, SourceLoc loc = {});
+NodeId add_matmul(Graph& g, NodeId a, NodeId b, SourceLoc loc = {});
+NodeId add_broadcast_to(Graph& g, NodeId x, Shape shape, SourceLoc loc = {});
+/// One dim of `shape` may be -1: inferred from the element count.
+NodeId add_reshape(Graph& g, NodeId x, Shape shape, SourceLoc loc = {});
+NodeId add_permute(Graph& g, NodeId x, std::vector<int64_t> perm, SourceLoc loc = {});
+NodeId add_transpose(Graph& g, NodeId x, SourceLoc loc = {});  // reverses the axes
+NodeId add_expand_dims(Graph& g, NodeId x, int64_t axis, SourceLoc loc = {});
+NodeId add_squeeze(Graph& g, NodeId x, std::vector<int64_t> axes, SourceLoc loc = {});
+void add_output(Graph& g, std::string name, NodeId node, SourceLoc loc = {});
+
+/// Sentinel for "every axis" in add_reduce.
+inline const std::vector<int64_t> kAllAxes = {};
+
+// ---- Shape rules, shared by construction, the verifier and the passes. ----
+
+/// NumPy broadcasting of several shapes: align from the right; equal dims stay, a 1 gives way to
+/// the other dim; anything else (N with M, N with 4, 3 with 4) is an error naming `op` and both.
+Shape broadcast_shapes(const std::vector<Shape>& shapes, const std::string& op, const SourceLoc& loc);
+/// np.matmul's result shape (1-D operands promoted then dropped; batch dims broadcast).
+Shape matmul_shape(const Shape& a, const Shape& b, const SourceLoc& loc);
+/// Shape after reducing `axes` (normalized).
+Shape reduced_shape(const Shape& in, const std::vector<int>& axes, bool keepdims);
+/// Result dtype of a built-in reduction of `in`.
+DType reduce_result_dtype(ReduceKind kind, DType in);
+
+}  // namespace fuse::ir

@@ -1,0 +1,517 @@
+#include "ir/interpreter.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <type_traits>
+
+#include "ir/philox.h"
+
+namespace fuse::ir {
+namespace {
+
+// Elements per column when evaluating an Elementwise body: keeps every column of the body in
+// cache and the working memory bounded whatever the tensor size.
+constexpr int64_t kChunk = 4096;
+
+[[noreturn]] void fail(const Node& n, const std::string& message) {
+  throw Error(std::string(op_kind_name(n.kind)) + ": " + message, n.loc);
+}
+
+ScalarValue load(const HostArray& a, int64_t i) {
+  ScalarValue v;
+  switch (a.dtype) {
+    case DType::Bool: v.i = a.bytes[i] != 0; break;
+    case DType::I32: v.i = a.as<int32_t>()[i]; break;
+    case DType::I64: v.i = a.as<int64_t>()[i]; break;
+    case DType::F32: v.f = a.as<float>()[i]; break;
+    case DType::F64: v.f = a.as<double>()[i]; break;
+  }
+  return v;
+}
+
+void store(HostArray& a, int64_t i, const ScalarValue& v) {
+  if (is_float(a.dtype)) a.set_f64(i, v.f);
+  else a.set_i64(i, v.i);
+}
+
+// Calls f(i, offset) for the flat row-major indices i in [begin, end) of `shape`, where offset
+// advances by strides[k] along axis k: the one loop behind every gather, broadcast and reduction.
+template <class F>
+void for_each_offset(const ConcreteShape& shape, const std::vector<int64_t>& strides, int64_t begin,
+                     int64_t end, F&& f) {
+  if (begin >= end) return;
+  int rank = static_cast<int>(shape.size());
+  std::vector<int64_t> idx(rank);
+  int64_t rest = begin, offset = 0;
+  for (int k = rank - 1; k >= 0; --k) {
+    idx[k] = rest % shape[k];
+    rest /= shape[k];
+    offset += idx[k] * strides[k];
+  }
+  for (int64_t i = begin; i < end; ++i) {
+    f(i, offset);
+    for (int k = rank - 1; k >= 0; --k) {
+      offset += strides[k];
+      if (++idx[k] < shape[k]) break;
+      offset -= strides[k] * shape[k];
+      idx[k] = 0;
+    }
+  }
+}
+
+// Strides, one per axis of `out`, that read a row-major `in` broadcast to `out` (NumPy rules:
+// aligned from the right, size-1 and missing dims read index 0).
+std::vector<int64_t> broadcast_strides(const Node& n, const ConcreteShape& in, const ConcreteShape& out) {
+  auto bad = [&] { fail(n, "operand shape " + shape_str(in) + " cannot be broadcast to " + shape_str(out)); };
+  if (in.size() > out.size()) bad();
+  std::vector<int64_t> in_strides = row_major_strides(in);
+  std::vector<int64_t> strides(out.size(), 0);
+  size_t lead = out.size() - in.size();
+  for (size_t k = 0; k < in.size(); ++k) {
+    if (in[k] == out[lead + k]) strides[lead + k] = in_strides[k];
+    else if (in[k] != 1) bad();
+  }
+  return strides;
+}
+
+HostArray gather(const HostArray& in, ConcreteShape shape, const std::vector<int64_t>& strides) {
+  HostArray out(in.dtype, std::move(shape));
+  size_t width = dtype_size(in.dtype);
+  const uint8_t* src = in.bytes.data();
+  uint8_t* dst = out.bytes.data();
+  for_each_offset(out.shape, strides, 0, out.size(), [&](int64_t i, int64_t offset) {
+    std::memcpy(dst + i * width, src + offset * width, width);
+  });
+  return out;
+}
+
+// Evaluates a ScalarFn column-wise: each scalar node over a whole column of elements at once,
+// one dispatch per node and column instead of a walk of the DAG per element.
+struct ColumnEvaluator {
+  explicit ColumnEvaluator(const ScalarFn& f) : fn(f), storage(f.nodes.size()), columns(f.nodes.size()) {}
+
+  // params[k] points to `len` values of parameter k. Results stay valid until the next run.
+  void run(const std::vector<const ScalarValue*>& params, int64_t len) {
+    for (size_t id = 0; id < fn.nodes.size(); ++id) {
+      const ScalarNode& node = fn.nodes[id];
+      std::vector<ScalarValue>& column = storage[id];
+      if (node.op == ScalarOp::Param) {
+        columns[id] = params[node.param];
+        continue;
+      }
+      if (node.op == ScalarOp::Literal) {
+        if (static_cast<int64_t>(column.size()) < len) column.assign(len, node.value);
+        columns[id] = column.data();
+        continue;
+      }
+      column.resize(len);
+      const ScalarValue* args[3] = {};
+      for (int k = 0; k < node.arity(); ++k) args[k] = columns[node.args[k]];
+      // As in evaluate_scalar_fn: the operand dtype is the first value operand's.
+      DType operand = fn.nodes[node.args[node.op == ScalarOp::Select ? 1 : 0]].dtype;
+      ScalarValue values[3];
+      for (int64_t e = 0; e < len; ++e) {
+        for (int k = 0; k < node.arity(); ++k) values[k] = args[k][e];
+        column[e] = evaluate_scalar_op(node.op, operand, node.dtype, values);
+      }
+      columns[id] = column.data();
+    }
+  }
+  const ScalarValue* result() const { return columns[fn.results[0]]; }
+
+  const ScalarFn& fn;
+  std::vector<std::vector<ScalarValue>> storage;  // per node: its column (unused for params)
+  std::vector<const ScalarValue*> columns;        // per node: where its column is
+};
+
+HostArray eval_elementwise(const Node& n, const std::vector<const HostArray*>& ops, const ConcreteShape& shape) {
+  const ScalarFn& body = n.as<ElementwiseAttrs>().body;
+  if (body.params.size() != ops.size() || body.results.size() != 1 || body.result_dtype() != n.dtype)
+    fail(n, "the body does not match the node's operands and dtype");
+  std::vector<std::vector<int64_t>> strides;
+  for (size_t k = 0; k < ops.size(); ++k) {
+    if (ops[k]->dtype != body.params[k])
+      fail(n, "operand " + std::to_string(k) + " is " + std::string(dtype_name(ops[k]->dtype)) +
+                  " but the body takes " + std::string(dtype_name(body.params[k])));
+    strides.push_back(broadcast_strides(n, ops[k]->shape, shape));
+  }
+  HostArray out(n.dtype, shape);
+  ColumnEvaluator eval(body);
+  std::vector<std::vector<ScalarValue>> columns(ops.size());
+  std::vector<const ScalarValue*> params(ops.size());
+  for (int64_t begin = 0; begin < out.size(); begin += kChunk) {
+    int64_t end = std::min(out.size(), begin + kChunk);
+    for (size_t k = 0; k < ops.size(); ++k) {
+      columns[k].resize(end - begin);
+      for_each_offset(shape, strides[k], begin, end,
+                      [&](int64_t i, int64_t offset) { columns[k][i - begin] = load(*ops[k], offset); });
+      params[k] = columns[k].data();
+    }
+    eval.run(params, end - begin);
+    const ScalarValue* result = eval.result();
+    for (int64_t i = begin; i < end; ++i) store(out, i, result[i - begin]);
+  }
+  return out;
+}
+
+// One output element of a built-in reduction: folds in[base + offset] over `offsets`.
+ScalarValue fold_builtin(ReduceKind kind, const HostArray& in, int64_t base, const std::vector<int64_t>& offsets,
+                         DType result) {
+  bool floats = is_float(in.dtype);
+  if (kind == ReduceKind::Any || kind == ReduceKind::All) {
+    bool want = kind == ReduceKind::Any;  // the value that decides the fold
+    for (int64_t offset : offsets) {
+      bool truth = floats ? in.get_f64(base + offset) != 0.0 : in.get_i64(base + offset) != 0;
+      if (truth == want) return ScalarValue::of_int(want, DType::Bool);
+    }
+    return ScalarValue::of_int(!want, DType::Bool);
+  }
+  if (floats || kind == ReduceKind::Mean) {
+    constexpr double inf = std::numeric_limits<double>::infinity();
+    double acc = kind == ReduceKind::Prod ? 1.0 : kind == ReduceKind::Max ? -inf : kind == ReduceKind::Min ? inf : 0.0;
+    for (int64_t offset : offsets) {
+      double x = in.get_f64(base + offset);
+      switch (kind) {
+        case ReduceKind::Prod: acc *= x; break;
+        case ReduceKind::Max: if (std::isnan(x) || x > acc) acc = x; break;  // NaN sticks
+        case ReduceKind::Min: if (std::isnan(x) || x < acc) acc = x; break;
+        default: acc += x; break;
+      }
+    }
+    if (kind == ReduceKind::Mean) acc /= static_cast<double>(offsets.size());
+    return ScalarValue::of(acc, result);
+  }
+  int64_t lowest = in.dtype == DType::Bool ? 0
+                   : in.dtype == DType::I32 ? std::numeric_limits<int32_t>::min()
+                                            : std::numeric_limits<int64_t>::min();
+  int64_t highest = in.dtype == DType::Bool ? 1
+                    : in.dtype == DType::I32 ? std::numeric_limits<int32_t>::max()
+                                             : std::numeric_limits<int64_t>::max();
+  if (kind == ReduceKind::Max || kind == ReduceKind::Min) {
+    int64_t acc = kind == ReduceKind::Max ? lowest : highest;
+    for (int64_t offset : offsets) {
+      int64_t x = in.get_i64(base + offset);
+      acc = kind == ReduceKind::Max ? std::max(acc, x) : std::min(acc, x);
+    }
+    return ScalarValue::of_int(acc, result);
+  }
+  uint64_t acc = kind == ReduceKind::Prod ? 1 : 0;  // unsigned: wraps instead of overflowing
+  for (int64_t offset : offsets) {
+    uint64_t x = static_cast<uint64_t>(in.get_i64(base + offset));
+    acc = kind == ReduceKind::Prod ? acc * x : acc + x;
+  }
+  return ScalarValue::of_int(static_cast<int64_t>(acc), result);
+}
+
+// A custom reduction, column-wise over the output elements: each step applies the combiner to
+// every output's accumulator and its next element, keeping each output's row-major order.
+void fold_custom(const Node& n, const HostArray& in, const ConcreteShape& kept_shape,
+                 const std::vector<int64_t>& kept_strides, const std::vector<int64_t>& offsets, HostArray& out) {
+  const ReduceAttrs& attrs = n.as<ReduceAttrs>();
+  const ScalarFn& combiner = attrs.combiner;
+  if (combiner.params.size() != 2 || combiner.results.size() != 1 || combiner.params[0] != n.dtype ||
+      combiner.params[1] != n.dtype || combiner.result_dtype() != n.dtype || in.dtype != n.dtype)
+    fail(n, "the combiner must take and return " + std::string(dtype_name(in.dtype)));
+  ColumnEvaluator eval(combiner);
+  std::vector<ScalarValue> acc, x;
+  std::vector<int64_t> bases;
+  for (int64_t begin = 0; begin < out.size(); begin += kChunk) {
+    int64_t end = std::min(out.size(), begin + kChunk), len = end - begin;
+    bases.resize(len);
+    for_each_offset(kept_shape, kept_strides, begin, end,
+                    [&](int64_t i, int64_t offset) { bases[i - begin] = offset; });
+    acc.assign(len, attrs.identity);
+    x.resize(len);
+    std::vector<const ScalarValue*> params = {acc.data(), x.data()};
+    for (int64_t offset : offsets) {
+      for (int64_t i = 0; i < len; ++i) x[i] = load(in, bases[i] + offset);
+      eval.run(params, len);
+      if (eval.result() != acc.data()) std::copy(eval.result(), eval.result() + len, acc.begin());
+    }
+    for (int64_t i = 0; i < len; ++i) store(out, begin + i, acc[i]);
+  }
+}
+
+HostArray eval_reduce(const Node& n, const HostArray& in, const ConcreteShape& shape) {
+  const ReduceAttrs& attrs = n.as<ReduceAttrs>();
+  std::vector<bool> reduced(in.rank(), false);
+  for (size_t k = 0; k < attrs.axes.size(); ++k) {
+    int axis = attrs.axes[k];
+    if (axis < 0 || axis >= in.rank() || (k > 0 && axis <= attrs.axes[k - 1]))
+      fail(n, "bad reduction axes for operand shape " + shape_str(in.shape));
+    reduced[axis] = true;
+  }
+  std::vector<int64_t> strides = row_major_strides(in.shape);
+  ConcreteShape kept_shape, red_shape, out_shape;
+  std::vector<int64_t> kept_strides, red_strides;
+  for (int k = 0; k < in.rank(); ++k) {
+    if (reduced[k]) {
+      red_shape.push_back(in.shape[k]);
+      red_strides.push_back(strides[k]);
+      if (attrs.keepdims) out_shape.push_back(1);
+    } else {
+      kept_shape.push_back(in.shape[k]);
+      kept_strides.push_back(strides[k]);
+      out_shape.push_back(in.shape[k]);
+    }
+  }
+  if (out_shape != shape)
+    fail(n, "operand shape " + shape_str(in.shape) + " reduces to " + shape_str(out_shape) + ", not " +
+                shape_str(shape));
+  // Offsets of one output's reduced elements, in their row-major order.
+  std::vector<int64_t> offsets(num_elements(red_shape));
+  for_each_offset(red_shape, red_strides, 0, static_cast<int64_t>(offsets.size()),
+                  [&](int64_t i, int64_t offset) { offsets[i] = offset; });
+  HostArray out(n.dtype, shape);
+  if (attrs.kind == ReduceKind::Custom) {
+    fold_custom(n, in, kept_shape, kept_strides, offsets, out);
+    return out;
+  }
+  if (reduce_result_dtype(attrs.kind, in.dtype) != n.dtype)
+    fail(n, "a " + std::string(reduce_kind_name(attrs.kind)) + " of " + std::string(dtype_name(in.dtype)) +
+                " is not " + std::string(dtype_name(n.dtype)));
+  for_each_offset(kept_shape, kept_strides, 0, out.size(), [&](int64_t o, int64_t base) {
+    store(out, o, fold_builtin(attrs.kind, in, base, offsets, n.dtype));
+  });
+  return out;
+}
+
+// The matmul loops over operands already converted to the result dtype. Acc is double for
+// floats and uint64_t (wrapping) for integers. The i-k-j order keeps rows in cache and still
+// sums each output in increasing k.
+template <class Acc>
+void matmul_loops(const HostArray& a, const HostArray& b, const std::vector<int64_t>& a_batches,
+                  const std::vector<int64_t>& b_batches, int64_t m, int64_t k_size, int64_t n_size, HostArray& out) {
+  auto values = [](const HostArray& x) {
+    std::vector<Acc> v(x.size());
+    for (int64_t i = 0; i < x.size(); ++i) {
+      if constexpr (std::is_same_v<Acc, double>) v[i] = x.get_f64(i);
+      else v[i] = static_cast<uint64_t>(x.get_i64(i));
+    }
+    return v;
+  };
+  std::vector<Acc> av = values(a), bv = values(b), acc(n_size);
+  for (size_t batch = 0; batch < a_batches.size(); ++batch) {
+    for (int64_t i = 0; i < m; ++i) {
+      std::fill(acc.begin(), acc.end(), Acc(0));
+      for (int64_t k = 0; k < k_size; ++k) {
+        Acc aik = av[a_batches[batch] + i * k_size + k];
+        const Acc* brow = bv.data() + b_batches[batch] + k * n_size;
+        for (int64_t j = 0; j < n_size; ++j) acc[j] += aik * brow[j];
+      }
+      int64_t row = (static_cast<int64_t>(batch) * m + i) * n_size;
+      for (int64_t j = 0; j < n_size; ++j) {
+        if constexpr (std::is_same_v<Acc, double>) out.set_f64(row + j, acc[j]);
+        else out.set_i64(row + j, static_cast<int64_t>(acc[j]));
+      }
+    }
+  }
+}
+
+HostArray eval_matmul(const Node& n, const HostArray& a_in, const HostArray& b_in, const ConcreteShape& shape) {
+  if (a_in.rank() == 0 || b_in.rank() == 0) fail(n, "operands must have at least 1 dim");
+  HostArray a = a_in.dtype == n.dtype ? a_in : a_in.cast(n.dtype);
+  HostArray b = b_in.dtype == n.dtype ? b_in : b_in.cast(n.dtype);
+  ConcreteShape as = a.rank() == 1 ? ConcreteShape{1, a.shape[0]} : a.shape;
+  ConcreteShape bs = b.rank() == 1 ? ConcreteShape{b.shape[0], 1} : b.shape;
+  int64_t m = as[as.size() - 2], k_size = as.back(), n_size = bs.back();
+  if (bs[bs.size() - 2] != k_size)
+    fail(n, "shapes " + shape_str(a.shape) + " and " + shape_str(b.shape) + " have different contracted dims");
+  ConcreteShape a_batch(as.begin(), as.end() - 2), b_batch(bs.begin(), bs.end() - 2);
+  ConcreteShape batch(std::max(a_batch.size(), b_batch.size()), 1);
+  for (size_t i = 0; i < batch.size(); ++i) {  // NumPy broadcasting, aligned from the right
+    int64_t da = i < a_batch.size() ? a_batch[a_batch.size() - 1 - i] : 1;
+    int64_t db = i < b_batch.size() ? b_batch[b_batch.size() - 1 - i] : 1;
+    if (da != db && da != 1 && db != 1)
+      fail(n, "batch dims of " + shape_str(a.shape) + " and " + shape_str(b.shape) + " cannot be broadcast");
+    batch[batch.size() - 1 - i] = da == 1 ? db : da;
+  }
+  ConcreteShape out_shape = batch;
+  if (a.rank() > 1) out_shape.push_back(m);
+  if (b.rank() > 1) out_shape.push_back(n_size);
+  if (out_shape != shape)
+    fail(n, "operand shapes give " + shape_str(out_shape) + ", not " + shape_str(shape));
+  // Start offsets of each batch's matrix in a and b.
+  auto batch_offsets = [&](const ConcreteShape& own, int64_t matrix_size) {
+    std::vector<int64_t> strides = broadcast_strides(n, own, batch);
+    std::vector<int64_t> offsets(num_elements(batch));
+    for_each_offset(batch, strides, 0, static_cast<int64_t>(offsets.size()),
+                    [&](int64_t i, int64_t offset) { offsets[i] = offset * matrix_size; });
+    return offsets;
+  };
+  std::vector<int64_t> a_batches = batch_offsets(a_batch, m * k_size);
+  std::vector<int64_t> b_batches = batch_offsets(b_batch, k_size * n_size);
+  HostArray out(n.dtype, shape);
+  if (is_float(n.dtype)) matmul_loops<double>(a, b, a_batches, b_batches, m, k_size, n_size, out);
+  else matmul_loops<uint64_t>(a, b, a_batches, b_batches, m, k_size, n_size, out);
+  return out;
+}
+
+HostArray eval_permute(const Node& n, const HostArray& in, const ConcreteShape& shape) {
+  const std::vector<int>& perm = n.as<PermuteAttrs>().perm;
+  std::vector<bool> seen(in.rank(), false);
+  bool ok = static_cast<int>(perm.size()) == in.rank();
+  for (size_t k = 0; ok && k < perm.size(); ++k) {
+    ok = perm[k] >= 0 && perm[k] < in.rank() && !seen[perm[k]];
+    if (ok) seen[perm[k]] = true;
+  }
+  if (!ok) fail(n, "the permutation does not fit operand shape " + shape_str(in.shape));
+  std::vector<int64_t> in_strides = row_major_strides(in.shape), strides;
+  ConcreteShape out_shape;
+  for (int axis : perm) {
+    strides.push_back(in_strides[axis]);
+    out_shape.push_back(in.shape[axis]);
+  }
+  if (out_shape != shape) fail(n, "operand shape " + shape_str(in.shape) + " permutes to " + shape_str(out_shape));
+  return gather(in, shape, strides);
+}
+
+HostArray eval_rand(uint64_t seed, const ConcreteShape& shape) {
+  HostArray out(DType::F32, shape);
+  float* data = out.as<float>();
+  for (int64_t i = 0; i < out.size(); ++i) data[i] = rand_uniform(seed, static_cast<uint64_t>(i));
+  return out;
+}
+
+}  // namespace
+
+HostArray evaluate_node(const Node& n, const std::vector<const HostArray*>& operands, const SymbolBindings& symbols) {
+  if (n.kind == OpKind::Input)
+    fail(n, "'" + n.as<InputAttrs>().name + "' has no operands: its value comes from the graph's inputs");
+  size_t arity = n.kind == OpKind::Elementwise ? n.inputs.size()
+                 : n.kind == OpKind::Matmul       ? 2
+                 : n.kind == OpKind::Reduce || is_view(n.kind) ? 1
+                                                               : 0;
+  if (n.inputs.size() != arity || operands.size() != arity)
+    fail(n, "takes " + std::to_string(arity) + " operands but " + std::to_string(operands.size()) +
+                " were given");
+  for (const HostArray* op : operands) {
+    if (!op) fail(n, "an operand has no value");
+    if (is_view(n.kind) && op->dtype != n.dtype)
+      fail(n, "operand is " + std::string(dtype_name(op->dtype)) + " but the node is " +
+                  std::string(dtype_name(n.dtype)));
+  }
+  ConcreteShape shape;
+  try {
+    shape = evaluate(n.shape, symbols);
+  } catch (const Error& e) {
+    fail(n, e.message());
+  }
+  switch (n.kind) {
+    case OpKind::Input: break;  // rejected above
+    case OpKind::Constant: return n.as<ConstantAttrs>().value;
+    case OpKind::Arange: {
+      HostArray out(DType::I64, shape);
+      for (int64_t i = 0; i < out.size(); ++i) out.as<int64_t>()[i] = i;
+      return out;
+    }
+    case OpKind::Rand: return eval_rand(n.as<RandAttrs>().seed, shape);
+    case OpKind::Elementwise: return eval_elementwise(n, operands, shape);
+    case OpKind::Reduce: return eval_reduce(n, *operands[0], shape);
+    case OpKind::Matmul: return eval_matmul(n, *operands[0], *operands[1], shape);
+    case OpKind::BroadcastTo: return gather(*operands[0], shape, broadcast_strides(n, operands[0]->shape, shape));
+    case OpKind::Permute: return eval_permute(n, *operands[0], shape);
+    case OpKind::Reshape:
+    case OpKind::ExpandDims:
+    case OpKind::Squeeze: {
+      HostArray out = *operands[0];
+      if (num_elements(shape) != out.size())
+        fail(n, "cannot give " + std::to_string(out.size()) + " elements the shape " + shape_str(shape));
+      out.shape = shape;
+      return out;
+    }
+  }
+  fail(n, "unknown op");
+}
+
+SymbolBindings bind_inputs(const Graph& g, const TensorMap& inputs) {
+  SymbolBindings symbols;
+  std::vector<NodeId> ids = g.input_nodes();
+  for (NodeId id : ids) {
+    const Node& n = g.node(id);
+    std::string what = "input '" + n.as<InputAttrs>().name + "'";
+    auto it = inputs.find(n.as<InputAttrs>().name);
+    if (it == inputs.end())
+      throw Error("missing " + what + " (" + std::string(dtype_name(n.dtype)) + shape_str(n.shape) + ")", n.loc);
+    const HostArray& a = it->second;
+    if (a.dtype != n.dtype)
+      throw Error(what + " has dtype " + std::string(dtype_name(a.dtype)) + " but " +
+                      std::string(dtype_name(n.dtype)) + " was declared", n.loc);
+    bool valid = std::all_of(a.shape.begin(), a.shape.end(), [](int64_t d) { return d >= 0; });
+    if (!valid || a.bytes.size() != static_cast<size_t>(a.size()) * dtype_size(a.dtype))
+      throw Error(what + " holds " + std::to_string(a.bytes.size()) + " bytes, which do not fit its shape " +
+                      shape_str(a.shape), n.loc);
+    try {
+      bind_symbols(n.shape, a.shape, symbols, what);
+    } catch (const Error& e) {
+      throw Error(e.message(), n.loc);
+    }
+  }
+  // Compound dims (2*N) can only be checked once every input has bound its symbols.
+  for (NodeId id : ids) {
+    const Node& n = g.node(id);
+    const ConcreteShape& actual = inputs.at(n.as<InputAttrs>().name).shape;
+    std::string mismatch = "input '" + n.as<InputAttrs>().name + "' has shape " + shape_str(actual) + " but " +
+                           shape_str(n.shape) + " was declared";
+    try {
+      if (evaluate(n.shape, symbols) != actual) throw Error(mismatch, n.loc);
+    } catch (const Error& e) {
+      if (e.loc().known()) throw;
+      throw Error(mismatch + " (" + e.message() + ")", n.loc);
+    }
+  }
+  for (const auto& [name, value] : inputs) {
+    if (g.find_input(name)) continue;
+    std::string declared;
+    for (NodeId id : ids) declared += (declared.empty() ? "'" : ", '") + g.node(id).as<InputAttrs>().name + "'";
+    throw Error("unexpected input '" + name + "': the graph's inputs are " + (declared.empty() ? "none" : declared));
+  }
+  return symbols;
+}
+
+TensorMap interpret(const Graph& g, const TensorMap& inputs) {
+  SymbolBindings symbols = bind_inputs(g, inputs);
+  size_t count = g.nodes.size();
+  // Which nodes the outputs need, and the last node that reads each (outputs: read at the end).
+  std::vector<bool> needed(count, false);
+  std::vector<size_t> last_use(count, 0);
+  for (const GraphOutput& o : g.outputs) {
+    if (o.node < 0 || static_cast<size_t>(o.node) >= count)
+      throw Error("output '" + o.name + "' is not a node of the graph");
+    needed[o.node] = true;
+    last_use[o.node] = count;
+  }
+  for (size_t id = count; id-- > 0;) {
+    if (!needed[id]) continue;
+    for (NodeId in : g.nodes[id].inputs) {
+      if (in < 0 || static_cast<size_t>(in) >= id)
+        throw Error("node " + std::to_string(id) + " reads node " + std::to_string(in) +
+                    ", which does not precede it", g.nodes[id].loc);
+      needed[in] = true;
+      last_use[in] = std::max(last_use[in], id);
+    }
+  }
+  std::vector<HostArray> owned(count);
+  std::vector<const HostArray*> values(count, nullptr);
+  for (size_t id = 0; id < count; ++id) {
+    if (!needed[id]) continue;
+    const Node& n = g.nodes[id];
+    if (n.kind == OpKind::Input) {
+      values[id] = &inputs.at(n.as<InputAttrs>().name);
+      continue;
+    }
+    std::vector<const HostArray*> operands;
+    for (NodeId in : n.inputs) operands.push_back(values[in]);
+    owned[id] = evaluate_node(n, operands, symbols);
+    values[id] = &owned[id];
+    for (NodeId in : n.inputs)
+      if (last_use[in] == id) owned[in] = HostArray();
+  }
+  TensorMap out;
+  for (const GraphOutput& o : g.outputs) out[o.name] = *values[o.node];
+  return out;
+}
+
+}  // namespace fuse::ir

@@ -1,0 +1,118 @@
+// The kernel-level Program: what the passes hand to a backend. A Program is a list of kernels
+// (each a fused sub-graph with a schedule), the buffers they read and write, and the launch order.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ir/graph.h"
+#include "ir/interpreter.h"
+
+namespace fuse::ir {
+
+enum class KernelKind {
+  Elementwise,  // one iteration space; views are index maps; several outputs of that shape
+  Reduction,    // reductions over the same axes of one input space, with prologue and epilogue
+  RowWise,      // reductions over trailing axes broadcast back over their rows: one row at a time
+  Matmul,       // one matmul with elementwise prologues on its operands and an epilogue
+  Transpose,    // a permuted copy (no arithmetic): cache-blocked / shared-memory tiled
+  Copy,         // a plain copy or broadcast materialization (no arithmetic)
+};
+std::string_view kernel_kind_name(KernelKind k);
+
+using BufferId = int32_t;
+
+enum class BufferRole { Input, Output, Intermediate };
+std::string_view buffer_role_name(BufferRole r);
+
+/// A materialized tensor. Inputs and outputs are named after the graph's; intermediates "t<node>".
+struct Buffer {
+  std::string name;
+  DType dtype = DType::F32;
+  Shape shape;
+  BufferRole role = BufferRole::Intermediate;
+  int slot = -1;  // Intermediate: storage slot assigned by memory planning (reused by liveness)
+
+  Dim bytes() const { return num_elements(shape) * Dim(static_cast<int64_t>(dtype_size(dtype))); }
+};
+
+/// CPU schedule: which loops run in parallel, vector width, blocking.
+struct CpuSchedule {
+  int parallel_dims = 1;       // outermost dims flattened into the [begin, end) range split over threads
+  int64_t grain = 1;           // minimum iterations of that range per task
+  int vector_width = 16;       // SIMD lanes for the innermost loop (elements of the kernel's dtype)
+  int accumulators = 1;        // independent partial sums in reductions (latency hiding)
+  int transpose_block = 0;     // Transpose: square block edge in elements (0: not blocked)
+  int64_t mc = 0, kc = 0, nc = 0;  // Matmul: cache blocking (rows of A, depth, cols of B)
+  int mr = 0, nr = 0;              // Matmul: register tile (rows x cols of C kept in registers)
+};
+
+enum class CudaReduction { None, WarpShuffle, BlockPerRow, TwoStage };
+std::string_view cuda_reduction_name(CudaReduction r);
+
+/// CUDA schedule: block and grid shapes, tiles, shared memory, reduction strategy.
+struct CudaSchedule {
+  int block_x = 256, block_y = 1;
+  int items_per_thread = 4;          // grid-stride loops: elements per thread per step
+  int vector_bytes = 16;             // 128-bit loads/stores where aligned
+  CudaReduction reduction = CudaReduction::None;
+  int tile_rows = 0, tile_cols = 0;  // Transpose/Matmul: tile edge in elements
+  int shared_cols = 0;               // shared-memory row length (tile + 1 padding for transposes)
+  int tile_k = 0;                    // Matmul: depth of a shared-memory tile
+  int thread_rows = 0, thread_cols = 0;  // Matmul: outputs per thread (register blocking)
+};
+
+enum class TargetKind { Cpu, Cuda };
+std::string_view target_kind_name(TargetKind t);
+
+struct Schedule {
+  TargetKind target = TargetKind::Cpu;
+  CpuSchedule cpu;
+  CudaSchedule cuda;
+};
+
+struct Kernel {
+  std::string name;                 // "k0_elementwise"
+  KernelKind kind = KernelKind::Elementwise;
+  /// The fused sub-graph. Its Input nodes are named after the buffers it reads and its outputs
+  /// after the buffers it writes, so it runs as is in the reference interpreter.
+  Graph body;
+  std::vector<BufferId> inputs;     // in the order of body's Input nodes
+  std::vector<BufferId> outputs;    // in the order of body.outputs
+  std::vector<NodeId> source_nodes; // nodes of the source graph it computes (for pictures and explanations)
+  Schedule schedule;
+};
+
+struct ProgramIO {
+  std::string name;
+  BufferId buffer = -1;
+};
+
+struct Program {
+  std::vector<Buffer> buffers;
+  std::vector<Kernel> kernels;
+  std::vector<int> launch_order;     // indices into kernels
+  std::vector<ProgramIO> inputs;     // the graph's inputs, in order
+  std::vector<ProgramIO> outputs;    // the graph's outputs, in order (several may share a buffer)
+  int num_slots = 0;                 // storage slots used by intermediates
+
+  BufferId find_buffer(const std::string& name) const;  // -1 when absent
+};
+
+/// Human-readable text: buffers, then each kernel with its schedule and body.
+std::string print_program(const Program& p);
+/// JSON with `kernels` [{name, kind, ops, inputs, outputs, schedule}], `buffers`
+/// [{name, dtype, shape, bytes, role, slot}], `launch_order` (kernel names), `inputs`, `outputs`.
+std::string program_to_json(const Program& p);
+
+/// Bytes the plan holds at its peak: every input and output, plus one allocation per
+/// intermediate slot (slots are allocated once and reused by buffers whose lifetimes don't overlap).
+int64_t planned_peak_bytes(const Program& p, const SymbolBindings& symbols);
+
+/// Runs the Program kernel by kernel in the reference interpreter, holding only the Program's
+/// buffers, intermediates in their planned slots (a read of a buffer whose slot was reused
+/// throws): this checks that fusion and memory planning preserve meaning before codegen.
+TensorMap interpret_program(const Program& p, const TensorMap& inputs);
+
+}  // namespace fuse::ir

@@ -1,0 +1,367 @@
+#include "passes/fusion.h"
+
+#include <algorithm>
+#include <functional>
+#include <map>
+#include <set>
+
+namespace fuse::passes {
+
+using ir::KernelKind;
+using ir::Node;
+using ir::NodeId;
+using ir::OpKind;
+using ir::Shape;
+
+static bool is_generator(OpKind k) { return k == OpKind::Constant || k == OpKind::Arange || k == OpKind::Rand; }
+static bool is_elementwise_like(const Node& n) {
+  return n.kind == OpKind::Elementwise || ir::is_view(n.kind) || is_generator(n.kind);
+}
+
+static bool is_transcendental(ir::ScalarOp op) {
+  using ir::ScalarOp;
+  switch (op) {
+    case ScalarOp::Exp: case ScalarOp::Exp2: case ScalarOp::Log: case ScalarOp::Log2:
+    case ScalarOp::Sin: case ScalarOp::Cos: case ScalarOp::Tan: case ScalarOp::Tanh:
+    case ScalarOp::Sigmoid: case ScalarOp::Pow: return true;
+    default: return false;
+  }
+}
+
+int node_cost(const Node& n) {
+  if (n.kind == OpKind::Elementwise) {
+    int cost = 0;
+    for (const ir::ScalarNode& s : n.as<ir::ElementwiseAttrs>().body.nodes) {
+      if (s.op == ir::ScalarOp::Param || s.op == ir::ScalarOp::Literal) continue;
+      cost += is_transcendental(s.op) ? kTranscendentalCost : 1;
+    }
+    return cost;
+  }
+  if (n.kind == OpKind::Rand) return 2;  // a few integer multiplies per element
+  if (is_elementwise_like(n)) return 0;
+  return 1 << 20;  // reductions and matmuls are never recomputed
+}
+
+static bool same_elements(const Shape& a, const Shape& b) { return ir::num_elements(a) == ir::num_elements(b); }
+
+static bool trailing_axes(const std::vector<int>& axes, int rank) {
+  for (size_t i = 0; i < axes.size(); ++i)
+    if (axes[i] != rank - static_cast<int>(axes.size()) + static_cast<int>(i)) return false;
+  return true;
+}
+
+namespace {
+
+struct GroupState {
+  FusionGroup group;
+  std::set<NodeId> members;
+  std::set<NodeId> expanded;  // members evaluated more often than they have elements
+};
+
+class Partitioner {
+ public:
+  Partitioner(const ir::Graph& g, const FusionOptions& options)
+      : g_(g), options_(options), users_(g.nodes.size()), is_output_(g.nodes.size(), false),
+        groups_of_(g.nodes.size()) {
+    for (size_t i = 0; i < g.nodes.size(); ++i)
+      for (NodeId in : g.nodes[i].inputs)
+        if (std::find(users_[in].begin(), users_[in].end(), static_cast<NodeId>(i)) == users_[in].end())
+          users_[in].push_back(static_cast<NodeId>(i));
+    for (const ir::GraphOutput& o : g.outputs) is_output_[o.node] = true;
+  }
+
+  Partition run() {
+    for (NodeId id = static_cast<NodeId>(g_.nodes.size()) - 1; id >= 0; --id) place(id);
+    if (options_.enabled && options_.horizontal) fuse_horizontally();
+    return finish();
+  }
+
+ private:
+  const Node& node(NodeId id) const { return g_.node(id); }
+
+  void place(NodeId id) {
+    const Node& n = node(id);
+    if (n.kind == OpKind::Input) return;
+    std::set<int> consumer_groups;
+    for (NodeId u : users_[id]) consumer_groups.insert(groups_of_[u].begin(), groups_of_[u].end());
+    if (!options_.enabled) return new_group(id, "fusion is disabled");
+    if (consumer_groups.empty()) return new_group(id, "");
+
+    if (consumer_groups.size() == 1) {
+      int gi = *consumer_groups.begin();
+      FusionGroup updated = groups_[gi].group;
+      std::string why = check_join(id, groups_[gi], updated);
+      if (why.empty()) return join(id, gi, updated);
+      return new_group(id, why);
+    }
+    // Consumers in several kernels: recompute in each when cheap, else materialize once.
+    int cost = node_cost(n);
+    if (cost > kCheapCost || n.kind == OpKind::Reduce || n.kind == OpKind::Matmul)
+      return new_group(id, "has consumers in " + std::to_string(consumer_groups.size()) +
+                               " kernels and cost " + std::to_string(cost) + " > " +
+                               std::to_string(kCheapCost) + " is too high to recompute in each");
+    if (is_output_[id]) return new_group(id, "is a graph output used by several kernels: computed once and stored");
+    std::vector<FusionGroup> updates;
+    for (int gi : consumer_groups) {
+      updates.push_back(groups_[gi].group);
+      std::string why = check_join(id, groups_[gi], updates.back());
+      if (!why.empty()) return new_group(id, why);
+    }
+    size_t k = 0;
+    for (int gi : consumer_groups) join(id, gi, updates[k++]);
+  }
+
+  // Whether a BroadcastTo of shape `full` is reachable from `id` through members of `gs`.
+  bool broadcast_back_downstream(NodeId id, const GroupState& gs, const Shape& full) const {
+    std::vector<NodeId> stack{id};
+    std::set<NodeId> seen;
+    while (!stack.empty()) {
+      NodeId cur = stack.back();
+      stack.pop_back();
+      for (NodeId u : users_[cur]) {
+        if (!gs.members.count(u) || !seen.insert(u).second) continue;
+        if (node(u).kind == OpKind::BroadcastTo && node(u).shape == full) return true;
+        stack.push_back(u);
+      }
+    }
+    return false;
+  }
+
+  bool feeds_matmul(NodeId id, const GroupState& gs) const {
+    std::vector<NodeId> stack{id};
+    std::set<NodeId> seen;
+    while (!stack.empty()) {
+      NodeId cur = stack.back();
+      stack.pop_back();
+      for (NodeId u : users_[cur]) {
+        if (!gs.members.count(u) || !seen.insert(u).second) continue;
+        if (node(u).kind == OpKind::Matmul) return true;
+        stack.push_back(u);
+      }
+    }
+    return false;
+  }
+
+  bool is_expanded(NodeId id, const GroupState& gs) const {
+    for (NodeId u : users_[id]) {
+      if (!gs.members.count(u)) continue;
+      const Node& un = node(u);
+      if (gs.expanded.count(u)) return true;
+      if (un.kind == OpKind::BroadcastTo && !same_elements(un.shape, node(id).shape)) return true;
+    }
+    return false;
+  }
+
+  // "" when `id` may join the group (with `updated` its new kind/space), else the reason not.
+  std::string check_join(NodeId id, const GroupState& gs, FusionGroup& updated) const {
+    const Node& n = node(id);
+    const FusionGroup& G = gs.group;
+    Shape reduced_space = G.kind == KernelKind::Reduction || G.kind == KernelKind::RowWise
+                              ? ir::reduced_shape(G.space, G.axes, false) : G.space;
+    if (is_output_[id] && !(n.shape == G.space) && !same_elements(n.shape, reduced_space))
+      return "is an output of shape " + ir::shape_str(n.shape) + ", outside the kernel's iteration space " +
+             ir::shape_str(G.space);
+
+    if (is_elementwise_like(n)) {
+      int cost = node_cost(n);
+      if (cost > kCheapCost && is_expanded(id, gs))
+        return "cost " + std::to_string(cost) + " would be recomputed across an expanding broadcast";
+      if (G.kind == KernelKind::Matmul && feeds_matmul(id, gs)) {
+        if (cost > kCheapCost)
+          return "as a matmul prologue its cost " + std::to_string(cost) + " would be recomputed for every tile";
+        if (is_output_[id]) return "a matmul prologue cannot also be an output";
+      }
+      return "";
+    }
+    if (n.kind == OpKind::Reduce) {
+      const auto& r = n.as<ir::ReduceAttrs>();
+      const Shape& in = node(n.inputs[0]).shape;
+      bool row_use = broadcast_back_downstream(id, gs, in);
+      bool trailing = trailing_axes(r.axes, static_cast<int>(in.size()));
+      if (G.kind == KernelKind::Matmul) return "a reduction does not fuse with a matmul";
+      if (G.kind == KernelKind::Elementwise) {
+        if (row_use) {
+          if (!(G.space == in)) return "its result is broadcast into a different space " + ir::shape_str(G.space);
+          if (!trailing) return "its result is broadcast back over non-trailing axes (no row-wise kernel)";
+          updated = {KernelKind::RowWise, {}, in, r.axes};
+          return "";
+        }
+        if (!same_elements(n.shape, G.space))
+          return "its result " + ir::shape_str(n.shape) + " is broadcast to a larger space " + ir::shape_str(G.space);
+        updated = {KernelKind::Reduction, {}, in, r.axes};
+        return "";
+      }
+      // The group already reduces: only the same space and axes (softmax's max and sum).
+      if (!(G.space == in) || G.axes != r.axes)
+        return "reduces " + ir::shape_str(in) + " over other axes than the kernel's reduction of " +
+               ir::shape_str(G.space);
+      if (row_use) {
+        if (!trailing) return "its result is broadcast back over non-trailing axes (no row-wise kernel)";
+        updated.kind = KernelKind::RowWise;
+      }
+      return "";
+    }
+    if (n.kind == OpKind::Matmul) {
+      if (G.kind == KernelKind::Matmul) return "two matmuls never fuse";
+      if (G.kind != KernelKind::Elementwise) return "a matmul result does not fuse into a reduction";
+      if (!(n.shape == G.space) || is_expanded(id, gs)) return "the matmul result is broadcast";
+      updated = {KernelKind::Matmul, {}, n.shape, {}};
+      return "";
+    }
+    return "is not fusible";
+  }
+
+  void join(NodeId id, int gi, const FusionGroup& updated) {
+    GroupState& gs = groups_[gi];
+    bool expanded = is_expanded(id, gs);
+    gs.group.kind = updated.kind;
+    gs.group.space = updated.space;
+    gs.group.axes = updated.axes;
+    gs.members.insert(id);
+    if (expanded) gs.expanded.insert(id);
+    groups_of_[id].push_back(gi);
+  }
+
+  void new_group(NodeId id, const std::string& why) {
+    const Node& n = node(id);
+    GroupState gs;
+    if (n.kind == OpKind::Reduce) {
+      gs.group = {KernelKind::Reduction, {}, node(n.inputs[0]).shape, n.as<ir::ReduceAttrs>().axes};
+    } else if (n.kind == OpKind::Matmul) {
+      gs.group = {KernelKind::Matmul, {}, n.shape, {}};
+    } else {
+      gs.group = {KernelKind::Elementwise, {}, n.shape, {}};
+    }
+    gs.members.insert(id);
+    groups_.push_back(std::move(gs));
+    groups_of_[id].push_back(static_cast<int>(groups_.size()) - 1);
+    for (NodeId u : users_[id]) reasons_[{id, u}] = why;
+  }
+
+  // The buffers (materialized nodes or graph inputs) a group reads.
+  std::set<NodeId> external_reads(const GroupState& gs) const {
+    std::set<NodeId> reads;
+    for (NodeId m : gs.members)
+      for (NodeId in : node(m).inputs)
+        if (!gs.members.count(in)) reads.insert(in);
+    return reads;
+  }
+
+  // Whether group `to` depends, directly or not, on group `from` through materialized buffers.
+  bool depends(int to, int from) const {
+    std::vector<int> stack{to};
+    std::set<int> seen;
+    while (!stack.empty()) {
+      int cur = stack.back();
+      stack.pop_back();
+      if (cur == from) return true;
+      if (!seen.insert(cur).second) continue;
+      for (NodeId r : external_reads(groups_[cur]))
+        for (int producer : groups_of_[r]) stack.push_back(producer);
+    }
+    return false;
+  }
+
+  void fuse_horizontally() {
+    bool merged = true;
+    while (merged) {
+      merged = false;
+      for (size_t a = 0; a < groups_.size() && !merged; ++a) {
+        for (size_t b = a + 1; b < groups_.size() && !merged; ++b) {
+          const FusionGroup &ga = groups_[a].group, &gb = groups_[b].group;
+          if (groups_[a].members.empty() || groups_[b].members.empty()) continue;
+          if (ga.kind != gb.kind || ga.kind == KernelKind::Matmul || !(ga.space == gb.space) || ga.axes != gb.axes)
+            continue;
+          std::set<NodeId> ra = external_reads(groups_[a]), rb = external_reads(groups_[b]);
+          bool shared = std::any_of(ra.begin(), ra.end(), [&](NodeId r) { return rb.count(r) > 0; });
+          if (!shared || depends(static_cast<int>(a), static_cast<int>(b)) ||
+              depends(static_cast<int>(b), static_cast<int>(a)))
+            continue;
+          merge(static_cast<int>(a), static_cast<int>(b));
+          merged = true;
+        }
+      }
+    }
+  }
+
+  void merge(int into, int from) {
+    for (NodeId m : groups_[from].members) {
+      groups_[into].members.insert(m);
+      auto& gs = groups_of_[m];
+      gs.erase(std::remove(gs.begin(), gs.end(), from), gs.end());
+      if (std::find(gs.begin(), gs.end(), into) == gs.end()) gs.push_back(into);
+    }
+    groups_[into].expanded.insert(groups_[from].expanded.begin(), groups_[from].expanded.end());
+    groups_[from].members.clear();
+  }
+
+  Partition finish() {
+    Partition p;
+    std::vector<GroupState*> live;
+    for (GroupState& gs : groups_)
+      if (!gs.members.empty()) live.push_back(&gs);
+    std::sort(live.begin(), live.end(),
+              [](const GroupState* a, const GroupState* b) { return *a->members.begin() < *b->members.begin(); });
+    for (GroupState* gs : live) {
+      FusionGroup group = gs->group;
+      group.nodes.assign(gs->members.begin(), gs->members.end());
+      for (NodeId m : group.nodes)
+        for (NodeId in : node(m).inputs) {
+          if (gs->members.count(in) || node(in).kind == OpKind::Input) continue;
+          auto it = reasons_.find({in, m});
+          p.boundaries.push_back({in, m, it != reasons_.end() && !it->second.empty() ? it->second : "materialized"});
+        }
+      p.groups.push_back(std::move(group));
+    }
+    std::sort(p.boundaries.begin(), p.boundaries.end(), [](const FusionBoundary& a, const FusionBoundary& b) {
+      return std::tie(a.producer, a.consumer) < std::tie(b.producer, b.consumer);
+    });
+    p.boundaries.erase(std::unique(p.boundaries.begin(), p.boundaries.end(),
+                                   [](const FusionBoundary& a, const FusionBoundary& b) {
+                                     return a.producer == b.producer && a.consumer == b.consumer;
+                                   }),
+                       p.boundaries.end());
+    return p;
+  }
+
+  const ir::Graph& g_;
+  FusionOptions options_;
+  std::vector<std::vector<NodeId>> users_;
+  std::vector<bool> is_output_;
+  std::vector<std::vector<int>> groups_of_;
+  std::vector<GroupState> groups_;
+  std::map<std::pair<NodeId, NodeId>, std::string> reasons_;
+};
+
+}  // namespace
+
+Partition partition_graph(const ir::Graph& g, const FusionOptions& options) {
+  return Partitioner(g, options).run();
+}
+
+static std::string short_label(const Node& n) {
+  if (n.kind == OpKind::Reduce) return "reduce." + std::string(ir::reduce_kind_name(n.as<ir::ReduceAttrs>().kind));
+  if (n.kind == OpKind::Elementwise) {
+    const ir::ScalarFn& body = n.as<ir::ElementwiseAttrs>().body;
+    return std::string(ir::scalar_op_name(body.node(body.results[0]).op));
+  }
+  return std::string(ir::op_kind_name(n.kind));
+}
+
+std::string explain_fusion(const ir::Graph& g, const Partition& p) {
+  std::string s;
+  for (size_t i = 0; i < p.groups.size(); ++i) {
+    const FusionGroup& group = p.groups[i];
+    s += "kernel " + std::to_string(i) + " (" + std::string(ir::kernel_kind_name(group.kind)) + " over " +
+         ir::shape_str(group.space) + "):";
+    for (NodeId id : group.nodes) s += " %" + std::to_string(id);
+    s += "\n";
+  }
+  if (p.boundaries.empty()) s += "no edge crosses a kernel boundary\n";
+  for (const FusionBoundary& b : p.boundaries)
+    s += "%" + std::to_string(b.producer) + " " + short_label(g.node(b.producer)) + " -> %" +
+         std::to_string(b.consumer) + " " + short_label(g.node(b.consumer)) + ": " + b.reason + "\n";
+  return s;
+}
+
+}  // namespace fuse::passes

@@ -1,0 +1,134 @@
+#include "passes/schedule.h"
+
+#include <algorithm>
+#include <fstream>
+#include <string>
+#include <thread>
+
+namespace fuse::passes {
+
+using ir::Kernel;
+using ir::KernelKind;
+
+// Reads a cache size such as "48K" or "2048K" from sysfs; 0 when absent.
+static int64_t sysfs_cache_bytes(int index) {
+  std::ifstream f("/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(index) + "/size");
+  std::string text;
+  if (!(f >> text) || text.empty()) return 0;
+  int64_t value = 0;
+  size_t i = 0;
+  while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) value = value * 10 + (text[i++] - '0');
+  if (i < text.size() && (text[i] == 'K' || text[i] == 'k')) value <<= 10;
+  if (i < text.size() && (text[i] == 'M' || text[i] == 'm')) value <<= 20;
+  return value;
+}
+
+TargetInfo TargetInfo::host() {
+  TargetInfo t;
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  t.vector_bits = __builtin_cpu_supports("avx512f") ? 512 : __builtin_cpu_supports("avx2") ? 256 : 128;
+#else
+  t.vector_bits = 128;
+#endif
+  t.cores = std::max(1u, std::thread::hardware_concurrency());
+  // index0/1 are L1 data/instruction, index2 L2, index3 L3 on Linux x86.
+  if (int64_t l1 = sysfs_cache_bytes(0)) t.l1_bytes = l1;
+  if (int64_t l2 = sysfs_cache_bytes(2)) t.l2_bytes = l2;
+  if (int64_t l3 = sysfs_cache_bytes(3)) t.l3_bytes = l3;
+  return t;
+}
+
+TargetInfo TargetInfo::cuda(int sm) {
+  TargetInfo t;
+  t.kind = ir::TargetKind::Cuda;
+  t.sm = sm;
+  return t;
+}
+
+// The widest element type the kernel moves, which bounds its vector width.
+static size_t widest_element(const Kernel& k) {
+  size_t widest = 1;
+  for (const ir::Node& n : k.body.nodes) widest = std::max(widest, ir::dtype_size(n.dtype));
+  return widest;
+}
+
+static int leading_dims(const Kernel& k) {
+  // Parallel over the dims the kernel's outputs keep: all of them for elementwise work, the
+  // rows (kept leading dims) for reductions and row-wise kernels, M for matmul.
+  const ir::Node& out = k.body.node(k.body.outputs.front().node);
+  switch (k.kind) {
+    case KernelKind::Matmul: return std::max(1, out.rank() - 1);
+    default: return out.rank();
+  }
+}
+
+static ir::CpuSchedule cpu_schedule(const Kernel& k, const TargetInfo& t) {
+  ir::CpuSchedule s;
+  size_t elem = widest_element(k);
+  s.vector_width = std::max(1, static_cast<int>(t.vector_bits / 8 / elem));
+  s.parallel_dims = leading_dims(k);
+  // Enough work per task to amortize a thread-pool wake-up (~a few microseconds).
+  s.grain = k.kind == KernelKind::Elementwise || k.kind == KernelKind::Copy ? 1 << 14 : 1;
+  switch (k.kind) {
+    case KernelKind::Reduction:
+    case KernelKind::RowWise: s.accumulators = 4; break;  // hides the FMA/add latency of 4 cycles
+    case KernelKind::Transpose:
+      s.transpose_block = static_cast<int>(64 / elem) * 2;  // two cache lines per block row
+      break;
+    case KernelKind::Matmul: {
+      // BLIS-style blocking: an mr x nr tile of C in registers, a kc x nr panel of B in L1,
+      // an mc x kc block of A in L2, a kc x nc panel of B in L3.
+      s.nr = 2 * s.vector_width;
+      s.mr = t.vector_bits >= 512 ? 6 : 4;
+      s.kc = std::max<int64_t>(64, (t.l1_bytes / 2) / (static_cast<int64_t>(s.nr) * static_cast<int64_t>(elem)));
+      s.kc = std::min<int64_t>(s.kc, 512);
+      s.mc = std::max<int64_t>(s.mr, (t.l2_bytes / 2) / (s.kc * static_cast<int64_t>(elem)) / s.mr * s.mr);
+      s.nc = std::max<int64_t>(s.nr, (t.l3_bytes / 4) / (s.kc * static_cast<int64_t>(elem)) / s.nr * s.nr);
+      break;
+    }
+    default: break;
+  }
+  return s;
+}
+
+static ir::CudaSchedule cuda_schedule(const Kernel& k, const TargetInfo&) {
+  ir::CudaSchedule s;
+  switch (k.kind) {
+    case KernelKind::Elementwise:
+    case KernelKind::Copy: break;  // grid-stride, 256 threads, 4 items of 16 bytes per thread
+    case KernelKind::Reduction: {
+      // Keeping some dims: one block per output row; reducing everything: deterministic two stages.
+      const ir::Node& out = k.body.node(k.body.outputs.front().node);
+      s.reduction = ir::num_elements(out.shape) == ir::Dim(1) ? ir::CudaReduction::TwoStage
+                                                              : ir::CudaReduction::BlockPerRow;
+      break;
+    }
+    case KernelKind::RowWise: s.reduction = ir::CudaReduction::BlockPerRow; break;
+    case KernelKind::Transpose:
+      s.block_x = 32;
+      s.block_y = 8;
+      s.tile_rows = s.tile_cols = 32;
+      s.shared_cols = 33;  // one padding column: the column reads hit 32 different banks
+      break;
+    case KernelKind::Matmul:
+      s.block_x = 16;
+      s.block_y = 16;
+      s.tile_rows = s.tile_cols = 128;
+      s.tile_k = 8;
+      s.shared_cols = 128;
+      s.thread_rows = s.thread_cols = 8;
+      break;
+  }
+  return s;
+}
+
+void schedule_program(ir::Program& p, const TargetInfo& target) {
+  for (Kernel& k : p.kernels) {
+    k.schedule.target = target.kind;
+    if (target.kind == ir::TargetKind::Cpu) k.schedule.cpu = cpu_schedule(k, target);
+    else k.schedule.cuda = cuda_schedule(k, target);
+  }
+}
+
+}  // namespace fuse::passes

@@ -1,0 +1,28 @@
+// Tiling and scheduling: chooses, per kernel and target, the parallel dims, vector width, tiles
+// and reduction strategy. Schedules are data in the Program; codegen follows them.
+#pragma once
+
+#include <cstdint>
+
+#include "ir/program.h"
+
+namespace fuse::passes {
+
+/// What the schedules depend on.
+struct TargetInfo {
+  ir::TargetKind kind = ir::TargetKind::Cpu;
+  // CPU
+  int vector_bits = 512;           // 512 with AVX-512, 256 with AVX2
+  int cores = 1;
+  int64_t l1_bytes = 32 << 10, l2_bytes = 1 << 20, l3_bytes = 16 << 20;
+  // CUDA
+  int sm = 80;
+
+  /// The machine this process runs on (cpuid and /sys cache sizes).
+  static TargetInfo host();
+  static TargetInfo cuda(int sm = 80);
+};
+
+void schedule_program(ir::Program& p, const TargetInfo& target);
+
+}  // namespace fuse::passes
