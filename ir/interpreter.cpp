@@ -426,8 +426,8 @@ HostArray evaluate_node(const Node& n, const std::vector<const HostArray*>& oper
   fail(n, "unknown op");
 }
 
-SymbolBindings bind_inputs(const Graph& g, const TensorMap& inputs) {
-  SymbolBindings symbols;
+SymbolBindings bind_inputs(const Graph& g, const TensorMap& inputs, const SymbolBindings& known) {
+  SymbolBindings symbols = known;
   std::vector<NodeId> ids = g.input_nodes();
   for (NodeId id : ids) {
     const Node& n = g.node(id);
@@ -471,8 +471,8 @@ SymbolBindings bind_inputs(const Graph& g, const TensorMap& inputs) {
   return symbols;
 }
 
-TensorMap interpret(const Graph& g, const TensorMap& inputs) {
-  SymbolBindings symbols = bind_inputs(g, inputs);
+TensorMap interpret(const Graph& g, const TensorMap& inputs, const SymbolBindings& known) {
+  SymbolBindings symbols = bind_inputs(g, inputs, known);
   size_t count = g.nodes.size();
   // Which nodes the outputs need, and the last node that reads each (outputs: read at the end).
   std::vector<bool> needed(count, false);

@@ -21,13 +21,14 @@ using TensorMap = std::map<std::string, HostArray>;
 /// differs from the declared one, when its shape does not fit the declared shape (another rank,
 /// another constant dim, or a symbol already bound to another size: the message names the
 /// symbol and both sizes), when its byte count does not match its shape, or when `inputs` holds
-/// a name that is not an input of the graph.
-SymbolBindings bind_inputs(const Graph& g, const TensorMap& inputs);
+/// a name that is not an input of the graph. `known` holds sizes bound beforehand (a fused
+/// kernel's sub-graph may use a symbol none of its own inputs carries).
+SymbolBindings bind_inputs(const Graph& g, const TensorMap& inputs, const SymbolBindings& known = {});
 
 /// Runs the graph: binds the inputs (bind_inputs), evaluates in order every node that an output
 /// depends on (evaluate_node; values are dropped after their last use), and returns each
 /// output's value under its name.
-TensorMap interpret(const Graph& g, const TensorMap& inputs);
+TensorMap interpret(const Graph& g, const TensorMap& inputs, const SymbolBindings& known = {});
 
 /// The value of node `n`, given operands[k] = the value of n.inputs[k] and the bound symbols.
 /// The result has n.dtype and the shape evaluate(n.shape, symbols). Exact semantics:

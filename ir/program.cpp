@@ -106,7 +106,13 @@ std::string print_program(const Program& p) {
   }
   for (int ki : p.launch_order) {
     const Kernel& k = p.kernels[ki];
-    s += "  kernel " + k.name + " " + std::string(kernel_kind_name(k.kind)) + " (" + buffer_list(p, k.inputs) +
+    s += "  kernel " + k.name + " " + std::string(kernel_kind_name(k.kind)) + " over " + shape_str(k.space);
+    if (!k.axes.empty()) {
+      s += " axes=[";
+      for (size_t i = 0; i < k.axes.size(); ++i) s += (i ? ", " : "") + std::to_string(k.axes[i]);
+      s += "]";
+    }
+    s += " (" + buffer_list(p, k.inputs) +
          ") -> (" + buffer_list(p, k.outputs) + ")\n    schedule:";
     for (const auto& [key, value] : schedule_fields(k)) s += " " + key + "=" + value;
     s += "\n";
@@ -245,7 +251,7 @@ TensorMap interpret_program(const Program& p, const TensorMap& inputs) {
     const Kernel& k = p.kernels[ki];
     TensorMap args;
     for (BufferId b : k.inputs) args[p.buffers[b].name] = read(b);
-    TensorMap results = interpret(k.body, args);
+    TensorMap results = interpret(k.body, args, symbols);
     for (BufferId b : k.outputs) {
       HostArray& value = results.at(p.buffers[b].name);
       if (p.buffers[b].role == BufferRole::Intermediate) slots[p.buffers[b].slot] = {b, std::move(value)};

@@ -81,6 +81,10 @@ struct Kernel {
   std::vector<BufferId> inputs;     // in the order of body's Input nodes
   std::vector<BufferId> outputs;    // in the order of body.outputs
   std::vector<NodeId> source_nodes; // nodes of the source graph it computes (for pictures and explanations)
+  /// The iteration space: Elementwise/Transpose/Copy the outputs' shape; Reduction/RowWise the
+  /// space reduced over; Matmul the result's shape.
+  Shape space;
+  std::vector<int> axes;            // Reduction/RowWise: the reduced axes of `space`
   Schedule schedule;
 };
 

@@ -29,6 +29,8 @@ struct ProgramBuilder {
     ir::Kernel k;
     k.kind = group.kind;
     k.source_nodes = group.nodes;
+    k.space = group.space;
+    k.axes = group.axes;
     std::set<NodeId> members(group.nodes.begin(), group.nodes.end());
     std::set<NodeId> reads;
     for (NodeId m : group.nodes)
@@ -69,6 +71,7 @@ struct ProgramBuilder {
     k.body.outputs.push_back({program.buffers[to].name, in});
     k.inputs = {from};
     k.outputs = {to};
+    k.space = src.shape;
     return k;
   }
 };

@@ -144,8 +144,10 @@ class Partitioner {
 
   bool is_expanded(NodeId id, const GroupState& gs) const {
     for (NodeId u : users_[id]) {
-      if (!gs.members.count(u)) continue;
       const Node& un = node(u);
+      // A reduction or matmul consumes each operand element once per use, however its own
+      // result is broadcast afterwards.
+      if (!gs.members.count(u) || un.kind == OpKind::Reduce || un.kind == OpKind::Matmul) continue;
       if (gs.expanded.count(u)) return true;
       if (un.kind == OpKind::BroadcastTo && !same_elements(un.shape, node(id).shape)) return true;
     }

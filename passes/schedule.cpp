@@ -53,13 +53,16 @@ static size_t widest_element(const Kernel& k) {
   return widest;
 }
 
-static int leading_dims(const Kernel& k) {
-  // Parallel over the dims the kernel's outputs keep: all of them for elementwise work, the
-  // rows (kept leading dims) for reductions and row-wise kernels, M for matmul.
-  const ir::Node& out = k.body.node(k.body.outputs.front().node);
+// The outer dims whose iterations are independent, flattened into the range split over threads:
+// every dim of elementwise work, the rows (dims before the first reduced axis) of reductions,
+// the batch and row dims of a matmul.
+static int parallel_dims(const Kernel& k) {
+  int rank = static_cast<int>(k.space.size());
   switch (k.kind) {
-    case KernelKind::Matmul: return std::max(1, out.rank() - 1);
-    default: return out.rank();
+    case KernelKind::Reduction:
+    case KernelKind::RowWise: return k.axes.empty() ? rank : k.axes.front();
+    case KernelKind::Matmul: return std::max(0, rank - 1);
+    default: return rank;
   }
 }
 
@@ -67,7 +70,7 @@ static ir::CpuSchedule cpu_schedule(const Kernel& k, const TargetInfo& t) {
   ir::CpuSchedule s;
   size_t elem = widest_element(k);
   s.vector_width = std::max(1, static_cast<int>(t.vector_bits / 8 / elem));
-  s.parallel_dims = leading_dims(k);
+  s.parallel_dims = parallel_dims(k);
   // Enough work per task to amortize a thread-pool wake-up (~a few microseconds).
   s.grain = k.kind == KernelKind::Elementwise || k.kind == KernelKind::Copy ? 1 << 14 : 1;
   switch (k.kind) {

@@ -7,7 +7,7 @@ namespace fuse::passes {
 
 struct SimplifyOptions {
   /// Also apply identities that change NaN, infinity or signed-zero results (x + 0.0 -> x,
-  /// x * 0.0 -> 0.0, x - (-0.0) -> x).
+  /// x * 0.0 -> 0.0, x - (-0.0) -> x) or the last bit (f64 x ** 2 -> x * x).
   bool fast_math = false;
 };
 
@@ -18,9 +18,10 @@ struct SimplifyOptions {
 /// - constant folding: a node whose operands are all constants becomes a constant when its
 ///   result is small; elementwise operands that are splat constants (every element equal) become
 ///   literals of the body, so `x * c` is one node.
-/// - IEEE-safe identities inside elementwise bodies (x*1, x/1, x-0.0, x+(-0.0), --x, x**1,
-///   x**2 -> x*x; x+0 and x*0 only for integers or with fast_math); an elementwise node that
-///   reduces to one of its operands is replaced by it.
+/// - identities inside elementwise bodies that keep every result bit of the interpreter (x*1,
+///   x/1, x-0.0, x+(-0.0), --x, x**1, x**2 -> x*x except for f64; x+0 and x*0 only for integers;
+///   with fast_math also x+0.0, x*0.0 and f64 x**2); an elementwise node that reduces to one of
+///   its operands is replaced by it.
 /// - view folding: permute of permute, reshape of reshape (or of expand_dims/squeeze),
 ///   broadcast_to of broadcast_to, squeeze of the axis expand_dims added, and views that change
 ///   nothing are removed.
