@@ -222,20 +222,13 @@ int64_t planned_peak_bytes(const Program& p, const SymbolBindings& symbols) {
 }
 
 TensorMap interpret_program(const Program& p, const TensorMap& inputs) {
-  SymbolBindings symbols;
+  // The Program's interface as a graph of its inputs, so inputs are checked as for any graph.
+  Graph interface;
   for (const ProgramIO& in : p.inputs) {
     const Buffer& b = p.buffers[in.buffer];
-    auto it = inputs.find(in.name);
-    if (it == inputs.end())
-      throw Error("missing input '" + in.name + "' (" + std::string(dtype_name(b.dtype)) + shape_str(b.shape) + ")");
-    if (it->second.dtype != b.dtype)
-      throw Error("input '" + in.name + "' is " + std::string(dtype_name(it->second.dtype)) + " but " +
-                  std::string(dtype_name(b.dtype)) + " was declared");
-    bind_symbols(b.shape, it->second.shape, symbols, "input '" + in.name + "'");
+    add_input(interface, in.name, b.dtype, b.shape);
   }
-  for (const auto& [name, value] : inputs)
-    if (std::none_of(p.inputs.begin(), p.inputs.end(), [&](const ProgramIO& io) { return io.name == name; }))
-      throw Error("'" + name + "' is not an input of the program");
+  SymbolBindings symbols = bind_inputs(interface, inputs);
 
   std::map<BufferId, HostArray> held;        // inputs and outputs
   std::map<int, std::pair<BufferId, HostArray>> slots;  // intermediates: slot -> (owner, value)

@@ -78,7 +78,8 @@ int64_t evaluate(const Dim& d, const SymbolBindings& bindings) {
   for (const std::string& s : d.symbols) {
     auto it = bindings.find(s);
     if (it == bindings.end()) throw Error("symbol '" + s + "' is not bound to a size");
-    v *= it->second;
+    if (__builtin_mul_overflow(v, it->second, &v))
+      throw Error("dim " + d.str() + " overflows 64 bits with " + s + " = " + std::to_string(it->second));
   }
   return v;
 }
@@ -107,7 +108,7 @@ void bind_symbols(const Shape& declared, const ConcreteShape& actual, SymbolBind
       if (!inserted && it->second != actual[i])
         throw Error("symbol '" + sym + "' is bound to " + std::to_string(it->second) +
                     " but " + what + " gives it size " + std::to_string(actual[i]) + " (shape " +
-                    shape_str(actual) + ")");
+                    shape_str(actual) + ", declared " + shape_str(declared) + ")");
     }
   }
   // Compound dims (2*N, N*M) are checked once every plain symbol is bound.

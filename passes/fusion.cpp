@@ -142,6 +142,16 @@ class Partitioner {
     return false;
   }
 
+  // Whether a reduction or matmul feeds `id` through elementwise ops and views only.
+  bool computed_from_anchor(NodeId id) const {
+    for (NodeId in : node(id).inputs) {
+      const Node& n = node(in);
+      if (n.kind == OpKind::Reduce || n.kind == OpKind::Matmul) return true;
+      if (is_elementwise_like(n) && computed_from_anchor(in)) return true;
+    }
+    return false;
+  }
+
   bool is_expanded(NodeId id, const GroupState& gs) const {
     for (NodeId u : users_[id]) {
       const Node& un = node(u);
@@ -169,6 +179,8 @@ class Partitioner {
       if (cost > kCheapCost && is_expanded(id, gs))
         return "cost " + std::to_string(cost) + " would be recomputed across an expanding broadcast";
       if (G.kind == KernelKind::Matmul && feeds_matmul(id, gs)) {
+        if (computed_from_anchor(id))
+          return "it follows a reduction or matmul, whose epilogue computes it once instead of per tile";
         if (cost > kCheapCost)
           return "as a matmul prologue its cost " + std::to_string(cost) + " would be recomputed for every tile";
         if (is_output_[id]) return "a matmul prologue cannot also be an output";

@@ -234,8 +234,10 @@ std::optional<NodeId> equivalent_node(const ir::Graph& g, const Node& n) {
 // `n` evaluated into a constant, when all its operands are constants and its result is small.
 std::optional<Node> folded(const ir::Graph& g, const Node& n) {
   if (n.inputs.empty()) return std::nullopt;
-  std::optional<int64_t> size = ir::num_elements(n.shape).constant();
-  if (!size || *size > kMaxFoldedElements) return std::nullopt;
+  // A constant needs a concrete shape: [0, N] has a constant count (0) but is still symbolic.
+  for (const ir::Dim& d : n.shape)
+    if (!d.is_constant()) return std::nullopt;
+  if (*ir::num_elements(n.shape).constant() > kMaxFoldedElements) return std::nullopt;
   std::vector<const ir::HostArray*> operands;
   for (NodeId id : n.inputs) {
     const Node& in = g.node(id);

@@ -283,6 +283,15 @@ const std::vector<Case>& catalog() {
          g.output("pi", 4.0 * mean(cast(x * x + y * y <= 1.0, DType::F32)));
        },
        1},
+      {"two_layer_mlp_epilogues_stay_with_their_matmuls",
+       [](Graph& g) {
+         Tensor x = g.input("x", DType::F32, {N, K});
+         Tensor w1 = g.input("w1", DType::F32, {K, M});
+         Tensor b1 = g.input("b1", DType::F32, {M});
+         Tensor w2 = g.input("w2", DType::F32, {M, K});
+         g.output("y", matmul(relu(matmul(x, w1) + b1), w2));
+       },
+       2, {KernelKind::Matmul, KernelKind::Matmul}},
       {"matmul_result_reduced_is_two_kernels",
        [](Graph& g) {
          Tensor a = g.input("a", DType::F32, {N, K});
@@ -336,6 +345,17 @@ TEST_CASE("explain-fusion names the rule at every kernel boundary", "[fusion]") 
   passes::PipelineResult r = passes::run_pipeline(g.ir());
   std::string text = passes::explain_fusion(r.graph, r.partition);
   CHECK_THAT(text, Catch::Contains("matmul -> %") && Catch::Contains("two matmuls never fuse"));
+
+  Graph mlp;
+  Tensor x = mlp.input("x", DType::F32, {N, K});
+  Tensor w1 = mlp.input("w1", DType::F32, {K, M});
+  Tensor w2 = mlp.input("w2", DType::F32, {M, K});
+  mlp.output("y", matmul(relu(matmul(x, w1)), w2));
+  r = passes::run_pipeline(mlp.ir());
+  CHECK_THAT(passes::explain_fusion(r.graph, r.partition),
+             Catch::Contains("relu -> %") && Catch::Contains("matmul: it follows a reduction or matmul"));
+  REQUIRE(r.program.kernels.size() == 2);
+  CHECK(r.program.kernels[0].body.nodes.size() == 4);  // x, w1, matmul, relu
 }
 
 TEST_CASE("memory planning reuses slots of dead intermediates", "[fusion][memory]") {

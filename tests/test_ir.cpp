@@ -27,7 +27,7 @@ TEST_CASE("dims are monomials of symbols", "[ir][shape]") {
   CHECK(b.at("N") == 7);
   CHECK(ir::evaluate(Dim(2) * n, b) == 14);
   CHECK_THROWS_WITH(ir::bind_symbols({n}, {8}, b, "input 'y'"),
-                    "error: symbol 'N' is bound to 7 but input 'y' gives it size 8 (shape [8])");
+                    "error: symbol 'N' is bound to 7 but input 'y' gives it size 8 (shape [8], declared [N])");
   CHECK_THROWS_WITH(ir::bind_symbols({n, Dim(4)}, {7, 5}, b, "input 'z'"),
                     "error: input 'z' has shape [7, 5] but [N, 4] was declared");
   CHECK_THROWS_WITH(ir::evaluate(m, b), Catch::Contains("symbol 'M' is not bound"));

@@ -1,0 +1,546 @@
+// fusec: the fuse compiler driver.
+//
+//   fusec FILE.expr --emit=KIND [-o OUT]     print a stage of the compilation, or render it
+//   fusec run FILE.expr [options]            run the program on .npy or random inputs
+//
+// Exit status: 0 on success, 1 for errors in the user's program, inputs or flags, 2 for internal
+// errors. The emit kinds, targets and flags are tables: a new stage or backend is one row.
+#include <algorithm>
+#include <charconv>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <optional>
+#include <random>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "frontends/expr/compile.h"
+#include "frontends/render.h"
+#include "ir/dot.h"
+#include "ir/error.h"
+#include "ir/interpreter.h"
+#include "ir/printer.h"
+#include "ir/program.h"
+#include "passes/pipeline.h"
+#include "runtime/npy.h"
+
+namespace fuse {
+namespace {
+
+using ir::Error;
+
+// ---- The tables ----
+
+/// A compiled program: the graph as written and what the passes made of it.
+struct Compiled {
+  ir::Graph source;
+  passes::PipelineResult result;
+  std::string title;
+  bool fused_picture;  // --fused: draw the Program's kernels rather than the source graph
+};
+
+/// What `--emit` can produce from a compiled program.
+struct EmitKind {
+  std::string_view name;
+  std::string_view help;
+  bool is_dot;  // the text is Graphviz dot, so `-o x.svg` / `-o x.png` renders it
+  std::string (*emit)(const Compiled& c);
+};
+const EmitKind kEmitKinds[] = {
+    {"graph", "the graph IR as text", false, [](const Compiled& c) { return ir::print_graph(c.source); }},
+    {"dot", "the graph as Graphviz dot (--fused: kernels as clusters); -o x.svg or -o x.png draws it", true,
+     [](const Compiled& c) {
+       return c.fused_picture ? ir::program_to_dot(c.result.program, c.title) : ir::graph_to_dot(c.source, c.title);
+     }},
+    {"fused", "the fused Program as text: buffers, kernels, schedules", false,
+     [](const Compiled& c) { return ir::print_program(c.result.program); }},
+    {"plan", "the fused Program as JSON (schema in docs/architecture.md)", false,
+     [](const Compiled& c) { return ir::program_to_json(c.result.program); }},
+};
+
+/// What the schedules of a compiled program are chosen for.
+struct ScheduleTarget {
+  std::string_view name;
+  std::string_view help;
+  passes::TargetInfo (*info)();
+};
+const ScheduleTarget kScheduleTargets[] = {
+    {"cpu", "this machine's CPU (vector width and caches detected)", [] { return passes::TargetInfo::host(); }},
+    {"cuda", "NVIDIA GPUs (sm_80 schedules)", [] { return passes::TargetInfo::cuda(80); }},
+};
+
+/// Where `fusec run` can execute a program.
+struct Target {
+  std::string_view name;
+  std::string_view help;
+  ir::TensorMap (*run)(const passes::PipelineResult& compiled, const ir::TensorMap& inputs);
+};
+const Target kTargets[] = {
+    {"interp", "the fused Program, kernel by kernel, in the reference interpreter",
+     [](const passes::PipelineResult& c, const ir::TensorMap& inputs) {
+       return ir::interpret_program(c.program, inputs);
+     }},
+};
+
+enum Command : unsigned { kCompile = 1, kRun = 2 };
+
+struct Flag {
+  std::string_view name;
+  std::string_view value;  // what the value is called; empty for a switch
+  unsigned commands;       // the Commands that accept it
+  bool repeatable;
+  std::string_view help;
+  std::string_view example;
+};
+const Flag kFlags[] = {
+    {"--emit", "KIND", kCompile, false, "what to print (kinds below)",
+     "fusec examples/hypot.expr --emit=graph"},
+    {"-o", "FILE", kCompile, false,
+     "write to FILE instead of stdout; a .svg or .png FILE is drawn",
+     "fusec examples/softmax.expr --emit=dot -o softmax.svg"},
+    {"--fused", "", kCompile, false, "with --emit=dot: draw the fused kernels as clusters",
+     "fusec examples/softmax.expr --emit=dot --fused -o softmax.svg"},
+    {"--dump-after", "PASS", kCompile, false, "print the graph after a pass (broadcast, simplify)",
+     "fusec examples/softmax.expr --dump-after=broadcast"},
+    {"--explain-fusion", "", kCompile, false, "print the kernels and why each boundary between them exists",
+     "fusec examples/mlp.expr --explain-fusion"},
+    {"--target", "NAME", kCompile | kRun, false,
+     "compile: the schedules' target (cpu, cuda; default cpu); run: where to run (default interp)",
+     "fusec run examples/add.expr --target=interp --random --dim N=8"},
+    {"--no-fusion", "", kCompile | kRun, false, "every op its own kernel (the unfused baseline)",
+     "fusec examples/softmax.expr --emit=fused --no-fusion"},
+    {"--fast-math", "", kCompile | kRun, false, "allow rewrites that ignore NaN, inf and -0.0 (x + 0 -> x)",
+     "fusec examples/add.expr --emit=fused --fast-math"},
+    {"--input", "NAME=FILE.npy", kRun, true, "the value of input NAME, from a .npy file",
+     "fusec run examples/add.expr --input a=a.npy --input b=b.npy"},
+    {"--random", "", kRun, false,
+     "generate the inputs not given by --input (floats in [-1, 1), ints in [0, 10), bools)",
+     "fusec run examples/matmul.expr --random --dim M=4 --dim K=3 --dim N=2"},
+    {"--dim", "SYM=N", kRun, true, "with --random: the size of shape symbol SYM",
+     "fusec run examples/hypot.expr --random --dim N=1000"},
+    {"--seed", "S", kRun, false, "with --random: the random seed (default 0)",
+     "fusec run examples/hypot.expr --random --dim N=10 --seed 7"},
+    {"--out", "DIR", kRun, false, "write each output to DIR/NAME.npy",
+     "fusec run examples/hypot.expr --random --dim N=10 --out results"},
+    {"--print", "", kRun, false,
+     "print each output as NumPy does (the default when --out is not given)",
+     "fusec run examples/hypot.expr --random --dim N=10 --out results --print"},
+    {"--help", "", kCompile | kRun, false, "show this help", "fusec --help"},
+    {"--version", "", kCompile | kRun, false, "show the version", "fusec --version"},
+};
+
+// ---- Suggestions for misspellings ----
+
+size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t substitute = diagonal + (a[i - 1] != b[j - 1]);
+      diagonal = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, substitute});
+    }
+  }
+  return row[b.size()];
+}
+
+/// "; did you mean 'x'?" for the closest candidate when it is close enough, else "".
+std::string did_you_mean(std::string_view word, const std::vector<std::string_view>& candidates) {
+  std::string_view best;
+  size_t best_distance = SIZE_MAX;
+  for (std::string_view c : candidates) {
+    size_t d = edit_distance(word, c);
+    if (d < best_distance) best = c, best_distance = d;
+  }
+  // Every one-letter name is one edit from every other: suggest only real near-misses.
+  bool close = best_distance <= std::max<size_t>(1, best.size() / 3) && best_distance < word.size();
+  return close ? "; did you mean '" + std::string(best) + "'?" : "";
+}
+
+template <class Row, size_t N>
+std::vector<std::string_view> names_of(const Row (&table)[N]) {
+  std::vector<std::string_view> names;
+  for (const Row& r : table) names.push_back(r.name);
+  return names;
+}
+
+template <class Row, size_t N>
+std::string joined_names(const Row (&table)[N]) {
+  std::string s;
+  for (std::string_view n : names_of(table)) s += (s.empty() ? "" : ", ") + std::string(n);
+  return s;
+}
+
+/// The row named `name`, or an Error listing the choices and the likely one.
+template <class Row, size_t N>
+const Row& lookup(const Row (&table)[N], const std::string& name, const std::string& what) {
+  for (const Row& r : table)
+    if (r.name == name) return r;
+  throw Error("unknown " + what + " '" + name + "'" + did_you_mean(name, names_of(table)) +
+              " (choices: " + joined_names(table) + ")");
+}
+
+// ---- Command line ----
+
+struct Args {
+  Command command = kCompile;
+  std::vector<std::string> positional;
+  std::map<std::string_view, std::vector<std::string>> flags;  // name -> values, in order
+
+  bool has(std::string_view name) const { return flags.count(name) > 0; }
+  const std::string* value(std::string_view name) const {
+    auto it = flags.find(name);
+    return it == flags.end() ? nullptr : &it->second.back();
+  }
+  const std::vector<std::string>& values(std::string_view name) const {
+    static const std::vector<std::string> none;
+    auto it = flags.find(name);
+    return it == flags.end() ? none : it->second;
+  }
+};
+
+const Flag& find_flag(const std::string& name, Command command) {
+  std::vector<std::string_view> accepted;
+  for (const Flag& f : kFlags) {
+    if (f.name == name) {
+      if (f.commands & command) return f;
+      throw Error(name + (command == kRun ? " is not an option of `fusec run`"
+                                          : " is an option of `fusec run` only"));
+    }
+    if (f.commands & command) accepted.push_back(f.name);
+  }
+  throw Error("unknown flag '" + name + "'" + did_you_mean(name, accepted) +
+              " (see fusec --help)");
+}
+
+Args parse_args(const std::vector<std::string>& argv) {
+  Args args;
+  size_t i = 0;
+  if (!argv.empty() && argv[0] == "run") args.command = kRun, i = 1;
+  for (; i < argv.size(); ++i) {
+    const std::string& arg = argv[i];
+    if (arg.size() < 2 || arg[0] != '-') {
+      args.positional.push_back(arg);
+      continue;
+    }
+    size_t eq = arg.starts_with("--") ? arg.find('=') : std::string::npos;
+    const Flag& flag = find_flag(arg.substr(0, eq), args.command);
+    std::string value;
+    if (eq != std::string::npos) {
+      if (flag.value.empty()) throw Error(std::string(flag.name) + " takes no value");
+      value = arg.substr(eq + 1);
+    } else if (!flag.value.empty()) {
+      if (i + 1 == argv.size())
+        throw Error(std::string(flag.name) + " needs a value: " + std::string(flag.name) + " " +
+                    std::string(flag.value));
+      value = argv[++i];
+    }
+    std::vector<std::string>& values = args.flags[flag.name];
+    if (!values.empty() && !flag.repeatable)
+      throw Error(std::string(flag.name) + " is given more than once");
+    values.push_back(value);
+  }
+  return args;
+}
+
+// --help and --version: listed once, apart from the options of each command.
+bool is_general(const Flag& f) { return f.name == "--help" || f.name == "--version"; }
+
+std::string help_text() {
+  std::ostringstream out;
+  out << "fusec " FUSE_VERSION " - the fuse tensor-expression compiler\n\n"
+         "usage:\n"
+         "  fusec FILE.expr --emit=KIND [-o OUT]\n"
+         "  fusec run FILE.expr [--target=NAME] [--input NAME=FILE.npy]... [--random [--dim "
+         "SYM=N]... [--seed S]] [--out DIR] [--print]\n";
+  for (auto [command, title] : {std::pair{kCompile, "compile options"}, {kRun, "fusec run options"}}) {
+    out << "\n" << title << ":\n";
+    for (const Flag& f : kFlags) {
+      if (!(f.commands & command) || is_general(f)) continue;
+      // "--emit=KIND", but "-o FILE" and "--input NAME=FILE.npy", which read better spaced.
+      bool spaced = !f.name.starts_with("--") || f.value.find('=') != std::string_view::npos;
+      std::string head = std::string(f.name);
+      if (!f.value.empty()) head += (spaced ? " " : "=") + std::string(f.value);
+      out << "  " << head << (head.size() < 20 ? std::string(20 - head.size(), ' ') : "\n" + std::string(22, ' '))
+          << f.help << "\n" << std::string(22, ' ') << "e.g. " << f.example << "\n";
+    }
+  }
+  out << "\nemit kinds:\n";
+  for (const EmitKind& k : kEmitKinds) out << "  " << k.name << std::string(10 - k.name.size(), ' ') << k.help << "\n";
+  out << "\ncompile targets (schedules):\n";
+  for (const ScheduleTarget& t : kScheduleTargets)
+    out << "  " << t.name << std::string(10 - t.name.size(), ' ') << t.help << "\n";
+  out << "\nrun targets:\n";
+  for (const Target& t : kTargets) out << "  " << t.name << std::string(10 - t.name.size(), ' ') << t.help << "\n";
+  out << "\nother:\n";
+  for (const Flag& f : kFlags) {
+    if (!is_general(f)) continue;
+    out << "  " << f.name << std::string(20 - f.name.size(), ' ') << f.help << "\n";
+  }
+  out << "\nexit status: 0 success, 1 an error in the program, inputs or flags, 2 an internal "
+         "error\n";
+  return out.str();
+}
+
+// ---- Files ----
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error("cannot read '" + path + "': " + std::strerror(errno));
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+void write_file(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  out.close();
+  if (!out) throw Error("cannot write '" + path + "': " + std::strerror(errno));
+}
+
+/// Splits "NAME=VALUE" for `flag`, both parts non-empty.
+std::pair<std::string, std::string> split_assignment(const std::string& s, std::string_view flag) {
+  size_t eq = s.find('=');
+  if (eq == 0 || eq == std::string::npos || eq + 1 == s.size())
+    throw Error(std::string(flag) + " expects NAME=VALUE, got '" + s + "'");
+  return {s.substr(0, eq), s.substr(eq + 1)};
+}
+
+template <class Int>
+Int parse_int(const std::string& s, const std::string& what) {
+  Int v{};
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || end != s.data() + s.size())
+    throw Error(what + " must be an integer, got '" + s + "'");
+  return v;
+}
+
+/// The program in `path`, compiled; diagnostics go to stderr and give nullopt.
+std::optional<ir::Graph> compile_file(const std::string& path) {
+  std::string source = read_text(path);
+  expr::CompileResult result = expr::compile_expr(source, path);
+  if (!result.errors.empty()) {
+    std::cerr << expr::format_diagnostics(result.errors, source);
+    return std::nullopt;
+  }
+  if (!result.graph) throw std::logic_error("compile_expr gave neither a graph nor errors");
+  return std::move(result.graph);
+}
+
+const std::string& the_file(const Args& args) {
+  if (args.positional.size() != 1)
+    throw Error(args.positional.empty() ? "no .expr file given (see fusec --help)"
+                                        : "expected one .expr file, got " +
+                                              std::to_string(args.positional.size()) + " arguments");
+  return args.positional[0];
+}
+
+// ---- fusec FILE --emit=KIND ----
+
+/// The pipeline options the flags ask for.
+passes::PipelineOptions pipeline_options(const Args& args, passes::TargetInfo target) {
+  passes::PipelineOptions options;
+  options.target = target;
+  options.fusion.enabled = !args.has("--no-fusion");
+  options.simplify.fast_math = args.has("--fast-math");
+  return options;
+}
+
+int compile_command(const Args& args) {
+  const std::string& file = the_file(args);
+  const std::string* emit_name = args.value("--emit");
+  const std::string* dump_after = args.value("--dump-after");
+  if (!emit_name && !dump_after && !args.has("--explain-fusion"))
+    throw Error("nothing to do: pass --emit=KIND (" + joined_names(kEmitKinds) +
+                "), --dump-after=PASS or --explain-fusion, or use `fusec run`");
+  const EmitKind* kind = emit_name ? &lookup(kEmitKinds, *emit_name, "--emit kind") : nullptr;
+  if (args.has("--fused") && (!kind || !kind->is_dot)) throw Error("--fused applies only with --emit=dot");
+  if (dump_after) {
+    const auto& passes = passes::pipeline_pass_names();
+    std::vector<std::string_view> names(passes.begin(), passes.end());
+    if (std::find(passes.begin(), passes.end(), *dump_after) == passes.end())
+      throw Error("unknown pass '" + *dump_after + "'" + did_you_mean(*dump_after, names));
+  }
+  const ScheduleTarget& target = lookup(kScheduleTargets, args.value("--target") ? *args.value("--target") : "cpu",
+                                        "target");
+  std::optional<ir::Graph> graph = compile_file(file);
+  if (!graph) return 1;
+
+  passes::PipelineOptions options = pipeline_options(args, target.info());
+  if (dump_after)
+    options.after_pass = [&](const std::string& pass, const ir::Graph& after) {
+      if (pass == *dump_after) std::cout << "// after " << pass << "\n" << ir::print_graph(after);
+    };
+  Compiled compiled{*graph, passes::run_pipeline(*graph, options), std::filesystem::path(file).stem().string(),
+                    args.has("--fused")};
+  if (args.has("--explain-fusion")) std::cout << passes::explain_fusion(compiled.result.graph, compiled.result.partition);
+  if (!kind) return 0;
+
+  std::string text = kind->emit(compiled);
+  const std::string* out = args.value("-o");
+  if (!out) {
+    std::cout << text;
+    return 0;
+  }
+  std::string format = std::filesystem::path(*out).extension().string();
+  if (!format.empty()) format.erase(0, 1);
+  if (is_image_format(format)) {
+    if (!kind->is_dot)
+      throw Error("--emit=" + *emit_name + " is text; only dot output can be drawn as ." + format);
+    text = render_dot(text, format);
+  }
+  write_file(*out, text);
+  return 0;
+}
+
+// ---- fusec run ----
+
+/// Fills `a` with the --random distribution, from a stream that depends only on the seed and
+/// the input's name (so adding an input does not change the others).
+void fill_random(ir::HostArray& a, uint64_t seed, const std::string& name) {
+  uint64_t name_hash = 14695981039346656037ull;  // FNV-1a
+  for (unsigned char c : name) name_hash = (name_hash ^ c) * 1099511628211ull;
+  std::seed_seq seq{static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32),
+                    static_cast<uint32_t>(name_hash), static_cast<uint32_t>(name_hash >> 32)};
+  std::mt19937_64 rng(seq);
+  for (int64_t i = 0; i < a.size(); ++i) {
+    uint64_t bits = rng();
+    switch (a.dtype) {
+      // Uniform in [-1, 1) with as many random bits as the type's mantissa holds exactly.
+      case ir::DType::F32: a.as<float>()[i] = -1.0f + static_cast<float>(bits >> 40) * 0x1p-23f; break;
+      case ir::DType::F64: a.as<double>()[i] = -1.0 + static_cast<double>(bits >> 11) * 0x1p-52; break;
+      case ir::DType::Bool: a.bytes[i] = bits & 1; break;
+      case ir::DType::I32:
+      case ir::DType::I64: a.set_i64(i, static_cast<int64_t>(bits % 10)); break;
+    }
+  }
+}
+
+/// The sizes of shape symbols for --random: from --dim, checked against the given inputs.
+ir::SymbolBindings random_bindings(const Args& args, const ir::Graph& g, const ir::TensorMap& given) {
+  std::set<std::string> symbols;
+  for (ir::NodeId id : g.input_nodes())
+    for (const ir::Dim& d : g.node(id).shape) symbols.insert(d.symbols.begin(), d.symbols.end());
+  ir::SymbolBindings bindings;
+  for (const std::string& dim : args.values("--dim")) {
+    auto [sym, size] = split_assignment(dim, "--dim");
+    if (!symbols.count(sym)) {
+      std::vector<std::string_view> names(symbols.begin(), symbols.end());
+      throw Error("--dim " + sym + ": the program has no shape symbol '" + sym + "'" +
+                  did_you_mean(sym, names));
+    }
+    int64_t n = parse_int<int64_t>(size, "--dim " + sym);
+    if (n < 0) throw Error("--dim " + sym + " must not be negative, got " + size);
+    bindings[sym] = n;
+  }
+  for (const auto& [name, array] : given)
+    if (const ir::Node* n = g.find_input(name))
+      ir::bind_symbols(n->shape, array.shape, bindings, "input '" + name + "'");
+  return bindings;
+}
+
+int run_command(const Args& args) {
+  const std::string& file = the_file(args);
+  const Target& target =
+      lookup(kTargets, args.value("--target") ? *args.value("--target") : "interp",
+             "target");
+  bool random = args.has("--random");
+  for (std::string_view flag : {"--dim", "--seed"})
+    if (args.has(flag) && !random) throw Error(std::string(flag) + " applies only with --random");
+
+  std::optional<ir::Graph> graph = compile_file(file);
+  if (!graph) return 1;
+
+  ir::TensorMap inputs;
+  for (const std::string& spec : args.values("--input")) {
+    auto [name, path] = split_assignment(spec, "--input");
+    if (inputs.count(name)) throw Error("--input " + name + " is given more than once");
+    inputs[name] = runtime::read_npy(path);
+  }
+  if (random) {
+    ir::SymbolBindings bindings = random_bindings(args, *graph, inputs);
+    uint64_t seed = args.has("--seed") ? parse_int<uint64_t>(*args.value("--seed"), "--seed") : 0;
+    for (ir::NodeId id : graph->input_nodes()) {
+      const ir::Node& n = graph->node(id);
+      const std::string& name = n.as<ir::InputAttrs>().name;
+      if (inputs.count(name)) continue;
+      for (const ir::Dim& d : n.shape)
+        for (const std::string& sym : d.symbols)
+          if (!bindings.count(sym))
+            throw Error("input '" + name + "' has shape " + ir::shape_str(n.shape) +
+                        ": give the size of " + sym + " with --dim " + sym + "=SIZE");
+      ir::ConcreteShape shape = ir::evaluate(n.shape, bindings);
+      int64_t bytes = static_cast<int64_t>(ir::dtype_size(n.dtype));
+      for (int64_t d : shape)
+        if (__builtin_mul_overflow(bytes, d, &bytes))
+          throw Error("input '" + name + "' of shape " + ir::shape_str(shape) + " is too large");
+      ir::HostArray a(n.dtype, shape);
+      fill_random(a, seed, name);
+      inputs[name] = std::move(a);
+    }
+  }
+
+  passes::PipelineResult compiled = passes::run_pipeline(*graph, pipeline_options(args, passes::TargetInfo::host()));
+  ir::TensorMap outputs = target.run(compiled, inputs);
+
+  if (const std::string* dir = args.value("--out")) {
+    std::error_code ec;
+    std::filesystem::create_directories(*dir, ec);
+    if (ec) throw Error("cannot create directory '" + *dir + "': " + ec.message());
+    for (const auto& [name, value] : outputs)
+      runtime::write_npy((std::filesystem::path(*dir) / (name + ".npy")).string(), value);
+  }
+  if (args.has("--print") || !args.has("--out")) {
+    // In the graph's output order, not the map's alphabetical one.
+    for (const ir::GraphOutput& o : graph->outputs)
+      std::cout << runtime::array_repr(outputs.at(o.name), o.name + " = ") << "\n";
+  }
+  return 0;
+}
+
+int fusec(const std::vector<std::string>& argv) {
+  if (argv.empty()) {
+    std::cerr << "usage: fusec FILE.expr --emit=KIND [-o OUT] | fusec run FILE.expr [options]\n"
+                 "see fusec --help\n";
+    return 1;
+  }
+  Args args = parse_args(argv);
+  if (args.has("--help")) {
+    std::cout << help_text();
+    return 0;
+  }
+  if (args.has("--version")) {
+    std::cout << "fusec " FUSE_VERSION "\n";
+    return 0;
+  }
+  return args.command == kRun ? run_command(args) : compile_command(args);
+}
+
+}  // namespace
+}  // namespace fuse
+
+int main(int argc, char** argv) {
+  try {
+    return fuse::fusec(std::vector<std::string>(argv + 1, argv + argc));
+  } catch (const fuse::ir::Error& e) {
+    std::cerr << e.what() << "\n";
+    return 1;
+  } catch (const std::bad_alloc&) {
+    std::cerr << "error: out of memory (are the input sizes right?)\n";
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "internal error: " << e.what() << "\n";
+    return 2;
+  } catch (...) {
+    std::cerr << "internal error: unknown exception\n";
+    return 2;
+  }
+}

@@ -1,0 +1,615 @@
+// fusec end to end: every example run on .npy inputs and checked against hand-written loops;
+// the error cases and exit codes; graph pictures (dot, SVG, PNG).
+#include <catch2/catch.hpp>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <sstream>
+
+#include "frontends/expr/compile.h"
+#include "frontends/render.h"
+#include "ir/dot.h"
+#include "ir/error.h"
+#include "ir/philox.h"
+#include "runtime/npy.h"
+
+namespace fs = std::filesystem;
+using fuse::ir::HostArray;
+
+namespace {
+
+const std::string kFusec = FUSE_BINARY_DIR "/frontends/fusec/fusec";
+const std::string kExamples = FUSE_SOURCE_DIR "/examples/";
+
+fs::path scratch(const std::string& name) {
+  fs::path dir = fs::path(FUSE_BINARY_DIR) / "tests" / "fusec_scratch" / name;
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+std::string read_file(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+struct Result {
+  int status = -1;
+  std::string out, err;
+};
+
+/// Runs fusec with `args` (already shell-quoted where needed) and captures everything.
+Result fusec(const std::string& args) {
+  fs::path dir = fs::path(FUSE_BINARY_DIR) / "tests" / "fusec_scratch";
+  fs::create_directories(dir);
+  // CTest runs test cases as parallel processes: capture files are per process.
+  std::string tag = std::to_string(getpid());
+  std::string out = (dir / ("stdout." + tag)).string(), err = (dir / ("stderr." + tag)).string();
+  int raw = std::system((kFusec + " " + args + " > " + out + " 2> " + err).c_str());
+  Result r;
+  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
+  r.out = read_file(out);
+  r.err = read_file(err);
+  return r;
+}
+
+/// Deterministic test data in [lo, hi).
+std::vector<float> data(size_t n, unsigned seed, float lo = -1, float hi = 1) {
+  std::vector<float> v(n);
+  uint32_t s = seed * 2654435761u + 12345;
+  for (float& x : v) {
+    s = s * 1664525u + 1013904223u;
+    x = lo + (hi - lo) * static_cast<float>(s >> 8) * 0x1p-24f;
+  }
+  return v;
+}
+
+using Inputs = std::map<std::string, HostArray>;
+using Outputs = std::map<std::string, HostArray>;
+
+/// `fusec run EXAMPLE --input ... --out DIR`, then the outputs read back.
+Outputs run_example(const std::string& example, const Inputs& inputs,
+                    const std::vector<std::string>& output_names) {
+  fs::path dir = scratch(example);
+  std::string args = "run " + kExamples + example + ".expr --out " + (dir / "out").string();
+  for (const auto& [name, array] : inputs) {
+    std::string path = (dir / (name + ".npy")).string();
+    fuse::runtime::write_npy(path, array);
+    args += " --input " + name + "=" + path;
+  }
+  Result r = fusec(args);
+  INFO(r.err);
+  REQUIRE(r.status == 0);
+  Outputs outputs;
+  for (const std::string& name : output_names)
+    outputs[name] = fuse::runtime::read_npy((dir / "out" / (name + ".npy")).string());
+  return outputs;
+}
+
+void check_close(const HostArray& actual, const std::vector<double>& expected,
+                 const fuse::ir::ConcreteShape& shape, double tolerance = 2e-5) {
+  REQUIRE(actual.shape == shape);
+  REQUIRE(actual.size() == static_cast<int64_t>(expected.size()));
+  for (size_t i = 0; i < expected.size(); ++i) {
+    INFO("element " << i);
+    CHECK(actual.get_f64(i) ==
+          Approx(expected[i]).epsilon(tolerance).margin(tolerance));
+  }
+}
+
+/// out[i, j] = sum_k a[i, k] * b[k, j] for row-major [m, k] and [k, n].
+std::vector<double> matmul(const std::vector<double>& a, const std::vector<double>& b, int m,
+                           int k, int n) {
+  std::vector<double> c(m * n, 0.0);
+  for (int i = 0; i < m; ++i)
+    for (int j = 0; j < n; ++j)
+      for (int p = 0; p < k; ++p) c[i * n + j] += a[i * k + p] * b[p * n + j];
+  return c;
+}
+
+std::vector<double> doubles(const std::vector<float>& v) { return {v.begin(), v.end()}; }
+
+}  // namespace
+
+TEST_CASE("hypot", "[fusec][examples]") {
+  auto x = data(5, 1), y = data(5, 2);
+  Outputs out = run_example("hypot", {{"x", HostArray::from({5}, x)}, {"y", HostArray::from({5}, y)}}, {"r"});
+  std::vector<double> r(5);
+  for (int i = 0; i < 5; ++i) r[i] = std::sqrt(double(x[i]) * x[i] + double(y[i]) * y[i]);
+  check_close(out["r"], r, {5});
+}
+
+TEST_CASE("gaussian_pdf", "[fusec][examples]") {
+  auto x = data(7, 3, -3, 3);
+  float mu = 0.3f, sigma = 0.8f;
+  Outputs out = run_example("gaussian_pdf",
+                            {{"x", HostArray::from({7}, x)},
+                             {"mu", HostArray::scalar(mu)},
+                             {"sigma", HostArray::scalar(sigma)}},
+                            {"y"});
+  std::vector<double> y(7);
+  for (int i = 0; i < 7; ++i) {
+    double z = (x[i] - mu) / sigma;
+    y[i] = std::exp(-0.5 * z * z) / (sigma * std::sqrt(2 * M_PI));
+  }
+  check_close(out["y"], y, {7});
+}
+
+TEST_CASE("polar_distance", "[fusec][examples]") {
+  auto r1 = data(6, 4, 0, 2), t1 = data(6, 5, -3, 3), r2 = data(6, 6, 0, 2), t2 = data(6, 7, -3, 3);
+  Outputs out = run_example("polar_distance",
+                            {{"r1", HostArray::from({6}, r1)},
+                             {"theta1", HostArray::from({6}, t1)},
+                             {"r2", HostArray::from({6}, r2)},
+                             {"theta2", HostArray::from({6}, t2)}},
+                            {"distance"});
+  std::vector<double> d(6);
+  for (int i = 0; i < 6; ++i) {
+    double dx = r1[i] * std::cos(t1[i]) - r2[i] * std::cos(t2[i]);
+    double dy = r1[i] * std::sin(t1[i]) - r2[i] * std::sin(t2[i]);
+    d[i] = std::sqrt(dx * dx + dy * dy);
+  }
+  check_close(out["distance"], d, {6});
+}
+
+TEST_CASE("hidden_layer", "[fusec][examples]") {
+  auto grey = data(8, 8, 0, 255), w = data(8, 9, 0.3f, 0.7f);
+  for (float& g : grey) g = std::floor(g);
+  Outputs out = run_example("hidden_layer",
+                            {{"greyscales", HostArray::from({8}, grey)}, {"weights", HostArray::from({8}, w)}},
+                            {"activations"});
+  std::vector<double> a(8);
+  for (int i = 0; i < 8; ++i) a[i] = std::tanh(grey[i] / 255.0 * w[i]);
+  check_close(out["activations"], a, {8});
+}
+
+TEST_CASE("monte_carlo_pi", "[fusec][examples]") {
+  Outputs out = run_example("monte_carlo_pi", {}, {"pi"});
+  int64_t inside = 0, n = 100000;
+  for (int64_t i = 0; i < n; ++i) {
+    float x = fuse::ir::rand_uniform(1, i), y = fuse::ir::rand_uniform(2, i);
+    inside += x * x + y * y <= 1.0f;
+  }
+  check_close(out["pi"], {4.0 * inside / n}, {}, 1e-6);
+  CHECK(std::abs(out["pi"].get_f64(0) - M_PI) < 0.03);
+}
+
+TEST_CASE("add", "[fusec][examples]") {
+  auto a = data(12, 10), b = data(4, 11);
+  Outputs out = run_example("add", {{"a", HostArray::from({3, 4}, a)}, {"b", HostArray::from({4}, b)}}, {"c"});
+  std::vector<double> c(12);
+  for (int i = 0; i < 3; ++i)
+    for (int j = 0; j < 4; ++j) c[i * 4 + j] = double(a[i * 4 + j]) + b[j];
+  check_close(out["c"], c, {3, 4});
+}
+
+TEST_CASE("softmax", "[fusec][examples]") {
+  auto x = data(15, 12, -4, 4);
+  Outputs out = run_example("softmax", {{"x", HostArray::from({3, 5}, x)}}, {"y"});
+  std::vector<double> y(15);
+  for (int i = 0; i < 3; ++i) {
+    double m = -INFINITY, sum = 0;
+    for (int j = 0; j < 5; ++j) m = std::max(m, double(x[i * 5 + j]));
+    for (int j = 0; j < 5; ++j) sum += std::exp(x[i * 5 + j] - m);
+    for (int j = 0; j < 5; ++j) y[i * 5 + j] = std::exp(x[i * 5 + j] - m) / sum;
+  }
+  check_close(out["y"], y, {3, 5});
+}
+
+TEST_CASE("layernorm", "[fusec][examples]") {
+  auto x = data(12, 13, -2, 2), gamma = data(6, 14), beta = data(6, 15);
+  Outputs out = run_example("layernorm",
+                            {{"x", HostArray::from({2, 6}, x)},
+                             {"gamma", HostArray::from({6}, gamma)},
+                             {"beta", HostArray::from({6}, beta)}},
+                            {"y"});
+  std::vector<double> y(12);
+  for (int i = 0; i < 2; ++i) {
+    double mu = 0, var = 0;
+    for (int j = 0; j < 6; ++j) mu += x[i * 6 + j] / 6.0;
+    for (int j = 0; j < 6; ++j) var += (x[i * 6 + j] - mu) * (x[i * 6 + j] - mu) / 6.0;
+    for (int j = 0; j < 6; ++j)
+      y[i * 6 + j] = (x[i * 6 + j] - mu) / std::sqrt(var + 1e-5) * gamma[j] + beta[j];
+  }
+  check_close(out["y"], y, {2, 6}, 1e-4);
+}
+
+TEST_CASE("logsumexp", "[fusec][examples]") {
+  auto x = data(12, 16, -5, 5);
+  Outputs out = run_example("logsumexp", {{"x", HostArray::from({4, 3}, x)}}, {"y"});
+  std::vector<double> y(4);
+  for (int i = 0; i < 4; ++i) {
+    double sum = 0;
+    for (int j = 0; j < 3; ++j) sum += std::exp(double(x[i * 3 + j]));
+    y[i] = std::log(sum);
+  }
+  check_close(out["y"], y, {4});
+}
+
+TEST_CASE("mlp", "[fusec][examples]") {
+  const int B = 2, K = 3, H = 4, N = 2;
+  auto x = data(B * K, 17), w1 = data(K * H, 18), b1 = data(H, 19), w2 = data(H * N, 20), b2 = data(N, 21);
+  Outputs out = run_example("mlp",
+                            {{"x", HostArray::from({B, K}, x)},
+                             {"w1", HostArray::from({K, H}, w1)},
+                             {"b1", HostArray::from({H}, b1)},
+                             {"w2", HostArray::from({H, N}, w2)},
+                             {"b2", HostArray::from({N}, b2)}},
+                            {"y"});
+  std::vector<double> hidden = matmul(doubles(x), doubles(w1), B, K, H);
+  for (int i = 0; i < B * H; ++i) hidden[i] = std::max(0.0, hidden[i] + b1[i % H]);
+  std::vector<double> y = matmul(hidden, doubles(w2), B, H, N);
+  for (int i = 0; i < B * N; ++i) y[i] += b2[i % N];
+  check_close(out["y"], y, {B, N});
+}
+
+TEST_CASE("matmul", "[fusec][examples]") {
+  auto a = data(3 * 4, 22), b = data(4 * 5, 23);
+  Outputs out = run_example("matmul", {{"a", HostArray::from({3, 4}, a)}, {"b", HostArray::from({4, 5}, b)}}, {"c"});
+  check_close(out["c"], matmul(doubles(a), doubles(b), 3, 4, 5), {3, 5});
+}
+
+TEST_CASE("batched_matmul", "[fusec][examples]") {
+  auto a = data(2 * 3 * 4, 24), b = data(4 * 2, 25);
+  Outputs out = run_example("batched_matmul",
+                            {{"a", HostArray::from({2, 3, 4}, a)}, {"b", HostArray::from({4, 2}, b)}}, {"c"});
+  std::vector<double> c;
+  for (int batch = 0; batch < 2; ++batch) {
+    std::vector<double> slice(a.begin() + batch * 12, a.begin() + (batch + 1) * 12);
+    std::vector<double> part = matmul(slice, doubles(b), 3, 4, 2);
+    c.insert(c.end(), part.begin(), part.end());
+  }
+  check_close(out["c"], c, {2, 3, 2});
+}
+
+TEST_CASE("transpose", "[fusec][examples]") {
+  auto x = data(2 * 3, 26), t = data(2 * 3 * 4, 27);
+  Outputs out = run_example("transpose", {{"x", HostArray::from({2, 3}, x)}, {"t", HostArray::from({2, 3, 4}, t)}},
+                            {"xt", "permuted", "flat"});
+  std::vector<double> xt(6), permuted(24);
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 3; ++j) xt[j * 2 + i] = x[i * 3 + j];
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 3; ++j)
+      for (int k = 0; k < 4; ++k) permuted[(j * 2 + i) * 4 + k] = t[(i * 3 + j) * 4 + k];
+  check_close(out["xt"], xt, {3, 2});
+  check_close(out["permuted"], permuted, {3, 2, 4});
+  check_close(out["flat"], xt, {6});
+}
+
+TEST_CASE("reductions", "[fusec][examples]") {
+  const int N = 3, M = 4;
+  auto x = data(N * M, 28);
+  Outputs out = run_example("reductions", {{"x", HostArray::from({N, M}, x)}},
+                            {"total", "row_sums", "col_max", "row_min", "average", "row_prod",
+                             "any_positive", "all_above", "row_absmax"});
+  auto at = [&](int i, int j) { return double(x[i * M + j]); };
+  double total = 0;
+  std::vector<double> row_sums(N, 0), col_max(M, -INFINITY), row_min(N, INFINITY), row_prod(N, 1),
+      any_positive(N, 0), all_above(M, 1), row_absmax(N, 0);
+  for (int i = 0; i < N; ++i)
+    for (int j = 0; j < M; ++j) {
+      total += at(i, j);
+      row_sums[i] += at(i, j);
+      col_max[j] = std::max(col_max[j], at(i, j));
+      row_min[i] = std::min(row_min[i], at(i, j));
+      row_prod[i] *= at(i, j);
+      any_positive[i] = any_positive[i] || at(i, j) > 0;
+      all_above[j] = all_above[j] && at(i, j) > -0.5;
+      row_absmax[i] = std::max(row_absmax[i], std::abs(at(i, j)));
+    }
+  check_close(out["total"], {total}, {});
+  check_close(out["row_sums"], row_sums, {N});
+  check_close(out["col_max"], col_max, {1, M});
+  check_close(out["row_min"], row_min, {N});
+  check_close(out["average"], {total / (N * M)}, {});
+  check_close(out["row_prod"], row_prod, {N});
+  check_close(out["any_positive"], any_positive, {N});
+  check_close(out["all_above"], all_above, {M});
+  check_close(out["row_absmax"], row_absmax, {N});
+  CHECK(out["any_positive"].dtype == fuse::ir::DType::Bool);
+}
+
+TEST_CASE("run --print prints outputs as NumPy does", "[fusec]") {
+  fs::path dir = scratch("print");
+  fuse::runtime::write_npy((dir / "a.npy").string(), HostArray::from<float>({2, 2}, {1, 2.5f, -3, 4}));
+  fuse::runtime::write_npy((dir / "b.npy").string(), HostArray::from<float>({2}, {0.5f, 0.25f}));
+  Result r = fusec("run " + kExamples + "add.expr --input a=" + (dir / "a.npy").string() +
+                   " --input b=" + (dir / "b.npy").string() + " --print");
+  CHECK(r.status == 0);
+  CHECK(r.out == "c = array([[ 1.5 ,  2.75],\n"
+                 "           [-2.5 ,  4.25]], dtype=float32)\n");
+}
+
+TEST_CASE("run --random is deterministic in the seed and binds sizes from --dim", "[fusec]") {
+  std::string base = "run " + kExamples + "add.expr --random --dim N=3 --dim M=4";
+  Result a = fusec(base + " --seed 5"), b = fusec(base + " --seed 5"), c = fusec(base + " --seed 6");
+  REQUIRE(a.status == 0);
+  CHECK(a.out == b.out);
+  CHECK(a.out != c.out);
+  CHECK(a.out.find("c = array([[") == 0);
+
+  // A size taken from a given input, the rest generated.
+  fs::path dir = scratch("random");
+  fuse::runtime::write_npy((dir / "b.npy").string(), HostArray::from<float>({2}, {0, 0}));
+  Result d = fusec("run " + kExamples + "add.expr --random --dim N=1 --input b=" + (dir / "b.npy").string());
+  CHECK(d.status == 0);
+  Result e = fusec("run " + kExamples + "add.expr --random --dim N=1");
+  CHECK(e.status == 1);
+  CHECK(e.err.find("give the size of M with --dim M=SIZE") != std::string::npos);
+}
+
+TEST_CASE("bad inputs are user errors naming the input and the shapes", "[fusec][errors]") {
+  fs::path dir = scratch("bad_inputs");
+  auto save = [&](const std::string& name, const HostArray& a) {
+    std::string path = (dir / (name + ".npy")).string();
+    fuse::runtime::write_npy(path, a);
+    return path;
+  };
+  std::string x5 = save("x5", HostArray::from<float>({5}, data(5, 1)));
+  std::string y4 = save("y4", HostArray::from<float>({4}, data(4, 2)));
+  std::string y5_f64 = save("y5_f64", HostArray::from<double>({5}, {1, 2, 3, 4, 5}));
+  std::string hypot = "run " + kExamples + "hypot.expr --input x=" + x5;
+
+  Result missing = fusec(hypot);
+  CHECK(missing.status == 1);
+  CHECK(missing.err.find("missing input 'y'") != std::string::npos);
+
+  Result misshaped = fusec(hypot + " --input y=" + y4);
+  CHECK(misshaped.status == 1);
+  CHECK(misshaped.err.find("input 'y'") != std::string::npos);
+  CHECK(misshaped.err.find("[4]") != std::string::npos);
+  CHECK(misshaped.err.find("5") != std::string::npos);
+
+  Result wrong_dtype = fusec(hypot + " --input y=" + y5_f64);
+  CHECK(wrong_dtype.status == 1);
+  CHECK(wrong_dtype.err.find("input 'y' has dtype f64") != std::string::npos);
+
+  Result extra = fusec(hypot + " --input y=" + x5 + " --input z=" + x5);
+  CHECK(extra.status == 1);
+  CHECK(extra.err.find("unexpected input 'z'") != std::string::npos);
+
+  Result no_file = fusec(hypot + " --input y=" + (dir / "nope.npy").string());
+  CHECK(no_file.status == 1);
+  CHECK(no_file.err.find("nope.npy") != std::string::npos);
+
+  std::ofstream((dir / "garbage.npy").string()) << "not an array";
+  Result garbage = fusec(hypot + " --input y=" + (dir / "garbage.npy").string());
+  CHECK(garbage.status == 1);
+  CHECK(garbage.err.find("garbage.npy: not a .npy file") != std::string::npos);
+
+  Result bad_spec = fusec(hypot + " --input y");
+  CHECK(bad_spec.status == 1);
+  CHECK(bad_spec.err.find("--input expects NAME=VALUE") != std::string::npos);
+}
+
+TEST_CASE("flag mistakes are user errors with suggestions", "[fusec][errors]") {
+  std::string hypot = kExamples + "hypot.expr";
+  struct Case {
+    std::string args, message;
+  };
+  std::vector<Case> cases = {
+      {hypot + " --emt=graph", "unknown flag '--emt'; did you mean '--emit'?"},
+      {"run " + hypot + " --prnt", "unknown flag '--prnt'; did you mean '--print'?"},
+      {hypot + " --emit=grph", "unknown --emit kind 'grph'; did you mean 'graph'?"},
+      {"run " + hypot + " --target=interpreter --random --dim N=2", "unknown target 'interpreter'"},
+      {hypot + " --print", "--print is an option of `fusec run` only"},
+      {"run " + hypot + " --emit=graph", "--emit is not an option of `fusec run`"},
+      {hypot, "nothing to do: pass --emit=KIND"},
+      {hypot + " --emit", "--emit needs a value"},
+      {hypot + " --emit=graph --emit=dot", "--emit is given more than once"},
+      {"run " + hypot + " --random --dim X=3", "no shape symbol 'X'"},
+      {"run " + hypot + " --random --dim N=many", "--dim N must be an integer"},
+      {"run " + hypot + " --seed 3", "--seed applies only with --random"},
+      {hypot + " --emit=graph -o x.svg", "only dot output can be drawn"},
+      {kExamples + "nope.expr --emit=graph", "cannot read"},
+      {"", "usage: fusec"},
+  };
+  for (const Case& c : cases) {
+    INFO("fusec " << c.args);
+    Result r = fusec(c.args);
+    CHECK(r.status == 1);
+    CHECK(r.err.find(c.message) != std::string::npos);
+  }
+}
+
+TEST_CASE("compile errors print diagnostics and exit 1", "[fusec][errors]") {
+  fs::path dir = scratch("diagnostics");
+  std::ofstream((dir / "bad.expr").string()) << "input x: f32[N]\noutput y = x +* 2\n";
+  Result r = fusec((dir / "bad.expr").string() + " --emit=graph");
+  CHECK(r.status == 1);
+  CHECK(r.err.find("bad.expr:2:") != std::string::npos);
+  CHECK(r.err.find("error:") != std::string::npos);
+  CHECK(r.out.empty());
+}
+
+TEST_CASE("help, version and emit=graph succeed", "[fusec]") {
+  Result help = fusec("--help");
+  CHECK(help.status == 0);
+  for (const char* flag : {"--emit", "-o", "--target", "--input", "--dim", "--random", "--seed",
+                           "--out", "--print", "--version", "e.g. fusec"})
+    CHECK(help.out.find(flag) != std::string::npos);
+  Result version = fusec("--version");
+  CHECK(version.status == 0);
+  CHECK(version.out == "fusec " FUSE_VERSION "\n");
+  Result graph = fusec(kExamples + "hypot.expr --emit=graph");
+  CHECK(graph.status == 0);
+  CHECK(graph.out.find("input \"x\"") != std::string::npos);
+}
+
+namespace {
+
+/// The text of an XML document, checking on the way that it is well formed: tags nest and
+/// close in order, and the root element is <svg>. Entities in text are decoded.
+std::string svg_text(const std::string& xml) {
+  std::vector<std::string> open;
+  std::string text, root;
+  size_t i = 0;
+  auto decode = [](std::string s) {
+    for (auto [entity, c] : {std::pair{"&lt;", "<"}, {"&gt;", ">"}, {"&quot;", "\""},
+                             {"&apos;", "'"}, {"&#45;", "-"}, {"&#160;", " "}, {"&amp;", "&"}}) {
+      for (size_t p; (p = s.find(entity)) != std::string::npos;) s.replace(p, std::strlen(entity), c);
+    }
+    return s;
+  };
+  while (i < xml.size()) {
+    size_t lt = xml.find('<', i);
+    text += decode(xml.substr(i, lt == std::string::npos ? std::string::npos : lt - i)) + "\n";
+    if (lt == std::string::npos) break;
+    if (xml.compare(lt, 4, "<!--") == 0) {
+      i = xml.find("-->", lt);
+      REQUIRE(i != std::string::npos);
+      i += 3;
+      continue;
+    }
+    size_t gt = xml.find('>', lt);
+    REQUIRE(gt != std::string::npos);
+    std::string tag = xml.substr(lt + 1, gt - lt - 1);
+    i = gt + 1;
+    if (tag[0] == '?' || tag[0] == '!') continue;
+    if (tag[0] == '/') {
+      REQUIRE(!open.empty());
+      CHECK(tag.substr(1) == open.back());
+      open.pop_back();
+      continue;
+    }
+    std::string name = tag.substr(0, tag.find_first_of(" \n\t/"));
+    if (root.empty()) root = name;
+    else REQUIRE(!open.empty());  // a single root element
+    if (tag.back() != '/') open.push_back(name);
+  }
+  CHECK(open.empty());
+  CHECK(root == "svg");
+  return text;
+}
+
+}  // namespace
+
+TEST_CASE("emit=dot draws every example as SVG holding every node's label", "[fusec][dot]") {
+  fs::path dir = scratch("svg");
+  for (const auto& entry : fs::directory_iterator(kExamples)) {
+    if (entry.path().extension() != ".expr") continue;
+    std::string name = entry.path().stem().string();
+    INFO(name);
+    std::string svg_path = (dir / (name + ".svg")).string();
+    Result r = fusec(entry.path().string() + " --emit=dot -o " + svg_path);
+    REQUIRE(r.status == 0);
+    std::string text = svg_text(read_file(svg_path));
+
+    std::string source = read_file(entry.path());
+    fuse::expr::CompileResult compiled = fuse::expr::compile_expr(source, entry.path().string());
+    REQUIRE(compiled.graph);
+    for (fuse::ir::NodeId id = 0; id < static_cast<fuse::ir::NodeId>(compiled.graph->nodes.size()); ++id)
+      for (const std::string& line : fuse::ir::dot_node_label(*compiled.graph, id)) {
+        INFO("node " << id << " label line: " << line);
+        CHECK(text.find(line) != std::string::npos);
+      }
+  }
+}
+
+TEST_CASE("dot text, PNG pictures and clusters", "[fusec][dot]") {
+  fs::path dir = scratch("dot");
+  std::string softmax = kExamples + "softmax.expr";
+  Result stdout_dot = fusec(softmax + " --emit=dot");
+  REQUIRE(stdout_dot.status == 0);
+  CHECK(stdout_dot.out.starts_with("digraph \"softmax\" {"));
+  Result file_dot = fusec(softmax + " --emit=dot -o " + (dir / "s.dot").string());
+  CHECK(file_dot.status == 0);
+  CHECK(read_file(dir / "s.dot") == stdout_dot.out);
+  Result png = fusec(softmax + " --emit=dot -o " + (dir / "s.png").string());
+  CHECK(png.status == 0);
+  CHECK(read_file(dir / "s.png").starts_with("\x89PNG"));
+
+  fuse::expr::CompileResult compiled = fuse::expr::compile_expr(read_file(softmax), softmax);
+  REQUIRE(compiled.graph);
+  const fuse::ir::Graph& g = *compiled.graph;
+  std::vector<fuse::ir::NodeId> rest;
+  for (fuse::ir::NodeId id = 1; id < static_cast<fuse::ir::NodeId>(g.nodes.size()); ++id) rest.push_back(id);
+  std::string dot = fuse::ir::graph_to_dot(g, "fused \"softmax\"", {{"kernel 0", rest}});
+  CHECK(dot.find("subgraph cluster_0 {") != std::string::npos);
+  CHECK(dot.find("label=\"fused \\\"softmax\\\"\"") != std::string::npos);
+  CHECK(dot == fuse::ir::graph_to_dot(g, "fused \"softmax\"", {{"kernel 0", rest}}));
+  std::string text = svg_text(fuse::render_dot(dot, "svg"));
+  CHECK(text.find("kernel 0") != std::string::npos);
+  CHECK(text.find("fused \"softmax\"") != std::string::npos);
+  CHECK_THROWS_WITH(fuse::ir::graph_to_dot(g, "", {{"a", {0}}, {"b", {0}}}),
+                    Catch::Contains("already in a cluster"));
+  CHECK_THROWS_WITH(fuse::render_dot(dot, "pdf"), Catch::Contains("formats are svg and png"));
+  CHECK_THROWS_WITH(fuse::render_dot("digraph { a -> ", "svg"), Catch::Contains("graphviz"));
+}
+
+TEST_CASE("fusion stages: fused, plan, explain-fusion, dump-after, no-fusion", "[fusec][fusion]") {
+  Result fused = fusec(kExamples + "softmax.expr --emit=fused");
+  REQUIRE(fused.status == 0);
+  CHECK(fused.out.find("kernel k0_rowwise rowwise over [N, M] axes=[1] (x) -> (y)") != std::string::npos);
+  CHECK(fused.out.find("kernel k1") == std::string::npos);
+
+  Result unfused = fusec(kExamples + "softmax.expr --emit=fused --no-fusion");
+  REQUIRE(unfused.status == 0);
+  CHECK(unfused.out.find("kernel k5_") != std::string::npos);
+
+  Result plan = fusec(kExamples + "mlp.expr --emit=plan");
+  REQUIRE(plan.status == 0);
+  for (const char* key : {"\"kernels\": [", "\"buffers\": [", "\"launch_order\": [", "\"schedule\": {",
+                          "\"kind\": \"matmul\"", "\"mc\": "})
+    CHECK(plan.out.find(key) != std::string::npos);
+
+  Result cuda = fusec(kExamples + "transpose.expr --emit=fused --target=cuda");
+  REQUIRE(cuda.status == 0);
+  CHECK(cuda.out.find("target=cuda") != std::string::npos);
+  CHECK(cuda.out.find("shared_cols=33") != std::string::npos);
+
+  Result explain = fusec(kExamples + "mlp.expr --explain-fusion");
+  REQUIRE(explain.status == 0);
+  CHECK(explain.out.find("it follows a reduction or matmul") != std::string::npos);
+
+  Result dump = fusec(kExamples + "add.expr --dump-after=broadcast");
+  REQUIRE(dump.status == 0);
+  CHECK(dump.out.find("// after broadcast") != std::string::npos);
+  CHECK(dump.out.find("broadcast_to") != std::string::npos);
+
+  Result bad_pass = fusec(kExamples + "add.expr --dump-after=simplfy");
+  CHECK(bad_pass.status == 1);
+  CHECK(bad_pass.err.find("did you mean 'simplify'?") != std::string::npos);
+}
+
+TEST_CASE("emit=dot --fused draws kernels as clusters", "[fusec][fusion][dot]") {
+  fs::path dir = scratch("fused_svg");
+  std::string svg_path = (dir / "layernorm.svg").string();
+  Result r = fusec(kExamples + "layernorm.expr --emit=dot --fused -o " + svg_path);
+  REQUIRE(r.status == 0);
+  std::string text = svg_text(read_file(svg_path));
+  CHECK(text.find("k0_rowwise (rowwise)") != std::string::npos);
+  Result dot = fusec(kExamples + "mlp.expr --emit=dot --fused");
+  REQUIRE(dot.status == 0);
+  CHECK(dot.out.find("subgraph cluster_k1") != std::string::npos);
+  CHECK(fusec(kExamples + "mlp.expr --emit=graph --fused").status == 1);
+}
+
+TEST_CASE("run executes the fused and the unfused Program alike", "[fusec][fusion]") {
+  const std::pair<const char*, const char*> cases[] = {
+      {"softmax.expr", "--dim N=5 --dim M=7"},
+      {"layernorm.expr", "--dim N=5 --dim D=9"},
+      {"mlp.expr", "--dim B=2 --dim H=4 --dim K=3 --dim N=5"},
+      {"reductions.expr", "--dim N=5 --dim M=7"}};
+  for (auto [example, dims] : cases) {
+    INFO(example);
+    std::string common = kExamples + example + " --random --seed 3 " + dims + " --print";
+    Result fused = fusec("run " + common);
+    Result unfused = fusec("run " + common + " --no-fusion");
+    INFO(fused.err << unfused.err);
+    REQUIRE(fused.status == 0);
+    REQUIRE(unfused.status == 0);
+    CHECK(fused.out == unfused.out);
+  }
+}
