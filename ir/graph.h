@@ -132,7 +132,7 @@ NodeId add_elementwise(Graph& g, std::vector<NodeId> inputs, ScalarFn body, Sour
 /// Applies the single-op body `op` to the inputs with the typing rules of ScalarBuilder.
 NodeId add_scalar_op(Graph& g, ScalarOp op, std::vector<NodeId> inputs, SourceLoc loc = {});
 NodeId add_cast(Graph& g, NodeId x, DType to, SourceLoc loc = {});
-/// axes may be negative; empty `axes` with all_axes=true reduces every axis.
+/// axes may be negative; an empty `axes` (kAllAxes) reduces every axis.
 NodeId add_reduce(Graph& g, NodeId x, ReduceKind kind, std::vector<int64_t> axes, bool keepdims,
                   SourceLoc loc = {});
 NodeId add_custom_reduce(Graph& g, NodeId x, ScalarFn combiner, ScalarValue identity,

@@ -305,7 +305,11 @@ static ScalarNode weak_literal(double f, int64_t i, DType t) {
 ScalarId ScalarBuilder::literal(double v) {
   return add(weak_literal(v, saturating_to_int(v, DType::I64), DType::F32));
 }
-ScalarId ScalarBuilder::literal_int(int64_t v) { return add(weak_literal(static_cast<double>(v), v, DType::I32)); }
+// Integers beyond i32 default to i64, so `output y = 10000000000` is exact.
+ScalarId ScalarBuilder::literal_int(int64_t v) {
+  bool fits_i32 = v >= INT32_MIN && v <= INT32_MAX;
+  return add(weak_literal(static_cast<double>(v), v, fits_i32 ? DType::I32 : DType::I64));
+}
 ScalarId ScalarBuilder::literal_bool(bool v) { return add(weak_literal(v, v, DType::Bool)); }
 
 ScalarId ScalarBuilder::typed_literal(ScalarValue v, DType t) {
@@ -318,6 +322,9 @@ ScalarId ScalarBuilder::typed_literal(ScalarValue v, DType t) {
 
 ScalarId ScalarBuilder::to_dtype(ScalarId x, DType t) {
   const ScalarNode& n = fn_.nodes[x];
+  if (n.weak && n.dtype != DType::F32 && t == DType::I32 &&
+      (n.value.i < INT32_MIN || n.value.i > INT32_MAX))  // as NumPy 2: no silent wrap-around
+    throw Error("integer literal " + std::to_string(n.value.i) + " does not fit i32");
   if (n.weak) {
     ScalarValue v = is_float(t) ? ScalarValue::of(n.value.f, t)
                     : (n.dtype == DType::F32 ? ScalarValue::of(n.value.f, t) : ScalarValue::of_int(n.value.i, t));
@@ -333,10 +340,10 @@ ScalarId ScalarBuilder::to_dtype(ScalarId x, DType t) {
 
 // What a weak literal of default dtype `weak` becomes next to a typed value of dtype `strong`:
 // the typed side decides, except that a float literal makes integers f32 and an integer
-// literal makes bool i32.
+// literal makes bool i32 (i64 when the literal needs it).
 static DType weak_meets(DType weak, DType strong) {
   if (weak == DType::F32 && !is_float(strong)) return DType::F32;
-  if (weak == DType::I32 && strong == DType::Bool) return DType::I32;
+  if (is_integer(weak) && strong == DType::Bool) return weak;
   return strong;
 }
 

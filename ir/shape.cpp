@@ -26,7 +26,8 @@ std::string Dim::str() const {
 
 Dim operator*(const Dim& a, const Dim& b) {
   Dim d;
-  d.factor = a.factor * b.factor;
+  if (__builtin_mul_overflow(a.factor, b.factor, &d.factor))
+    throw Error("dim " + a.str() + " * " + b.str() + " overflows 64 bits");
   if (d.factor == 0) return d;  // 0 * N is 0 whatever N is
   d.symbols = a.symbols;
   d.symbols.insert(d.symbols.end(), b.symbols.begin(), b.symbols.end());

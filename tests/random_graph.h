@@ -17,7 +17,6 @@
 #include <cstdio>
 #include <functional>
 #include <limits>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -27,7 +26,7 @@
 namespace fuse::testing {
 
 struct RandomGraphOptions {
-  int max_nodes = 12;            // nodes added after the first inputs (a pattern adds several)
+  int max_nodes = 12;            // ops are added until a random 1..max_nodes exist (a pattern may pass it)
   int max_inputs = 4;            // inputs, the first 1-2 made up front, the others when an op needs one
   int64_t max_elements = 2048;   // no tensor exceeds this at the case's symbol bindings
   bool allow_matmul = true;

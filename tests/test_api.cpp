@@ -34,6 +34,10 @@ TEST_CASE("weak literals keep the tensor's dtype", "[api][types]") {
   CHECK(mean(i).dtype() == DType::F32);
   CHECK(any(f).dtype() == DType::Bool);
   CHECK(max(i).dtype() == DType::I32);
+  // Integer literals beyond i32 are i64, and never wrap silently into an i32.
+  CHECK((l + 10000000000).dtype() == DType::I64);
+  CHECK((b + 10000000000).dtype() == DType::I64);
+  CHECK_THROWS_WITH(i + 10000000000, Catch::Contains("integer literal 10000000000 does not fit i32"));
   // The literal folds into the op's body: one node, no constant.
   Tensor y = f * 2.0;
   CHECK(y.node().inputs.size() == 1);

@@ -211,7 +211,7 @@ output u = rand([N, 3], seed=7)
   CHECK(output(g, "u").as<ir::RandAttrs>().seed == 7);
 }
 
-TEST_CASE("precedence follows Python", "[expr]") {
+TEST_CASE("precedence follows the language's table", "[expr]") {
   // -x**2 is -(x**2); 2**-1 parses; ** is right-associative.
   ir::Graph g = compile_ok("input x: f32[N]\noutput y = -x**2\noutput z = x ** 2 ** -1\n");
   CHECK(ir::to_string(g.node(1).as<ir::ElementwiseAttrs>().body) == "(p0: f32) -> pow(p0, 2.0:f32)");
@@ -225,6 +225,9 @@ output y = f(x, x, x, x, p, p)
 )");
   CHECK(ir::to_string(output(h, "y").as<ir::ElementwiseAttrs>().body) ==
         "(p0: f32, p1: bool) -> or(and(lt(add(p0, mul(p0, p0)), p0), not(p1)), p1)");
+  // `not` binds like unary minus: not a < b is (not a) < b.
+  ir::Graph k = compile_ok("input a: bool[N]\ninput b: bool[N]\noutput y = where(not a < b, 1, 2)\n");
+  CHECK_THAT(ir::print_graph(k), Catch::Contains("not(p0)") && Catch::Contains("lt("));
 }
 
 TEST_CASE("builtin names can be shadowed by user names", "[expr]") {

@@ -4,9 +4,7 @@
 
 namespace fuse::expr {
 
-void Diagnostics::error(Pos pos, std::string message) {
-  errors_.push_back({loc(pos), std::move(message)});
-}
+void Diagnostics::error(Pos pos, std::string message) { errors_.push_back({loc(pos), std::move(message)}); }
 
 std::vector<Diagnostic> Diagnostics::take() {
   // The parser and the lowering find errors in two sweeps; users read them in source order.

@@ -23,6 +23,22 @@ struct CompileError {
   std::string message;
 };
 
+/// Counts one level of recursion and throws `message` at `pos` past `limit`: deep input gives
+/// an error, never a stack overflow.
+class DepthGuard {
+ public:
+  DepthGuard(int& depth, int limit, Pos pos, std::string_view message) : depth_(depth) {
+    if (depth_ >= limit) throw CompileError{pos, std::string(message)};
+    ++depth_;
+  }
+  ~DepthGuard() { --depth_; }
+  DepthGuard(const DepthGuard&) = delete;
+  DepthGuard& operator=(const DepthGuard&) = delete;
+
+ private:
+  int& depth_;
+};
+
 /// Most diagnostics one compilation reports.
 inline constexpr size_t kMaxErrors = 20;
 

@@ -196,8 +196,8 @@ std::string describe(const Token& t) {
 }
 
 bool starts_statement(TokenKind k) {
-  return k == TokenKind::Const || k == TokenKind::Fn || k == TokenKind::Input ||
-         k == TokenKind::Let || k == TokenKind::Output || k == TokenKind::Return;
+  return k == TokenKind::Const || k == TokenKind::Fn || k == TokenKind::Input || k == TokenKind::Let ||
+         k == TokenKind::Output || k == TokenKind::Return;
 }
 
 }  // namespace fuse::expr

@@ -59,7 +59,9 @@ Global global(GlobalKind kind, Value value = {}) {
 // ---- builtins ----
 
 enum class BuiltinKind {
-  Constant, Unary, Binary, Where, Cast,  // scalar: allowed in fn bodies
+  // scalar: allowed in fn bodies
+  Constant, Unary, Binary, Where, Cast,
+  // tensor only
   Reduce, CustomReduce, Matmul, Transpose, Reshape, BroadcastTo, ExpandDims, Squeeze, Arange, Rand,
 };
 
@@ -83,11 +85,11 @@ const std::vector<Builtin>& builtins() {
     t.push_back({"inf", K::Constant, {}, 0, {}, {}, {}, std::numeric_limits<double>::infinity()});
     t.push_back({"nan", K::Constant, {}, 0, {}, {}, {}, std::numeric_limits<double>::quiet_NaN()});
     const std::pair<std::string_view, ScalarOp> unary[] = {
-        {"abs", ScalarOp::Abs},     {"exp", ScalarOp::Exp},       {"exp2", ScalarOp::Exp2},
-        {"log", ScalarOp::Log},     {"log2", ScalarOp::Log2},     {"sqrt", ScalarOp::Sqrt},
-        {"rsqrt", ScalarOp::Rsqrt}, {"sin", ScalarOp::Sin},       {"cos", ScalarOp::Cos},
-        {"tan", ScalarOp::Tan},     {"tanh", ScalarOp::Tanh},     {"sigmoid", ScalarOp::Sigmoid},
-        {"relu", ScalarOp::Relu},   {"floor", ScalarOp::Floor},   {"ceil", ScalarOp::Ceil},
+        {"abs", ScalarOp::Abs},     {"exp", ScalarOp::Exp},     {"exp2", ScalarOp::Exp2},
+        {"log", ScalarOp::Log},     {"log2", ScalarOp::Log2},   {"sqrt", ScalarOp::Sqrt},
+        {"rsqrt", ScalarOp::Rsqrt}, {"sin", ScalarOp::Sin},     {"cos", ScalarOp::Cos},
+        {"tan", ScalarOp::Tan},     {"tanh", ScalarOp::Tanh},   {"sigmoid", ScalarOp::Sigmoid},
+        {"relu", ScalarOp::Relu},   {"floor", ScalarOp::Floor}, {"ceil", ScalarOp::Ceil},
         {"round", ScalarOp::Round}};
     for (auto [name, op] : unary) t.push_back({name, K::Unary, {"x"}, 1, op});
     const std::pair<std::string_view, ScalarOp> binary[] = {
@@ -169,8 +171,7 @@ std::vector<const Expr*> bind_args(const Expr& call, const std::vector<std::stri
   for (const Arg& a : call.args) {
     if (a.keyword.empty()) {
       if (positional >= params.size())
-        throw CompileError{call.pos, callee + " takes " +
-                                         (required == params.size() ? "" : "at most ") +
+        throw CompileError{call.pos, callee + " takes " + (required == params.size() ? "" : "at most ") +
                                          plural(params.size(), "argument") + ", got " +
                                          std::to_string(call.args.size())};
       bound[positional++] = a.value.get();
@@ -178,8 +179,8 @@ std::vector<const Expr*> bind_args(const Expr& call, const std::vector<std::stri
     }
     auto it = std::find(params.begin(), params.end(), a.keyword);
     if (it == params.end())
-      throw CompileError{a.pos, callee + " has no argument '" + a.keyword + "'" +
-                                    did_you_mean(a.keyword, params)};
+      throw CompileError{a.pos,
+                         callee + " has no argument '" + a.keyword + "'" + did_you_mean(a.keyword, params)};
     size_t i = it - params.begin();
     if (bound[i]) throw CompileError{a.pos, "argument '" + a.keyword + "' of " + callee + " given twice"};
     bound[i] = a.value.get();
@@ -187,8 +188,8 @@ std::vector<const Expr*> bind_args(const Expr& call, const std::vector<std::stri
   for (size_t i = 0; i < required; ++i) {
     if (bound[i]) continue;
     if (required == params.size() && positional == call.args.size())
-      throw CompileError{call.pos, callee + " takes " + plural(params.size(), "argument") +
-                                       ", got " + std::to_string(call.args.size())};
+      throw CompileError{call.pos, callee + " takes " + plural(params.size(), "argument") + ", got " +
+                                       std::to_string(call.args.size())};
     throw CompileError{call.pos, callee + " is missing argument '" + std::string(params[i]) + "'"};
   }
   return bound;
@@ -217,6 +218,8 @@ constexpr int64_t kMaxElements = int64_t{1} << 48;
 constexpr int64_t kMaxTraceSteps = 1'000'000;
 /// Bounds the recursion of tracing a fn body through the fns it calls.
 constexpr int kMaxTraceDepth = 1000;
+const std::string kTraceTooDeep =
+    "fn calls are nested too deeply (more than " + std::to_string(kMaxTraceDepth) + " levels after inlining)";
 
 enum class DimUse {
   Declare,  // input types: an unknown name becomes a new symbol
@@ -265,8 +268,7 @@ class Lowerer {
     return names;
   }
 
-  [[noreturn]] void unknown_name(const Expr& e, std::string_view what,
-                                 const Scope* scope) const {
+  [[noreturn]] void unknown_name(const Expr& e, std::string_view what, const Scope* scope) const {
     throw CompileError{e.pos, "unknown " + std::string(what) + " '" + e.name + "'" +
                                   did_you_mean(e.name, candidates(scope))};
   }
@@ -333,8 +335,7 @@ class Lowerer {
                                                "' must be a number or an expression of numbers"};
         return define(s.names[0], global(GlobalKind::Const, v));
       }
-      case StmtKind::Let:
-        return s.names.size() == 1 ? let(s) : unpack(s);
+      case StmtKind::Let: return s.names.size() == 1 ? let(s) : unpack(s);
       case StmtKind::Output: {
         check_new_name(s.names[0]);
         Value v = lower(*s.value);
@@ -342,8 +343,7 @@ class Lowerer {
         checked(s.names[0].pos, [&] { ir::add_output(graph_, s.names[0].name, node, loc(s.names[0].pos)); });
         return define(s.names[0], global(GlobalKind::Output, tensor(node)));
       }
-      case StmtKind::Input:
-        return input(s);
+      case StmtKind::Input: return input(s);
       case StmtKind::Fn: {
         check_new_name(s.names[0]);
         check_fn(s);
@@ -383,8 +383,8 @@ class Lowerer {
     check_new_name(s.names[0]);
     std::optional<DType> dtype = ir::dtype_from_name(s.dtype.name);
     if (!dtype)
-      throw CompileError{s.dtype.pos, "unknown dtype '" + s.dtype.name +
-                                          "'; expected bool, i32, i64, f32 or f64"};
+      throw CompileError{s.dtype.pos,
+                         "unknown dtype '" + s.dtype.name + "'; expected bool, i32, i64, f32 or f64"};
     ir::Shape shape = dims(s.dims, DimUse::Declare, s.dtype.pos);
     check_new_name(s.names[0]);  // its own type may have used the name as a symbol
     NodeId node = checked(s.names[0].pos, [&] {
@@ -423,8 +423,7 @@ class Lowerer {
       }
       for (const Ident& id : s.names) add_local(c, id);
     }
-    if (!returned)
-      throw CompileError{fn.names[0].pos, "fn '" + fn.names[0].name + "' has no 'return'"};
+    if (!returned) throw CompileError{fn.names[0].pos, "fn '" + fn.names[0].name + "' has no 'return'"};
   }
 
   void add_local(FnCheck& c, const Ident& id) {
@@ -459,7 +458,8 @@ class Lowerer {
   void check_one(const Expr& e, FnCheck& c) {
     const std::string& fn = c.fn.names[0].name;
     auto not_scalar = [&](const std::string& what) {
-      return CompileError{e.pos, what + " cannot be used in a fn body: fn bodies are scalar (use it on tensors outside fns)"};
+      return CompileError{
+          e.pos, what + " cannot be used in a fn body: fn bodies are scalar (use it on tensors outside fns)"};
     };
     switch (e.kind) {
       case ExprKind::Int:
@@ -473,7 +473,8 @@ class Lowerer {
           if (g->kind == GlobalKind::Symbol)
             throw CompileError{e.pos, "'" + e.name + "' is a dimension symbol, not a value"};
           if (g->value.is_tensor)
-            throw CompileError{e.pos, "fn bodies are scalar: '" + e.name + "' is a tensor; pass it to '" + fn + "' as a parameter"};
+            throw CompileError{e.pos, "fn bodies are scalar: '" + e.name + "' is a tensor; pass it to '" +
+                                          fn + "' as a parameter"};
           return;
         }
         if (const Builtin* b = find_builtin(e.name); b && b->kind == BuiltinKind::Constant) return;
@@ -488,8 +489,7 @@ class Lowerer {
         return;
       case ExprKind::Transpose: throw not_scalar("'.T' (transpose)");
       case ExprKind::List: throw not_scalar("a list");
-      case ExprKind::Tuple:
-        throw CompileError{e.pos, "a tuple (a, b) can only be returned: 'return (a, b)'"};
+      case ExprKind::Tuple: throw CompileError{e.pos, "a tuple (a, b) can only be returned: 'return (a, b)'"};
       case ExprKind::Call: break;
     }
     if (e.name == fn) throw CompileError{e.pos, "fn '" + fn + "' calls itself: recursion is not supported"};
@@ -531,25 +531,16 @@ class Lowerer {
   }
 
   std::vector<ScalarId> scalar_call(ScalarBuilder& b, const Expr& e, const Global& g, Scope& scope) {
+    DepthGuard guard(trace_depth_, kMaxTraceDepth, e.pos,
+                     kTraceTooDeep);  // `return g(x)` nests calls without nesting scalar()
     std::vector<ScalarId> args;
     for (const Expr* a : bind_args(e, param_names(*g.fn), g.fn->params.size()))
       args.push_back(scalar(b, *a, scope));
     return trace_call(b, g, args);
   }
 
-  struct TraceGuard {
-    TraceGuard(int& depth, Pos pos) : depth_(depth) {
-      if (depth_ >= kMaxTraceDepth)
-        throw CompileError{pos, "fn calls are nested too deeply (more than " +
-                                    std::to_string(kMaxTraceDepth) + " levels after inlining)"};
-      ++depth_;
-    }
-    ~TraceGuard() { --depth_; }
-    int& depth_;
-  };
-
   ScalarId scalar(ScalarBuilder& b, const Expr& e, Scope& scope) {
-    TraceGuard guard(trace_depth_, e.pos);
+    DepthGuard guard(trace_depth_, kMaxTraceDepth, e.pos, kTraceTooDeep);
     if (++trace_steps_ > kMaxTraceSteps)
       throw CompileError{e.pos, "fn calls expand to too many operations (more than " +
                                     std::to_string(kMaxTraceSteps) + " in this program)"};
@@ -559,7 +550,8 @@ class Lowerer {
       case ExprKind::Bool: return b.literal_bool(e.bool_value);
       case ExprKind::Name: {
         if (auto it = scope.locals.find(e.name); it != scope.locals.end()) return it->second;
-        if (const Global* g = find_global(e.name, scope.visible)) return checked(e.pos, [&] { return emit(b, g->value.literal); });
+        if (const Global* g = find_global(e.name, scope.visible))
+          return checked(e.pos, [&] { return emit(b, g->value.literal); });
         return b.literal(find_builtin(e.name)->constant);
       }
       case ExprKind::Unary: {
@@ -576,11 +568,11 @@ class Lowerer {
         if (target.fn) return scalar_call(b, e, *target.fn, scope)[0];
         const Builtin* builtin = target.builtin;
         std::vector<ScalarId> args;
-        for (const Expr* a : bind_args(e, builtin->params, builtin->required)) args.push_back(scalar(b, *a, scope));
+        for (const Expr* a : bind_args(e, builtin->params, builtin->required))
+          args.push_back(scalar(b, *a, scope));
         return checked(e.pos, [&] { return apply_builtin(b, *builtin, args); });
       }
-      default:
-        throw CompileError{e.pos, "internal error: unchecked expression in a fn body"};
+      default: throw CompileError{e.pos, "internal error: unchecked expression in a fn body"};
     }
   }
 
@@ -620,8 +612,10 @@ class Lowerer {
       ir::ScalarFn fn = b.finish({emit(b, v.literal)});
       const ir::ScalarNode& n = fn.node(fn.results[0]);
       ir::HostArray a(n.dtype, {});
-      if (ir::is_float(n.dtype)) a.set_f64(0, n.value.f);
-      else a.set_i64(0, n.value.i);
+      if (ir::is_float(n.dtype))
+        a.set_f64(0, n.value.f);
+      else
+        a.set_i64(0, n.value.i);
       return ir::add_constant(graph_, std::move(a), loc(pos));
     });
   }
@@ -631,7 +625,8 @@ class Lowerer {
   /// Applies a scalar body to values: tensors become the parameters of one Elementwise node
   /// (a tensor used twice is one parameter), literals are inlined as weak literals, and when
   /// there is no tensor at all the literal result is returned, folded at compile time.
-  Value elementwise(const std::vector<Value>& args, Pos pos, const std::string& name, const ScalarBody& body) {
+  Value elementwise(const std::vector<Value>& args, Pos pos, const std::string& name,
+                    const ScalarBody& body) {
     return checked(pos, [&] {
       ScalarBuilder b;
       std::vector<NodeId> inputs;
@@ -653,7 +648,8 @@ class Lowerer {
       ScalarId result = body(b, ids);
       if (inputs.empty()) {
         const ir::ScalarNode& n = b.peek().node(result);
-        if (n.op != ScalarOp::Literal) throw CompileError{pos, "internal error: literal expression not folded"};
+        if (n.op != ScalarOp::Literal)
+          throw CompileError{pos, "internal error: literal expression not folded"};
         return Value{false, -1, {n.dtype, n.value, n.weak}};
       }
       NodeId node = ir::add_elementwise(graph_, inputs, b.finish({result}), loc(pos), name);
@@ -667,24 +663,29 @@ class Lowerer {
   Value lower(const Expr& e) {
     switch (e.kind) {
       case ExprKind::Int:
-        return elementwise({}, e.pos, "literal", [&](ScalarBuilder& b, auto&) { return b.literal_int(e.int_value); });
+        return elementwise({}, e.pos, "literal",
+                           [&](ScalarBuilder& b, auto&) { return b.literal_int(e.int_value); });
       case ExprKind::Float:
-        return elementwise({}, e.pos, "literal", [&](ScalarBuilder& b, auto&) { return b.literal(e.float_value); });
+        return elementwise({}, e.pos, "literal",
+                           [&](ScalarBuilder& b, auto&) { return b.literal(e.float_value); });
       case ExprKind::Bool:
-        return elementwise({}, e.pos, "literal", [&](ScalarBuilder& b, auto&) { return b.literal_bool(e.bool_value); });
+        return elementwise({}, e.pos, "literal",
+                           [&](ScalarBuilder& b, auto&) { return b.literal_bool(e.bool_value); });
       case ExprKind::Name: return name_value(e);
       case ExprKind::Unary: {
         ScalarOp op = scalar_op(e.op);
-        return elementwise({lower(*e.operands[0])}, e.pos, std::string(ir::scalar_op_name(op)),
-                           [&](ScalarBuilder& b, const std::vector<ScalarId>& x) { return b.unary(op, x[0]); });
+        return elementwise(
+            {lower(*e.operands[0])}, e.pos, std::string(ir::scalar_op_name(op)),
+            [&](ScalarBuilder& b, const std::vector<ScalarId>& x) { return b.unary(op, x[0]); });
       }
       case ExprKind::Binary: {
         if (e.op == Operator::MatMul) return matmul(*e.operands[0], *e.operands[1], e.pos);
         Value a = lower(*e.operands[0]);
         Value c = lower(*e.operands[1]);
         ScalarOp op = scalar_op(e.op);
-        return elementwise({a, c}, e.pos, std::string(ir::scalar_op_name(op)),
-                           [&](ScalarBuilder& b, const std::vector<ScalarId>& x) { return b.binary(op, x[0], x[1]); });
+        return elementwise(
+            {a, c}, e.pos, std::string(ir::scalar_op_name(op)),
+            [&](ScalarBuilder& b, const std::vector<ScalarId>& x) { return b.binary(op, x[0], x[1]); });
       }
       case ExprKind::Transpose: {
         NodeId x = to_tensor(lower(*e.operands[0]), e.pos);
@@ -710,7 +711,8 @@ class Lowerer {
     if (const Builtin* b = find_builtin(e.name)) {
       if (b->kind != BuiltinKind::Constant)
         throw CompileError{e.pos, "'" + e.name + "' is a builtin fn; call it as " + e.name + "(...)"};
-      return elementwise({}, e.pos, "literal", [&](ScalarBuilder& sb, auto&) { return sb.literal(b->constant); });
+      return elementwise({}, e.pos, "literal",
+                         [&](ScalarBuilder& sb, auto&) { return sb.literal(b->constant); });
     }
     unknown_name(e, "name", nullptr);
   }
@@ -735,7 +737,8 @@ class Lowerer {
       } catch (CompileError& err) {
         // The error is inside the fn body; the types that caused it come from this call.
         if (err.pos.line != call.pos.line || err.pos.col != call.pos.col)
-          err.message += " (in the call of '" + call.name + "' at line " + std::to_string(call.pos.line) + ")";
+          err.message +=
+              " (in the call of '" + call.name + "' at line " + std::to_string(call.pos.line) + ")";
         throw;
       }
     });
@@ -765,7 +768,8 @@ class Lowerer {
       ir::Shape shape = shape_arg(*a[0], DimUse::Refer);
       int64_t seed = a[1] ? static_int(*a[1], "'seed'") : 0;
       if (seed < 0) throw CompileError{a[1]->pos, "'seed' must be a non-negative integer"};
-      return make_node(e.pos, [&] { return ir::add_rand(graph_, shape, static_cast<uint64_t>(seed), loc(e.pos)); });
+      return make_node(e.pos,
+                       [&] { return ir::add_rand(graph_, shape, static_cast<uint64_t>(seed), loc(e.pos)); });
     }
     if (f->kind == BuiltinKind::CustomReduce) return custom_reduce(e, a);
     if (f->kind == BuiltinKind::Matmul) return matmul(*a[0], *a[1], e.pos);
@@ -806,8 +810,9 @@ class Lowerer {
     const Expr& fn_arg = *a[0];
     const Global* g = fn_arg.kind == ExprKind::Name ? find_global(fn_arg.name) : nullptr;
     if (!g || g->kind != GlobalKind::Fn || g->fn->params.size() != 2 || g->results != 1)
-      throw CompileError{fn_arg.pos, "the first argument of 'reduce' must name a fn of two parameters "
-                                     "returning one value, like 'fn add(acc, x) = acc + x'"};
+      throw CompileError{fn_arg.pos,
+                         "the first argument of 'reduce' must name a fn of two parameters "
+                         "returning one value, like 'fn add(acc, x) = acc + x'"};
     NodeId x = to_tensor(lower(*a[1]), a[1]->pos);
     DType dtype = graph_.node(x).dtype;
     Value init = lower(*a[2]);

@@ -38,13 +38,14 @@ struct BinaryLevel {
   Operator op;
 };
 constexpr BinaryLevel kSumOps[] = {{TokenKind::Plus, Operator::Add}, {TokenKind::Minus, Operator::Sub}};
-constexpr BinaryLevel kTermOps[] = {
-    {TokenKind::Star, Operator::Mul},           {TokenKind::Slash, Operator::Div},
-    {TokenKind::SlashSlash, Operator::FloorDiv}, {TokenKind::Percent, Operator::Mod},
-    {TokenKind::At, Operator::MatMul}};
-constexpr BinaryLevel kComparisonOps[] = {
-    {TokenKind::Lt, Operator::Lt}, {TokenKind::Le, Operator::Le},   {TokenKind::Gt, Operator::Gt},
-    {TokenKind::Ge, Operator::Ge}, {TokenKind::EqEq, Operator::Eq}, {TokenKind::NotEq, Operator::Ne}};
+constexpr BinaryLevel kTermOps[] = {{TokenKind::Star, Operator::Mul},
+                                    {TokenKind::Slash, Operator::Div},
+                                    {TokenKind::SlashSlash, Operator::FloorDiv},
+                                    {TokenKind::Percent, Operator::Mod},
+                                    {TokenKind::At, Operator::MatMul}};
+constexpr BinaryLevel kComparisonOps[] = {{TokenKind::Lt, Operator::Lt},   {TokenKind::Le, Operator::Le},
+                                          {TokenKind::Gt, Operator::Gt},   {TokenKind::Ge, Operator::Ge},
+                                          {TokenKind::EqEq, Operator::Eq}, {TokenKind::NotEq, Operator::Ne}};
 
 template <size_t N>
 const BinaryLevel* find_op(const BinaryLevel (&ops)[N], TokenKind k) {
@@ -143,10 +144,10 @@ class Parser {
   /// A statement keyword starting a line, or the end of the file, inside brackets means the
   /// innermost bracket was left open: blame it rather than the innocent statement that follows.
   void check_unclosed(const Token& t) {
-    if (open_.empty() || !(t.kind == TokenKind::End || (starts_statement(t.kind) && at_line_start())))
-      return;
-    throw CompileError{open_.back().pos, std::string(open_.back().closer == TokenKind::RParen ? "'('" : "'['") +
-                                             " was never closed"};
+    if (open_.empty() || !(t.kind == TokenKind::End || (starts_statement(t.kind) && at_line_start()))) return;
+    throw CompileError{
+        open_.back().pos,
+        std::string(open_.back().closer == TokenKind::RParen ? "'('" : "'['") + " was never closed"};
   }
 
   void close() {
@@ -154,7 +155,8 @@ class Parser {
     TokenKind closer = open_.back().closer;
     if (t.kind != closer) {
       check_unclosed(t);
-      fail(t, std::string("expected '") + (closer == TokenKind::RParen ? ")" : "]") + "', found " + describe(t));
+      fail(t,
+           std::string("expected '") + (closer == TokenKind::RParen ? ")" : "]") + "', found " + describe(t));
     }
     open_.pop_back();
     next();
@@ -208,7 +210,8 @@ class Parser {
 
   void end_of_statement(bool in_fn) {
     const Token& t = peek();
-    if (t.kind == TokenKind::Newline) next();
+    if (t.kind == TokenKind::Newline)
+      next();
     else if (t.kind != TokenKind::End && !(in_fn && t.kind == TokenKind::RBrace))
       fail(t, "expected end of line after the statement, found " + describe(t));
   }
@@ -221,7 +224,8 @@ class Parser {
       case TokenKind::Const:
       case TokenKind::Output: {
         next();
-        s.names.push_back(ident(t.kind == TokenKind::Const ? "a name after 'const'" : "a name after 'output'"));
+        s.names.push_back(
+            ident(t.kind == TokenKind::Const ? "a name after 'const'" : "a name after 'output'"));
         expect(TokenKind::Assign, "'=' after the name");
         s.value = expression();
         end_of_statement(in_fn);
@@ -273,9 +277,7 @@ class Parser {
         end_of_statement(in_fn);
         s.kind = StmtKind::Return;
         return;
-      case TokenKind::RBrace:
-        next();
-        throw CompileError{t.pos, "unmatched '}'"};
+      case TokenKind::RBrace: next(); throw CompileError{t.pos, "unmatched '}'"};
       case TokenKind::Ident:
         if (peek_next().kind == TokenKind::Assign)
           fail(t, "expected a statement; to define '" + std::string(t.text) + "' write 'let " +
@@ -314,7 +316,7 @@ class Parser {
       // A top-level statement here with no '}' ahead means the '}' is missing: say so, and
       // let that statement parse normally.
       if (t.kind == TokenKind::End || (starts_statement(t.kind) && t.kind != TokenKind::Let &&
-                                        t.kind != TokenKind::Return && !closing_brace_ahead())) {
+                                       t.kind != TokenKind::Return && !closing_brace_ahead())) {
         diags_.error(brace, "'{' of fn '" + s.names[0].name + "' was never closed");
         return;
       }
@@ -339,18 +341,8 @@ class Parser {
 
   // ---- expressions, by increasing precedence ----
 
-  /// Bounds the recursion of the parser itself (parentheses, prefix operators).
-  struct DepthGuard {
-    DepthGuard(int& depth, Pos pos) : depth_(depth) {
-      if (depth_ >= kMaxNesting) throw CompileError{pos, kTooDeep};
-      ++depth_;
-    }
-    ~DepthGuard() { --depth_; }
-    int& depth_;
-  };
-
   ExprPtr expression() {
-    DepthGuard guard(depth_, peek().pos);
+    DepthGuard guard(depth_, kMaxNesting, peek().pos, kTooDeep);
     return or_expr();
   }
 
@@ -373,20 +365,12 @@ class Parser {
   }
 
   ExprPtr and_expr() {
-    ExprPtr e = not_expr();
+    ExprPtr e = comparison();
     while (peek().kind == TokenKind::And) {
       Pos pos = next().pos;
-      e = binary(Operator::And, pos, std::move(e), not_expr());
+      e = binary(Operator::And, pos, std::move(e), comparison());
     }
     return e;
-  }
-
-  // As in Python, `not` binds looser than comparisons: `not a < b` is `not (a < b)`.
-  ExprPtr not_expr() {
-    if (peek().kind != TokenKind::Not) return comparison();
-    DepthGuard guard(depth_, peek().pos);
-    Pos pos = next().pos;
-    return unary_node(Operator::Not, pos, not_expr());
   }
 
   ExprPtr comparison() {
@@ -428,18 +412,21 @@ class Parser {
     return e;
   }
 
+  // Unary `-` and `not` bind alike, tighter than `*` (the language's table, unlike Python's
+  // `not`): `not a < b` is `(not a) < b`.
   ExprPtr unary() {
-    if (peek().kind != TokenKind::Minus) return power();
-    DepthGuard guard(depth_, peek().pos);
+    TokenKind kind = peek().kind;
+    if (kind != TokenKind::Minus && kind != TokenKind::Not) return power();
+    DepthGuard guard(depth_, kMaxNesting, peek().pos, kTooDeep);
     Pos pos = next().pos;
-    return unary_node(Operator::Neg, pos, unary());
+    return unary_node(kind == TokenKind::Minus ? Operator::Neg : Operator::Not, pos, unary());
   }
 
   // `**` is right-associative and its exponent may carry a sign: 2**-1, 2**3**2 = 2**9.
   ExprPtr power() {
     ExprPtr base = postfix();
     if (peek().kind != TokenKind::StarStar) return base;
-    DepthGuard guard(depth_, peek().pos);
+    DepthGuard guard(depth_, kMaxNesting, peek().pos, kTooDeep);
     Pos pos = next().pos;
     return binary(Operator::Pow, pos, std::move(base), unary());
   }
@@ -502,8 +489,7 @@ class Parser {
         }
         std::vector<ExprPtr> items;
         items.push_back(std::move(first));
-        while (accept(TokenKind::Comma) && peek().kind != TokenKind::RParen)
-          items.push_back(expression());
+        while (accept(TokenKind::Comma) && peek().kind != TokenKind::RParen) items.push_back(expression());
         close();
         return make(ExprKind::Tuple, opener, std::move(items));
       }
@@ -552,7 +538,7 @@ class Parser {
   Diagnostics& diags_;
   size_t i_ = 0;
   std::vector<Open> open_;  // the enclosing ( and [, innermost last
-  int depth_ = 0;
+  int depth_ = 0;           // recursion of the parser itself: parentheses, prefix operators, **
 };
 
 }  // namespace
