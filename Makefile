@@ -11,7 +11,7 @@ DEB_PACKAGES := cmake ninja-build g++ catch2 libmlir-19-dev mlir-19-tools llvm-1
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: deps build test demo test-asan clean
+.PHONY: deps build test demo test-asan fuzz clean
 
 # Idempotent: only calls apt-get when a package is missing, and runs `apt-get update` once then.
 deps:
@@ -45,3 +45,8 @@ test-asan: deps $(BUILD_ASAN)/build.ninja
 
 clean:
 	rm -rf $(BUILD) $(BUILD_ASAN)
+
+# The .expr front-end fuzzer (libFuzzer + ASan/UBSan, clang-19): RUNS executions on one core.
+RUNS ?= 1000000
+fuzz: deps
+	tests/fuzz/run_fuzz.sh $(RUNS)
