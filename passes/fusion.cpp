@@ -111,8 +111,9 @@ class Partitioner {
     for (int gi : consumer_groups) join(id, gi, updates[k++]);
   }
 
-  // Whether a BroadcastTo of shape `full` is reachable from `id` through members of `gs`.
-  bool broadcast_back_downstream(NodeId id, const GroupState& gs, const Shape& full) const {
+  // Whether a member of `gs` satisfying `pred` is reachable from `id` through members of `gs`.
+  template <class Pred>
+  bool reaches(NodeId id, const GroupState& gs, Pred pred) const {
     std::vector<NodeId> stack{id};
     std::set<NodeId> seen;
     while (!stack.empty()) {
@@ -120,26 +121,20 @@ class Partitioner {
       stack.pop_back();
       for (NodeId u : users_[cur]) {
         if (!gs.members.count(u) || !seen.insert(u).second) continue;
-        if (node(u).kind == OpKind::BroadcastTo && node(u).shape == full) return true;
+        if (pred(node(u))) return true;
         stack.push_back(u);
       }
     }
     return false;
   }
 
+  // Whether `id`'s value is broadcast back to `full` inside the group (a row-wise pattern).
+  bool broadcast_back_downstream(NodeId id, const GroupState& gs, const Shape& full) const {
+    return reaches(id, gs, [&](const Node& n) { return n.kind == OpKind::BroadcastTo && n.shape == full; });
+  }
+
   bool feeds_matmul(NodeId id, const GroupState& gs) const {
-    std::vector<NodeId> stack{id};
-    std::set<NodeId> seen;
-    while (!stack.empty()) {
-      NodeId cur = stack.back();
-      stack.pop_back();
-      for (NodeId u : users_[cur]) {
-        if (!gs.members.count(u) || !seen.insert(u).second) continue;
-        if (node(u).kind == OpKind::Matmul) return true;
-        stack.push_back(u);
-      }
-    }
-    return false;
+    return reaches(id, gs, [](const Node& n) { return n.kind == OpKind::Matmul; });
   }
 
   // Whether a reduction or matmul feeds `id` through elementwise ops and views only.
