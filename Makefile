@@ -21,7 +21,7 @@ deps:
 	if [ -n "$$missing" ]; then \
 	  echo "make deps: installing $$missing"; \
 	  $(SUDO) apt-get update -qq && \
-	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $$missing; \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
 	else echo "make deps: all Debian packages present"; fi
 
 $(BUILD)/build.ninja:
