@@ -1,0 +1,76 @@
+// The CPU backend's worker threads: one process-wide pool that kernels split their outer loops
+// over with parallel_for.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace fuse::runtime {
+
+/// A fixed set of worker threads that run the chunks of parallel_for calls.
+///
+/// Idle workers block on a condition variable; they never spin. Kernels are launched one after
+/// another with host work (and often nothing at all) in between, so a spinning pool would burn
+/// every core of the machine between and after launches for the sake of a few microseconds of
+/// wake-up latency; blocking keeps an idle process at ~0% CPU, which matters more for a library
+/// that lives inside other programs.
+class ThreadPool {
+ public:
+  /// A pool in which `num_threads` threads take part in each parallel_for: the caller and
+  /// num_threads - 1 workers. num_threads must be >= 1.
+  explicit ThreadPool(int num_threads);
+  ~ThreadPool();  // wakes and joins the workers
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  /// The process-wide pool, created on first use: std::thread::hardware_concurrency() threads,
+  /// or FUSE_NUM_THREADS when set (a positive integer; anything else throws ir::Error).
+  static ThreadPool& global();
+
+  /// Threads taking part in a parallel_for, the caller included.
+  int num_threads() const { return static_cast<int>(workers_.size()) + 1; }
+
+  /// Runs body(chunk_begin, chunk_end) over contiguous chunks that cover [begin, end) exactly
+  /// once, and returns when all are done. Chunks have at least `grain` iterations (grain < 1
+  /// counts as 1), about one per thread, fewer when the range is small; a range of at most
+  /// 2 * grain - 1 iterations is one chunk, run on the caller without waking anyone. The caller
+  /// runs chunks too. An empty range (end <= begin) calls nothing.
+  ///
+  /// An exception thrown by a chunk is rethrown here once all running chunks have finished (the
+  /// first one thrown wins; chunks not yet started are skipped). A parallel_for called from
+  /// inside a chunk runs inline on that thread, so nesting cannot deadlock. Several threads may
+  /// call parallel_for at once; their chunks share the workers.
+  void parallel_for(int64_t begin, int64_t end, int64_t grain,
+                    const std::function<void(int64_t, int64_t)>& body);
+
+ private:
+  /// One parallel_for call, living on its caller's stack until all its chunks are done.
+  /// Guarded by mutex_, except that a claimed chunk runs body without the lock.
+  struct Job {
+    const std::function<void(int64_t, int64_t)>* body;
+    int64_t begin, size, num_chunks;
+    int64_t next_chunk = 0;   // first chunk nobody has claimed yet
+    int64_t chunks_done = 0;  // finished or skipped
+    std::exception_ptr error{};  // the first exception a chunk threw
+  };
+
+  void worker_loop();
+  /// Claims chunks of `job` and runs them until none is left unclaimed. Called and returns
+  /// with `lock` held.
+  void run_chunks(Job& job, std::unique_lock<std::mutex>& lock);
+
+  std::mutex mutex_;
+  std::condition_variable work_ready_;  // a job was queued, or the pool is stopping
+  std::condition_variable job_done_;    // some job's last chunk finished
+  std::deque<Job*> pending_;            // jobs with unclaimed chunks, oldest first
+  bool stopping_ = false;
+  std::vector<std::thread> workers_;
+};
+
+}  // namespace fuse::runtime

@@ -1,0 +1,285 @@
+// The runtime's thread pool and buffers.
+#include <catch2/catch.hpp>
+
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <mutex>
+#include <set>
+#include <stdexcept>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
+#include "ir/error.h"
+#include "runtime/buffer.h"
+#include "runtime/thread_pool.h"
+
+using fuse::ir::DType;
+using fuse::ir::Error;
+using fuse::ir::HostArray;
+using fuse::runtime::Buffer;
+using fuse::runtime::Device;
+using fuse::runtime::DeviceKind;
+using fuse::runtime::ThreadPool;
+
+namespace {
+
+struct Chunk {
+  int64_t begin, end;
+  std::thread::id thread;
+};
+
+/// Runs parallel_for over [begin, end) and checks that its chunks cover each index once, have at
+/// least `grain` iterations when there are several, number at most one per thread, and that a
+/// range too small to split runs as one chunk on the caller.
+void check_cover(ThreadPool& pool, int64_t begin, int64_t end, int64_t grain) {
+  CAPTURE(pool.num_threads(), begin, end, grain);
+  int64_t size = std::max<int64_t>(end - begin, 0);
+  std::vector<std::atomic<int>> hits(size);
+  std::mutex mutex;
+  std::vector<Chunk> chunks;
+  pool.parallel_for(begin, end, grain, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) hits[i - begin].fetch_add(1);
+    std::lock_guard<std::mutex> lock(mutex);
+    chunks.push_back({lo, hi, std::this_thread::get_id()});
+  });
+  for (int64_t i = 0; i < size; ++i) {
+    CAPTURE(i);
+    REQUIRE(hits[i].load() == 1);
+  }
+  if (size == 0) {
+    REQUIRE(chunks.empty());
+    return;
+  }
+  REQUIRE(static_cast<int>(chunks.size()) <= pool.num_threads());
+  for (const Chunk& c : chunks) REQUIRE(c.begin < c.end);
+  if (chunks.size() > 1)
+    for (const Chunk& c : chunks) REQUIRE(c.end - c.begin >= grain);
+  if (size < 2 * std::max<int64_t>(grain, 1)) {
+    REQUIRE(chunks.size() == 1);
+    REQUIRE(chunks[0].thread == std::this_thread::get_id());
+  }
+}
+
+/// The distinct threads that ran chunks of a range split into `pool.num_threads()` slow chunks.
+std::set<std::thread::id> threads_used(ThreadPool& pool) {
+  std::mutex mutex;
+  std::set<std::thread::id> ids;
+  pool.parallel_for(0, pool.num_threads(), 1, [&](int64_t, int64_t) {
+    // Slow enough that the caller cannot take every chunk before a worker wakes up.
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    std::lock_guard<std::mutex> lock(mutex);
+    ids.insert(std::this_thread::get_id());
+  });
+  return ids;
+}
+
+/// User + system CPU time of the whole process, in seconds.
+double process_cpu_seconds() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  auto seconds = [](timeval t) { return static_cast<double>(t.tv_sec) + t.tv_usec * 1e-6; };
+  return seconds(usage.ru_utime) + seconds(usage.ru_stime);
+}
+
+}  // namespace
+
+TEST_CASE("parallel_for covers every index exactly once", "[runtime][thread_pool]") {
+  ThreadPool four(4);
+  ThreadPool one(1);
+  for (ThreadPool* pool : {&ThreadPool::global(), &four, &one})
+    for (int64_t begin : {-5, 0, 7})
+      for (int64_t size : {-3, 0, 1, 2, 3, 7, 64, 1000, 4097})
+        for (int64_t grain : {-1, 0, 1, 2, 3, 16, 1000, 100000})
+          check_cover(*pool, begin, begin + size, grain);
+}
+
+TEST_CASE("parallel_for uses several threads for big ranges", "[runtime][thread_pool]") {
+  ThreadPool four(4);
+  REQUIRE(four.num_threads() == 4);
+  REQUIRE(threads_used(four).size() > 1);
+  ThreadPool& global = ThreadPool::global();
+  if (std::thread::hardware_concurrency() > 1 && global.num_threads() > 1)
+    REQUIRE(threads_used(global).size() > 1);
+}
+
+TEST_CASE("parallel_for rethrows a chunk's exception on the caller", "[runtime][thread_pool]") {
+  ThreadPool four(4);
+  for (ThreadPool* pool : {&ThreadPool::global(), &four}) {
+    // Thrown from the chunk holding index 0 (the caller's own) and from the last one.
+    for (int64_t bad : {int64_t{0}, int64_t{999}}) {
+      auto body = [&](int64_t lo, int64_t hi) {
+        if (lo <= bad && bad < hi) throw std::runtime_error("bad index " + std::to_string(bad));
+      };
+      REQUIRE_THROWS_AS(pool->parallel_for(0, 1000, 1, body), std::runtime_error);
+      REQUIRE_THROWS_WITH(pool->parallel_for(0, 1000, 1, body), "bad index " + std::to_string(bad));
+    }
+    // Every chunk throws: one exception comes out, and the pool still works afterwards.
+    REQUIRE_THROWS_AS(pool->parallel_for(0, 1000, 1, [](int64_t, int64_t) { throw Error("x"); }), Error);
+    // A range that runs inline throws straight through.
+    REQUIRE_THROWS_AS(pool->parallel_for(0, 3, 10, [](int64_t, int64_t) { throw std::logic_error("y"); }),
+                      std::logic_error);
+    check_cover(*pool, 0, 1000, 1);
+  }
+}
+
+TEST_CASE("nested parallel_for runs inline without deadlock", "[runtime][thread_pool]") {
+  ThreadPool four(4);
+  for (ThreadPool* pool : {&ThreadPool::global(), &four}) {
+    std::vector<std::atomic<int>> hits(64 * 100);
+    pool->parallel_for(0, 64, 1, [&](int64_t lo, int64_t hi) {
+      for (int64_t row = lo; row < hi; ++row)
+        pool->parallel_for(0, 100, 1, [&](int64_t clo, int64_t chi) {
+          for (int64_t col = clo; col < chi; ++col) hits[row * 100 + col].fetch_add(1);
+        });
+    });
+    for (const std::atomic<int>& h : hits) REQUIRE(h.load() == 1);
+  }
+  // A chunk of one pool may also use another pool: it runs inline there too.
+  std::atomic<int64_t> total{0};
+  four.parallel_for(0, 8, 1, [&](int64_t lo, int64_t hi) {
+    ThreadPool::global().parallel_for(lo * 10, hi * 10, 1, [&](int64_t a, int64_t b) { total += b - a; });
+  });
+  REQUIRE(total.load() == 80);
+}
+
+TEST_CASE("many small parallel_for calls complete", "[runtime][thread_pool]") {
+  ThreadPool four(4);
+  for (ThreadPool* pool : {&ThreadPool::global(), &four}) {
+    std::atomic<int64_t> sum{0};
+    for (int call = 0; call < 1000; ++call)
+      pool->parallel_for(0, 16, 1, [&](int64_t lo, int64_t hi) {
+        for (int64_t i = lo; i < hi; ++i) sum += i;
+      });
+    REQUIRE(sum.load() == 1000 * (15 * 16 / 2));
+  }
+}
+
+TEST_CASE("several threads may call parallel_for on one pool at once", "[runtime][thread_pool]") {
+  ThreadPool four(4);
+  std::atomic<int64_t> sum{0};
+  std::vector<std::thread> callers;
+  for (int t = 0; t < 4; ++t)
+    callers.emplace_back([&] {
+      for (int call = 0; call < 200; ++call)
+        four.parallel_for(0, 100, 1, [&](int64_t lo, int64_t hi) { sum += hi - lo; });
+    });
+  for (std::thread& t : callers) t.join();
+  REQUIRE(sum.load() == 4 * 200 * 100);
+}
+
+TEST_CASE("an idle pool uses no CPU", "[runtime][thread_pool]") {
+  // "Does not spin" as a property: after work, sleeping workers cost (almost) no CPU time.
+  ThreadPool eight(8);
+  std::atomic<int64_t> sum{0};
+  for (ThreadPool* pool : {&ThreadPool::global(), &eight})
+    for (int call = 0; call < 100; ++call)
+      pool->parallel_for(0, 1 << 16, 1, [&](int64_t lo, int64_t hi) { sum += hi - lo; });
+  REQUIRE(sum.load() == 200 * (1 << 16));
+  double before = process_cpu_seconds();
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  double used = process_cpu_seconds() - before;
+  CAPTURE(used);
+  REQUIRE(used < 0.050);
+}
+
+TEST_CASE("a thread pool needs at least one thread", "[runtime][thread_pool]") {
+  REQUIRE_THROWS_AS(ThreadPool(0), Error);
+  REQUIRE(ThreadPool::global().num_threads() >= 1);
+}
+
+TEST_CASE("Device names", "[runtime][buffer]") {
+  REQUIRE(Device::cpu().str() == "cpu");
+  REQUIRE(Device::cpu().kind == DeviceKind::Cpu);
+  REQUIRE(Device::cuda(1).str() == "cuda:1");
+  REQUIRE(Device::cuda(0) != Device::cpu());
+}
+
+TEST_CASE("Buffer memory is aligned, and huge-page aligned when large", "[runtime][buffer]") {
+  for (int64_t n : {1, 3, 15, 16, 100, 4097, 100000}) {
+    Buffer b = Buffer::empty(DType::F32, {n});
+    CAPTURE(n);
+    REQUIRE(b.size_bytes() == static_cast<std::size_t>(n) * 4);
+    REQUIRE(reinterpret_cast<uintptr_t>(b.data()) % 64 == 0);
+    std::memset(b.data(), 0xab, b.size_bytes());
+  }
+  for (int64_t bytes : {int64_t{2} << 20, (int64_t{3} << 20) + 5, int64_t{16} << 20}) {
+    Buffer b = Buffer::empty(DType::Bool, {bytes});
+    CAPTURE(bytes);
+    REQUIRE(reinterpret_cast<uintptr_t>(b.data()) % (2 << 20) == 0);
+    std::memset(b.data(), 1, b.size_bytes());
+  }
+}
+
+TEST_CASE("Buffer round-trips a HostArray of every dtype", "[runtime][buffer]") {
+  for (DType dtype : fuse::ir::kAllDTypes)
+    for (const fuse::ir::ConcreteShape& shape :
+         {fuse::ir::ConcreteShape{}, fuse::ir::ConcreteShape{5}, fuse::ir::ConcreteShape{2, 3, 4}}) {
+      CAPTURE(fuse::ir::dtype_name(dtype), fuse::ir::shape_str(shape));
+      HostArray a(dtype, shape);
+      for (int64_t i = 0; i < a.size(); ++i) a.set_f64(i, dtype == DType::Bool ? i % 2 : 1.5 * i - 7);
+      Buffer b = Buffer::from_host(a);
+      REQUIRE(b.dtype() == dtype);
+      REQUIRE(b.shape() == shape);
+      REQUIRE(b.device() == Device::cpu());
+      REQUIRE(b.num_elements() == a.size());
+      REQUIRE(b.size_bytes() == a.bytes.size());
+      REQUIRE(std::memcmp(b.data(), a.data(), a.bytes.size()) == 0);
+      HostArray back = b.to_host();
+      REQUIRE(back.dtype == dtype);
+      REQUIRE(back.shape == shape);
+      REQUIRE(back.bytes == a.bytes);
+    }
+}
+
+TEST_CASE("zero-size Buffers are valid", "[runtime][buffer]") {
+  for (const fuse::ir::ConcreteShape& shape : {fuse::ir::ConcreteShape{0}, fuse::ir::ConcreteShape{3, 0, 2}}) {
+    Buffer b = Buffer::empty(DType::F64, shape);
+    REQUIRE(b.num_elements() == 0);
+    REQUIRE(b.size_bytes() == 0);
+    HostArray h = b.to_host();
+    REQUIRE(h.dtype == DType::F64);
+    REQUIRE(h.shape == shape);
+    REQUIRE(h.bytes.empty());
+    Buffer c = Buffer::from_host(h);
+    REQUIRE(c.shape() == shape);
+    REQUIRE(c.size_bytes() == 0);
+  }
+}
+
+TEST_CASE("Buffers move and do not copy", "[runtime][buffer]") {
+  static_assert(!std::is_copy_constructible_v<Buffer> && !std::is_copy_assignable_v<Buffer>);
+  static_assert(std::is_nothrow_move_constructible_v<Buffer> && std::is_nothrow_move_assignable_v<Buffer>);
+  Buffer a = Buffer::from_host(HostArray::from<int32_t>({4}, {1, 2, 3, 4}));
+  void* data = a.data();
+  Buffer b(std::move(a));
+  REQUIRE(b.data() == data);
+  REQUIRE(b.shape() == fuse::ir::ConcreteShape{4});
+  REQUIRE(b.to_host().bytes == HostArray::from<int32_t>({4}, {1, 2, 3, 4}).bytes);
+  REQUIRE(a.data() == nullptr);
+  REQUIRE(a.size_bytes() == 0);
+  REQUIRE(a.num_elements() == 0);
+
+  Buffer c = Buffer::empty(DType::F64, {1000});  // freed by the assignment
+  c = std::move(b);
+  REQUIRE(c.data() == data);
+  REQUIRE(c.dtype() == DType::I32);
+  REQUIRE(b.data() == nullptr);
+  REQUIRE(b.num_elements() == 0);
+  a = Buffer::empty(DType::I64, {2, 2});  // a moved-from Buffer can be reused
+  REQUIRE(a.size_bytes() == 32);
+}
+
+TEST_CASE("Buffer errors", "[runtime][buffer]") {
+  REQUIRE_THROWS_WITH(Buffer::empty(DType::F32, {4}, Device::cuda(0)),
+                      Catch::Contains("CUDA buffers are not available in this build"));
+  REQUIRE_THROWS_WITH(Buffer::from_host(HostArray::scalar(1.0f), Device::cuda(0)),
+                      Catch::Contains("CUDA buffers are not available in this build"));
+  REQUIRE_THROWS_WITH(Buffer::empty(DType::F32, {2, -1}), Catch::Contains("negative dim"));
+  REQUIRE_THROWS_WITH(Buffer::empty(DType::F64, {int64_t{1} << 40, int64_t{1} << 30}),
+                      Catch::Contains("too many bytes"));
+}
