@@ -221,14 +221,18 @@ int64_t planned_peak_bytes(const Program& p, const SymbolBindings& symbols) {
   return total;
 }
 
-TensorMap interpret_program(const Program& p, const TensorMap& inputs) {
+SymbolBindings bind_program_inputs(const Program& p, const TensorMap& inputs) {
   // The Program's interface as a graph of its inputs, so inputs are checked as for any graph.
   Graph interface;
   for (const ProgramIO& in : p.inputs) {
     const Buffer& b = p.buffers[in.buffer];
     add_input(interface, in.name, b.dtype, b.shape);
   }
-  SymbolBindings symbols = bind_inputs(interface, inputs);
+  return bind_inputs(interface, inputs);
+}
+
+TensorMap interpret_program(const Program& p, const TensorMap& inputs) {
+  SymbolBindings symbols = bind_program_inputs(p, inputs);
 
   std::map<BufferId, HostArray> held;        // inputs and outputs
   std::map<int, std::pair<BufferId, HostArray>> slots;  // intermediates: slot -> (owner, value)

@@ -114,6 +114,10 @@ std::string program_to_json(const Program& p);
 /// intermediate slot (slots are allocated once and reused by buffers whose lifetimes don't overlap).
 int64_t planned_peak_bytes(const Program& p, const SymbolBindings& symbols);
 
+/// Checks `inputs` against the Program's inputs (as bind_inputs does for a graph) and binds the
+/// shape symbols from them.
+SymbolBindings bind_program_inputs(const Program& p, const TensorMap& inputs);
+
 /// Runs the Program kernel by kernel in the reference interpreter, holding only the Program's
 /// buffers, intermediates in their planned slots (a read of a buffer whose slot was reused
 /// throws): this checks that fusion and memory planning preserve meaning before codegen.

@@ -19,6 +19,8 @@
 #include <string>
 #include <vector>
 
+#include "codegen/cpu_codegen.h"
+#include "frontends/compile.h"
 #include "frontends/expr/compile.h"
 #include "frontends/render.h"
 #include "ir/dot.h"
@@ -61,6 +63,10 @@ const EmitKind kEmitKinds[] = {
      [](const Compiled& c) { return ir::print_program(c.result.program); }},
     {"plan", "the fused Program as JSON (schema in docs/architecture.md)", false,
      [](const Compiled& c) { return ir::program_to_json(c.result.program); }},
+    {"mlir", "the CPU kernels in MLIR, before lowering", false,
+     [](const Compiled& c) { return codegen::emit_cpu_mlir(c.result.program); }},
+    {"llvm", "the CPU kernels in LLVM IR, after lowering", false,
+     [](const Compiled& c) { return codegen::emit_cpu_llvm(c.result.program); }},
 };
 
 /// What the schedules of a compiled program are chosen for.
@@ -84,6 +90,10 @@ const Target kTargets[] = {
     {"interp", "the fused Program, kernel by kernel, in the reference interpreter",
      [](const passes::PipelineResult& c, const ir::TensorMap& inputs) {
        return ir::interpret_program(c.program, inputs);
+     }},
+    {"cpu", "machine code for this CPU (elementwise, transpose and copy kernels so far; others interpreted)",
+     [](const passes::PipelineResult& c, const ir::TensorMap& inputs) {
+       return compile_program(c.program).run(inputs);
      }},
 };
 

@@ -1,0 +1,749 @@
+// Lowers Program kernels to MLIR and JIT-compiles them for the host CPU.
+//
+// Each kernel becomes `func @name(%buffers: !llvm.ptr, %symbols: !llvm.ptr, %begin: i64,
+// %end: i64)` iterating the flattened output space over [begin, end). Buffers are addressed with
+// llvm.getelementptr/load/store (a plain pointer ABI the runtime calls without MLIR types);
+// arithmetic is arith/math on scalars or vector<N x T> values. Two loop forms:
+// - contiguous: every value the kernel reads is either laid out like the output space or a single
+//   element broadcast, so lane j of a vector is element base+j of every operand: SIMD main loop
+//   and a scalar tail;
+// - general: each iteration delinearizes its index into the output space and follows views
+//   (broadcast, permute, reshape, expand/squeeze) as index maps to its operands.
+// Transcendental functions on f32 use MLIR's polynomial approximations (they vectorize); the
+// rest lower to LLVM intrinsics or libm.
+#include "codegen/cpu_codegen.h"
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <set>
+
+#include "mlir/Conversion/Passes.h"
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/ControlFlow/IR/ControlFlow.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/Math/Transforms/Approximation.h"
+#include "mlir/Dialect/Math/Transforms/Passes.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
+#include "mlir/ExecutionEngine/ExecutionEngine.h"
+#include "mlir/ExecutionEngine/OptUtils.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Target/LLVMIR/Dialect/Builtin/BuiltinToLLVMIRTranslation.h"
+#include "mlir/Target/LLVMIR/Dialect/LLVMIR/LLVMToLLVMIRTranslation.h"
+#include "mlir/Target/LLVMIR/Export.h"
+#include "mlir/Transforms/GreedyPatternRewriteDriver.h"
+#include "mlir/Transforms/Passes.h"
+#include "llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h"
+#include "llvm/IR/Module.h"
+#include "llvm/Support/TargetSelect.h"
+#include "llvm/Support/raw_ostream.h"
+
+namespace fuse::codegen {
+
+using ir::DType;
+using ir::Node;
+using ir::NodeId;
+using ir::OpKind;
+using ir::ScalarOp;
+
+struct CpuModule::Engine {
+  std::unique_ptr<mlir::MLIRContext> context;
+  std::unique_ptr<mlir::ExecutionEngine> engine;
+};
+
+CpuModule::~CpuModule() = default;
+
+bool cpu_compiles(ir::KernelKind kind) {
+  return kind == ir::KernelKind::Elementwise || kind == ir::KernelKind::Transpose || kind == ir::KernelKind::Copy;
+}
+
+namespace {
+
+std::string fail_text(const std::string& what) { return "internal error in CPU codegen: " + what; }
+
+std::vector<std::string> program_symbols(const ir::Program& p) {
+  std::set<std::string> names;
+  for (const ir::Buffer& b : p.buffers)
+    for (const ir::Dim& d : b.shape) names.insert(d.symbols.begin(), d.symbols.end());
+  for (const ir::Kernel& k : p.kernels)
+    for (const Node& n : k.body.nodes)
+      for (const ir::Dim& d : n.shape) names.insert(d.symbols.begin(), d.symbols.end());
+  return {names.begin(), names.end()};
+}
+
+// Emits one kernel's function body.
+class KernelEmitter {
+ public:
+  KernelEmitter(mlir::OpBuilder& b, const ir::Kernel& k, const std::map<std::string, int>& symbols,
+                CompiledKernel& out)
+      : b_(b), loc_(b.getUnknownLoc()), k_(k), symbols_(symbols), out_(out) {}
+
+  void emit(mlir::func::FuncOp func) {
+    mlir::Block* entry = func.addEntryBlock();
+    b_.setInsertionPointToStart(entry);
+    buffers_ = entry->getArgument(0);
+    symbols_arg_ = entry->getArgument(1);
+    mlir::Value begin = entry->getArgument(2), end = entry->getArgument(3);
+    assign_slots();
+    // Buffer addresses and dims are loaded once, before the loops: LLVM cannot hoist them out
+    // itself, since the kernel's stores might alias the arrays they come from.
+    for (int slot = 0; slot < slot_count_; ++slot) {
+      mlir::Value slot_ptr = b_.create<mlir::LLVM::GEPOp>(loc_, ptr_type(), ptr_type(), buffers_,
+                                                          mlir::ArrayRef<mlir::LLVM::GEPArg>{slot});
+      base_.push_back(b_.create<mlir::LLVM::LoadOp>(loc_, ptr_type(), slot_ptr));
+    }
+    for (const Node& n : k_.body.nodes)
+      for (const ir::Dim& d : n.shape) dim(d);
+    for (const ir::Dim& d : k_.space) dim(d);
+    int lanes = contiguous() ? std::max(1, k_.schedule.cpu.vector_width) : 0;
+    if (lanes > 1) {
+      // Main loop over whole vectors, then a scalar tail.
+      mlir::Value count = b_.create<mlir::arith::DivSIOp>(loc_, sub(end, begin), i64(lanes));
+      mlir::Value vector_end = add(begin, mul(count, i64(lanes)));
+      loop(begin, vector_end, lanes, [&](mlir::Value i) { emit_contiguous(i, lanes); });
+      loop(vector_end, end, 1, [&](mlir::Value i) { emit_contiguous(i, 1); });
+    } else if (lanes == 1) {
+      loop(begin, end, 1, [&](mlir::Value i) { emit_contiguous(i, 1); });
+    } else {
+      loop(begin, end, 1, [&](mlir::Value i) { emit_general(i); });
+    }
+    b_.create<mlir::func::ReturnOp>(loc_);
+  }
+
+ private:
+  // ---- small helpers ----
+  mlir::Type i64_type() { return b_.getI64Type(); }
+  mlir::Value i64(int64_t v) { return b_.create<mlir::arith::ConstantIntOp>(loc_, v, 64); }
+  mlir::Value add(mlir::Value a, mlir::Value c) { return b_.create<mlir::arith::AddIOp>(loc_, a, c); }
+  mlir::Value sub(mlir::Value a, mlir::Value c) { return b_.create<mlir::arith::SubIOp>(loc_, a, c); }
+  mlir::Value mul(mlir::Value a, mlir::Value c) { return b_.create<mlir::arith::MulIOp>(loc_, a, c); }
+  mlir::Type ptr_type() { return mlir::LLVM::LLVMPointerType::get(b_.getContext()); }
+
+  template <class Body>
+  void loop(mlir::Value from, mlir::Value to, int64_t step, Body body) {
+    auto for_op = b_.create<mlir::scf::ForOp>(loc_, from, to, i64(step));
+    mlir::OpBuilder::InsertionGuard guard(b_);
+    b_.setInsertionPointToStart(for_op.getBody());
+    general_cache_.clear();
+    contiguous_cache_.clear();
+    body(for_op.getInductionVar());
+  }
+
+  // The register type of one lane: bool is i1 in registers, i8 in memory.
+  mlir::Type scalar_type(DType t) {
+    switch (t) {
+      case DType::Bool: return b_.getI1Type();
+      case DType::I32: return b_.getI32Type();
+      case DType::I64: return b_.getI64Type();
+      case DType::F32: return b_.getF32Type();
+      case DType::F64: return b_.getF64Type();
+    }
+    return {};
+  }
+  mlir::Type memory_type(DType t) { return t == DType::Bool ? b_.getI8Type() : scalar_type(t); }
+  mlir::Type lane_type(mlir::Type scalar, int lanes) {
+    return lanes > 1 ? mlir::Type(mlir::VectorType::get({lanes}, scalar)) : scalar;
+  }
+
+  mlir::Value constant(DType t, double f, int64_t i, int lanes) {
+    mlir::Type s = scalar_type(t);
+    mlir::TypedAttr attr = ir::is_float(t) ? mlir::TypedAttr(b_.getFloatAttr(s, f)) : mlir::TypedAttr(b_.getIntegerAttr(s, i));
+    if (lanes > 1) attr = mlir::DenseElementsAttr::get(mlir::cast<mlir::ShapedType>(lane_type(s, lanes)), attr);
+    return b_.create<mlir::arith::ConstantOp>(loc_, attr);
+  }
+
+  // Byte address of element `offset` of the buffer in `slot`.
+  mlir::Value element_address(int slot, DType t, mlir::Value offset) {
+    return b_.create<mlir::LLVM::GEPOp>(loc_, ptr_type(), memory_type(t), base_[slot], mlir::ValueRange{offset});
+  }
+
+  mlir::Value load(int slot, DType t, mlir::Value offset, int lanes) {
+    mlir::Value address = element_address(slot, t, offset);
+    unsigned align = static_cast<unsigned>(ir::dtype_size(t));
+    mlir::Value v = b_.create<mlir::LLVM::LoadOp>(loc_, lane_type(memory_type(t), lanes), address, align);
+    if (t == DType::Bool) v = cmpi(mlir::arith::CmpIPredicate::ne, v, zero_i8(lanes));
+    return v;
+  }
+
+  mlir::Value zero_i8(int lanes) {
+    mlir::TypedAttr attr = b_.getIntegerAttr(b_.getI8Type(), 0);
+    if (lanes > 1) attr = mlir::DenseElementsAttr::get(mlir::cast<mlir::ShapedType>(lane_type(b_.getI8Type(), lanes)), attr);
+    return b_.create<mlir::arith::ConstantOp>(loc_, attr);
+  }
+
+  void store(int slot, DType t, mlir::Value offset, mlir::Value v, int lanes) {
+    if (t == DType::Bool) v = b_.create<mlir::arith::ExtUIOp>(loc_, lane_type(b_.getI8Type(), lanes), v);
+    unsigned align = static_cast<unsigned>(ir::dtype_size(t));
+    b_.create<mlir::LLVM::StoreOp>(loc_, v, element_address(slot, t, offset), align);
+  }
+
+  // A dim's value: factor * the symbols' sizes (computed once, at the function's entry).
+  mlir::Value dim(const ir::Dim& d) {
+    std::string key = d.str();
+    auto cached = dims_.find(key);
+    if (cached != dims_.end()) return cached->second;
+    mlir::Value v = i64(d.factor);
+    for (const std::string& s : d.symbols) {
+      mlir::Value address = b_.create<mlir::LLVM::GEPOp>(loc_, ptr_type(), i64_type(), symbols_arg_,
+                                                         mlir::ArrayRef<mlir::LLVM::GEPArg>{symbols_.at(s)});
+      v = mul(v, b_.create<mlir::LLVM::LoadOp>(loc_, i64_type(), address));
+    }
+    dims_[key] = v;
+    return v;
+  }
+
+  mlir::Value linearize(const std::vector<mlir::Value>& idx, const ir::Shape& shape) {
+    mlir::Value lin = i64(0);
+    for (size_t k = 0; k < shape.size(); ++k) lin = add(mul(lin, dim(shape[k])), idx[k]);
+    return lin;
+  }
+
+  std::vector<mlir::Value> delinearize(mlir::Value lin, const ir::Shape& shape) {
+    std::vector<mlir::Value> idx(shape.size());
+    for (size_t k = shape.size(); k-- > 0;) {
+      mlir::Value d = dim(shape[k]);
+      idx[k] = b_.create<mlir::arith::RemSIOp>(loc_, lin, d);
+      lin = b_.create<mlir::arith::DivSIOp>(loc_, lin, d);
+    }
+    return idx;
+  }
+
+  // Buffers array layout: the kernel's inputs (body Input nodes in order), outputs, constants.
+  void assign_slots() {
+    int slot = 0;
+    for (NodeId id = 0; id < static_cast<NodeId>(k_.body.nodes.size()); ++id)
+      if (k_.body.node(id).kind == OpKind::Input) input_slot_[id] = slot++;
+    for (size_t o = 0; o < k_.body.outputs.size(); ++o) output_slot_.push_back(slot++);
+    for (NodeId id = 0; id < static_cast<NodeId>(k_.body.nodes.size()); ++id)
+      if (k_.body.node(id).kind == OpKind::Constant) {
+        input_slot_[id] = slot++;
+        out_.constants.push_back(k_.body.node(id).as<ir::ConstantAttrs>().value);
+      }
+    slot_count_ = slot;
+  }
+
+  // Whether lane j of every value can be element base+j: operands shaped like the space, or a
+  // single element broadcast.
+  bool contiguous() const {
+    std::vector<bool> seen(k_.body.nodes.size(), false);
+    std::vector<NodeId> stack;
+    for (const ir::GraphOutput& o : k_.body.outputs) {
+      if (!(k_.body.node(o.node).shape == k_.space)) return false;
+      stack.push_back(o.node);
+    }
+    while (!stack.empty()) {
+      NodeId id = stack.back();
+      stack.pop_back();
+      if (seen[id]) continue;
+      seen[id] = true;
+      const Node& n = k_.body.node(id);
+      if (n.kind == OpKind::BroadcastTo && ir::num_elements(k_.body.node(n.inputs[0]).shape) == ir::Dim(1)) continue;
+      bool plain = n.kind == OpKind::Input || n.kind == OpKind::Constant || n.kind == OpKind::Elementwise;
+      if (!plain || !(n.shape == k_.space)) return false;
+      for (NodeId in : n.inputs) stack.push_back(in);
+    }
+    return true;
+  }
+
+  // ---- the two loop forms ----
+
+  void emit_contiguous(mlir::Value base, int lanes) {
+    for (size_t o = 0; o < k_.body.outputs.size(); ++o) {
+      const Node& n = k_.body.node(k_.body.outputs[o].node);
+      store(output_slot_[o], n.dtype, base, contiguous_value(k_.body.outputs[o].node, base, lanes), lanes);
+    }
+  }
+
+  mlir::Value contiguous_value(NodeId id, mlir::Value base, int lanes) {
+    auto it = contiguous_cache_.find(id);
+    if (it != contiguous_cache_.end()) return it->second;
+    const Node& n = k_.body.node(id);
+    mlir::Value v;
+    if (n.kind == OpKind::BroadcastTo) {
+      const Node& in = k_.body.node(n.inputs[0]);
+      v = general_value(n.inputs[0], std::vector<mlir::Value>(in.shape.size(), i64(0)));
+      if (lanes > 1) v = b_.create<mlir::vector::BroadcastOp>(loc_, lane_type(scalar_type(n.dtype), lanes), v);
+    } else if (n.kind == OpKind::Elementwise) {
+      std::vector<mlir::Value> args;
+      for (NodeId in : n.inputs) args.push_back(contiguous_value(in, base, lanes));
+      v = scalar_fn(n.as<ir::ElementwiseAttrs>().body, args, lanes);
+    } else {
+      v = load(input_slot_.at(id), n.dtype, base, lanes);
+    }
+    contiguous_cache_[id] = v;
+    return v;
+  }
+
+  void emit_general(mlir::Value linear) {
+    std::vector<mlir::Value> idx = delinearize(linear, k_.space);
+    for (size_t o = 0; o < k_.body.outputs.size(); ++o) {
+      const Node& n = k_.body.node(k_.body.outputs[o].node);
+      store(output_slot_[o], n.dtype, linear, general_value(k_.body.outputs[o].node, idx), 1);
+    }
+  }
+
+  // The value of node `id` at multi-index `idx` of its shape, following views as index maps.
+  mlir::Value general_value(NodeId id, const std::vector<mlir::Value>& idx) {
+    std::vector<const void*> key{reinterpret_cast<const void*>(static_cast<intptr_t>(id))};
+    for (mlir::Value v : idx) key.push_back(v.getAsOpaquePointer());
+    auto it = general_cache_.find(key);
+    if (it != general_cache_.end()) return it->second;
+    const Node& n = k_.body.node(id);
+    auto operand = [&](const std::vector<mlir::Value>& in_idx) { return general_value(n.inputs[0], in_idx); };
+    mlir::Value v;
+    switch (n.kind) {
+      case OpKind::Input:
+      case OpKind::Constant: v = load(input_slot_.at(id), n.dtype, linearize(idx, n.shape), 1); break;
+      case OpKind::Elementwise: {
+        std::vector<mlir::Value> args;
+        for (NodeId in : n.inputs) args.push_back(general_value(in, idx));
+        v = scalar_fn(n.as<ir::ElementwiseAttrs>().body, args, 1);
+        break;
+      }
+      case OpKind::BroadcastTo: {
+        const ir::Shape& from = k_.body.node(n.inputs[0]).shape;
+        size_t offset = n.shape.size() - from.size();
+        std::vector<mlir::Value> in_idx;
+        for (size_t d = 0; d < from.size(); ++d) in_idx.push_back(from[d] == ir::Dim(1) ? i64(0) : idx[d + offset]);
+        v = operand(in_idx);
+        break;
+      }
+      case OpKind::Permute: {
+        const std::vector<int>& perm = n.as<ir::PermuteAttrs>().perm;
+        std::vector<mlir::Value> in_idx(perm.size());
+        for (size_t d = 0; d < perm.size(); ++d) in_idx[perm[d]] = idx[d];
+        v = operand(in_idx);
+        break;
+      }
+      case OpKind::ExpandDims: {
+        std::vector<mlir::Value> in_idx = idx;
+        in_idx.erase(in_idx.begin() + n.as<ir::ExpandDimsAttrs>().axis);
+        v = operand(in_idx);
+        break;
+      }
+      case OpKind::Squeeze: {
+        const ir::Shape& from = k_.body.node(n.inputs[0]).shape;
+        const std::vector<int>& axes = n.as<ir::SqueezeAttrs>().axes;
+        std::vector<mlir::Value> in_idx;
+        size_t next = 0;
+        for (size_t d = 0; d < from.size(); ++d)
+          in_idx.push_back(std::find(axes.begin(), axes.end(), static_cast<int>(d)) != axes.end() ? i64(0) : idx[next++]);
+        v = operand(in_idx);
+        break;
+      }
+      case OpKind::Reshape:
+        v = operand(delinearize(linearize(idx, n.shape), k_.body.node(n.inputs[0]).shape));
+        break;
+      case OpKind::Arange: v = idx[0]; break;
+      case OpKind::Rand: v = philox_uniform(linearize(idx, n.shape), n.as<ir::RandAttrs>().seed); break;
+      default: throw ir::Error(fail_text(std::string(ir::op_kind_name(n.kind)) + " in an elementwise kernel"));
+    }
+    general_cache_[key] = v;
+    return v;
+  }
+
+  // ir::rand_uniform: Philox-4x32-10 with counter {lo(i), hi(i), 0, 0}, key {lo(seed), hi(seed)}.
+  mlir::Value philox_uniform(mlir::Value i, uint64_t seed) {
+    auto u32 = [&](uint32_t v) { return b_.create<mlir::arith::ConstantIntOp>(loc_, static_cast<int64_t>(v), 32).getResult(); };
+    auto mulhilo = [&](uint32_t m, mlir::Value x) {
+      mlir::Value wide = b_.create<mlir::arith::MulIOp>(loc_, i64(m), b_.create<mlir::arith::ExtUIOp>(loc_, i64_type(), x));
+      mlir::Value hi = b_.create<mlir::arith::TruncIOp>(loc_, b_.getI32Type(), b_.create<mlir::arith::ShRUIOp>(loc_, wide, i64(32)));
+      mlir::Value lo = b_.create<mlir::arith::TruncIOp>(loc_, b_.getI32Type(), wide);
+      return std::make_pair(hi, lo);
+    };
+    mlir::Value c[4] = {b_.create<mlir::arith::TruncIOp>(loc_, b_.getI32Type(), i),
+                        b_.create<mlir::arith::TruncIOp>(loc_, b_.getI32Type(), b_.create<mlir::arith::ShRUIOp>(loc_, i, i64(32))),
+                        u32(0), u32(0)};
+    uint32_t key[2] = {static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)};
+    for (int round = 0; round < 10; ++round) {
+      if (round > 0) {
+        key[0] += 0x9E3779B9u;
+        key[1] += 0xBB67AE85u;
+      }
+      auto [hi0, lo0] = mulhilo(0xD2511F53u, c[0]);
+      auto [hi1, lo1] = mulhilo(0xCD9E8D57u, c[2]);
+      mlir::Value x0 = b_.create<mlir::arith::XOrIOp>(loc_, b_.create<mlir::arith::XOrIOp>(loc_, hi1, c[1]), u32(key[0]));
+      mlir::Value x2 = b_.create<mlir::arith::XOrIOp>(loc_, b_.create<mlir::arith::XOrIOp>(loc_, hi0, c[3]), u32(key[1]));
+      c[0] = x0;
+      c[1] = lo1;
+      c[2] = x2;
+      c[3] = lo0;
+    }
+    mlir::Value bits = b_.create<mlir::arith::ShRUIOp>(loc_, c[0], u32(8));
+    mlir::Value f = b_.create<mlir::arith::UIToFPOp>(loc_, b_.getF32Type(), bits);
+    return b_.create<mlir::arith::MulFOp>(loc_, f, constant(DType::F32, 0x1p-24, 0, 1));
+  }
+
+  // ---- scalar functions ----
+
+  mlir::Value scalar_fn(const ir::ScalarFn& fn, const std::vector<mlir::Value>& params, int lanes) {
+    std::vector<mlir::Value> values(fn.nodes.size());
+    for (size_t i = 0; i < fn.nodes.size(); ++i) {
+      const ir::ScalarNode& s = fn.nodes[i];
+      if (s.op == ScalarOp::Param) values[i] = params[s.param];
+      else if (s.op == ScalarOp::Literal) values[i] = constant(s.dtype, s.value.f, s.value.i, lanes);
+      else {
+        std::vector<mlir::Value> args;
+        for (int a = 0; a < s.arity(); ++a) args.push_back(values[s.args[a]]);
+        DType operand = fn.nodes[s.args[s.op == ScalarOp::Select ? 1 : 0]].dtype;
+        values[i] = scalar_op(s.op, operand, s.dtype, args, lanes);
+      }
+    }
+    return values[fn.results[0]];
+  }
+
+  mlir::Value cmpf(mlir::arith::CmpFPredicate p, mlir::Value a, mlir::Value c) { return b_.create<mlir::arith::CmpFOp>(loc_, p, a, c); }
+  mlir::Value cmpi(mlir::arith::CmpIPredicate p, mlir::Value a, mlir::Value c) { return b_.create<mlir::arith::CmpIOp>(loc_, p, a, c); }
+  mlir::Value select(mlir::Value c, mlir::Value a, mlir::Value d) { return b_.create<mlir::arith::SelectOp>(loc_, c, a, d); }
+
+  // One op with the exact semantics of ir::evaluate_scalar_op.
+  mlir::Value scalar_op(ScalarOp op, DType operand, DType result, const std::vector<mlir::Value>& a, int lanes) {
+    using mlir::arith::CmpFPredicate;
+    using mlir::arith::CmpIPredicate;
+    auto zero = [&](DType t) { return constant(t, 0, 0, lanes); };
+    auto one = [&](DType t) { return constant(t, 1, 1, lanes); };
+    if (op == ScalarOp::Select) return select(a[0], a[1], a[2]);
+    if (op == ScalarOp::Cast) return cast(a[0], operand, result, lanes);
+    if (op == ScalarOp::Not) return b_.create<mlir::arith::XOrIOp>(loc_, a[0], one(DType::Bool));
+    if (op == ScalarOp::And) return b_.create<mlir::arith::AndIOp>(loc_, a[0], a[1]);
+    if (op == ScalarOp::Or) return b_.create<mlir::arith::OrIOp>(loc_, a[0], a[1]);
+    if (ir::is_float(operand)) {
+      mlir::Value x = a[0];
+      switch (op) {
+        case ScalarOp::Neg: return b_.create<mlir::arith::NegFOp>(loc_, x);
+        case ScalarOp::Abs: return b_.create<mlir::math::AbsFOp>(loc_, x);
+        case ScalarOp::Exp: return b_.create<mlir::math::ExpOp>(loc_, x);
+        case ScalarOp::Exp2: return b_.create<mlir::math::Exp2Op>(loc_, x);
+        case ScalarOp::Log: return b_.create<mlir::math::LogOp>(loc_, x);
+        case ScalarOp::Log2: return b_.create<mlir::math::Log2Op>(loc_, x);
+        case ScalarOp::Sqrt: return b_.create<mlir::math::SqrtOp>(loc_, x);
+        case ScalarOp::Rsqrt: return b_.create<mlir::arith::DivFOp>(loc_, one(operand), b_.create<mlir::math::SqrtOp>(loc_, x));
+        case ScalarOp::Sin:
+          return operand == DType::F32 ? sin_cos_f32(x, true, lanes) : mlir::Value(b_.create<mlir::math::SinOp>(loc_, x));
+        case ScalarOp::Cos:
+          return operand == DType::F32 ? sin_cos_f32(x, false, lanes) : mlir::Value(b_.create<mlir::math::CosOp>(loc_, x));
+        case ScalarOp::Tan: return b_.create<mlir::math::TanOp>(loc_, x);
+        case ScalarOp::Tanh: return b_.create<mlir::math::TanhOp>(loc_, x);
+        case ScalarOp::Sigmoid: {
+          mlir::Value e = b_.create<mlir::math::ExpOp>(loc_, b_.create<mlir::arith::NegFOp>(loc_, x));
+          return b_.create<mlir::arith::DivFOp>(loc_, one(operand), b_.create<mlir::arith::AddFOp>(loc_, one(operand), e));
+        }
+        case ScalarOp::Relu: return b_.create<mlir::arith::MaximumFOp>(loc_, x, zero(operand));
+        case ScalarOp::Floor: return b_.create<mlir::math::FloorOp>(loc_, x);
+        case ScalarOp::Ceil: return b_.create<mlir::math::CeilOp>(loc_, x);
+        case ScalarOp::Round: return b_.create<mlir::math::RoundEvenOp>(loc_, x);
+        case ScalarOp::Add: return b_.create<mlir::arith::AddFOp>(loc_, x, a[1]);
+        case ScalarOp::Sub: return b_.create<mlir::arith::SubFOp>(loc_, x, a[1]);
+        case ScalarOp::Mul: return b_.create<mlir::arith::MulFOp>(loc_, x, a[1]);
+        case ScalarOp::Div: return b_.create<mlir::arith::DivFOp>(loc_, x, a[1]);
+        case ScalarOp::FloorDiv: return b_.create<mlir::math::FloorOp>(loc_, b_.create<mlir::arith::DivFOp>(loc_, x, a[1]));
+        case ScalarOp::Mod: {  // Python: the result takes the divisor's sign
+          mlir::Value r = b_.create<mlir::arith::RemFOp>(loc_, x, a[1]);
+          mlir::Value differ = b_.create<mlir::arith::XOrIOp>(loc_, cmpf(CmpFPredicate::OLT, r, zero(operand)),
+                                                             cmpf(CmpFPredicate::OLT, a[1], zero(operand)));
+          mlir::Value fix = b_.create<mlir::arith::AndIOp>(loc_, cmpf(CmpFPredicate::ONE, r, zero(operand)), differ);
+          return select(fix, b_.create<mlir::arith::AddFOp>(loc_, r, a[1]), r);
+        }
+        case ScalarOp::Pow: return b_.create<mlir::math::PowFOp>(loc_, x, a[1]);
+        case ScalarOp::Minimum: return b_.create<mlir::arith::MinimumFOp>(loc_, x, a[1]);
+        case ScalarOp::Maximum: return b_.create<mlir::arith::MaximumFOp>(loc_, x, a[1]);
+        case ScalarOp::Eq: return cmpf(CmpFPredicate::OEQ, x, a[1]);
+        case ScalarOp::Ne: return cmpf(CmpFPredicate::UNE, x, a[1]);
+        case ScalarOp::Lt: return cmpf(CmpFPredicate::OLT, x, a[1]);
+        case ScalarOp::Le: return cmpf(CmpFPredicate::OLE, x, a[1]);
+        case ScalarOp::Gt: return cmpf(CmpFPredicate::OGT, x, a[1]);
+        case ScalarOp::Ge: return cmpf(CmpFPredicate::OGE, x, a[1]);
+        default: break;
+      }
+      throw ir::Error(fail_text("float op " + std::string(ir::scalar_op_name(op))));
+    }
+    // Integers (and bool comparisons, unsigned so that true > false).
+    bool is_bool = operand == DType::Bool;
+    mlir::Value x = a[0];
+    switch (op) {
+      case ScalarOp::Neg: return sub(zero(operand), x);
+      case ScalarOp::Abs: return select(cmpi(CmpIPredicate::slt, x, zero(operand)), sub(zero(operand), x), x);
+      case ScalarOp::Relu: return b_.create<mlir::arith::MaxSIOp>(loc_, x, zero(operand));
+      case ScalarOp::Floor: case ScalarOp::Ceil: case ScalarOp::Round: return x;
+      case ScalarOp::Add: return add(x, a[1]);
+      case ScalarOp::Sub: return sub(x, a[1]);
+      case ScalarOp::Mul: return mul(x, a[1]);
+      case ScalarOp::FloorDiv:
+      case ScalarOp::Mod: return int_floordiv_mod(op, operand, x, a[1], lanes);
+      case ScalarOp::Pow: return int_pow(operand, x, a[1], lanes);
+      case ScalarOp::Minimum: return b_.create<mlir::arith::MinSIOp>(loc_, x, a[1]);
+      case ScalarOp::Maximum: return b_.create<mlir::arith::MaxSIOp>(loc_, x, a[1]);
+      case ScalarOp::Eq: return cmpi(CmpIPredicate::eq, x, a[1]);
+      case ScalarOp::Ne: return cmpi(CmpIPredicate::ne, x, a[1]);
+      case ScalarOp::Lt: return cmpi(is_bool ? CmpIPredicate::ult : CmpIPredicate::slt, x, a[1]);
+      case ScalarOp::Le: return cmpi(is_bool ? CmpIPredicate::ule : CmpIPredicate::sle, x, a[1]);
+      case ScalarOp::Gt: return cmpi(is_bool ? CmpIPredicate::ugt : CmpIPredicate::sgt, x, a[1]);
+      case ScalarOp::Ge: return cmpi(is_bool ? CmpIPredicate::uge : CmpIPredicate::sge, x, a[1]);
+      default: break;
+    }
+    throw ir::Error(fail_text("integer op " + std::string(ir::scalar_op_name(op))));
+  }
+
+  // sin or cos of f32 lanes, computed in f64 (so it vectorizes and stays within 1 ulp of the
+  // correctly rounded result for |x| up to about 1e6, where MLIR's f32 approximation loses
+  // digits): x = k*pi/2 + r with pi/2 split in two parts (fdlibm's rem_pio2 for small k),
+  // then fdlibm's sin and cos kernels on [-pi/4, pi/4], chosen by k mod 4.
+  mlir::Value sin_cos_f32(mlir::Value x, bool want_sin, int lanes) {
+    using mlir::arith::CmpFPredicate;
+    auto f64 = [&](double v) { return constant(DType::F64, v, 0, lanes); };
+    auto fadd = [&](mlir::Value a, mlir::Value c) { return b_.create<mlir::arith::AddFOp>(loc_, a, c).getResult(); };
+    auto fmul = [&](mlir::Value a, mlir::Value c) { return b_.create<mlir::arith::MulFOp>(loc_, a, c).getResult(); };
+    auto poly = [&](mlir::Value z, std::initializer_list<double> coefficients) {  // highest degree last
+      std::vector<double> c(coefficients);
+      mlir::Value acc = f64(c.back());
+      for (size_t i = c.size() - 1; i-- > 0;) acc = fadd(f64(c[i]), fmul(z, acc));
+      return acc;
+    };
+    mlir::Value xd = b_.create<mlir::arith::ExtFOp>(loc_, lane_type(b_.getF64Type(), lanes), x);
+    mlir::Value k = b_.create<mlir::math::RoundEvenOp>(loc_, fmul(xd, f64(0.63661977236758134308)));
+    mlir::Value r = fadd(fadd(xd, fmul(k, f64(-1.57079632673412561417e+00))), fmul(k, f64(-6.07710050650619224932e-11)));
+    mlir::Value z = fmul(r, r);
+    mlir::Value sin_r = fadd(r, fmul(fmul(z, r), poly(z, {-1.66666666666666324348e-01, 8.33333333332248946124e-03,
+                                                         -1.98412698298579493134e-04, 2.75573137070700676789e-06,
+                                                         -2.50507602534068634195e-08, 1.58969099521155010221e-10})));
+    mlir::Value cos_r = fadd(fadd(f64(1.0), fmul(z, f64(-0.5))),
+                             fmul(fmul(z, z), poly(z, {4.16666666666666019037e-02, -1.38888888888741095749e-03,
+                                                       2.48015872894767294178e-05, -2.75573143513906633035e-07,
+                                                       2.08757232129817482790e-09, -1.13596475577881948265e-11})));
+    // The quadrant: k mod 4, with k = 0 where it is not finite (the result is NaN there anyway).
+    mlir::Value finite = cmpf(CmpFPredicate::OLT, b_.create<mlir::math::AbsFOp>(loc_, k), f64(9.0e15));
+    mlir::Type i64s = lane_type(b_.getI64Type(), lanes);
+    mlir::Value q = b_.create<mlir::arith::FPToSIOp>(loc_, i64s, select(finite, k, f64(0)));
+    auto constant_i64 = [&](int64_t v) { return constant(DType::I64, 0, v, lanes); };
+    q = b_.create<mlir::arith::AndIOp>(loc_, q, constant_i64(3));
+    if (!want_sin) q = add(q, constant_i64(1));  // cos(x) = sin(x + pi/2)
+    mlir::Value use_cos = cmpi(mlir::arith::CmpIPredicate::ne, b_.create<mlir::arith::AndIOp>(loc_, q, constant_i64(1)), constant_i64(0));
+    mlir::Value negate = cmpi(mlir::arith::CmpIPredicate::ne, b_.create<mlir::arith::AndIOp>(loc_, q, constant_i64(2)), constant_i64(0));
+    mlir::Value v = select(use_cos, cos_r, sin_r);
+    v = select(negate, b_.create<mlir::arith::NegFOp>(loc_, v), v);
+    return b_.create<mlir::arith::TruncFOp>(loc_, lane_type(b_.getF32Type(), lanes), v);
+  }
+
+  // Python's // and % on integers; x // 0 and x % 0 are 0, and x // -1 wraps (never traps).
+  mlir::Value int_floordiv_mod(ScalarOp op, DType t, mlir::Value x, mlir::Value y, int lanes) {
+    using mlir::arith::CmpIPredicate;
+    mlir::Value zero = constant(t, 0, 0, lanes), one = constant(t, 1, 1, lanes), minus_one = constant(t, -1, -1, lanes);
+    mlir::Value y_zero = cmpi(CmpIPredicate::eq, y, zero), y_minus_one = cmpi(CmpIPredicate::eq, y, minus_one);
+    mlir::Value safe_y = select(b_.create<mlir::arith::OrIOp>(loc_, y_zero, y_minus_one), one, y);
+    mlir::Value q = b_.create<mlir::arith::DivSIOp>(loc_, x, safe_y);
+    mlir::Value r = b_.create<mlir::arith::RemSIOp>(loc_, x, safe_y);
+    mlir::Value differ = b_.create<mlir::arith::XOrIOp>(loc_, cmpi(CmpIPredicate::slt, r, zero), cmpi(CmpIPredicate::slt, y, zero));
+    mlir::Value fix = b_.create<mlir::arith::AndIOp>(loc_, cmpi(CmpIPredicate::ne, r, zero), differ);
+    if (op == ScalarOp::FloorDiv) {
+      mlir::Value floor_q = select(fix, sub(q, one), q);
+      return select(y_zero, zero, select(y_minus_one, sub(zero, x), floor_q));
+    }
+    mlir::Value floor_r = select(fix, add(r, y), r);
+    return select(b_.create<mlir::arith::OrIOp>(loc_, y_zero, y_minus_one), zero, floor_r);
+  }
+
+  // Integer power by squaring over every exponent bit (branch-free, so it vectorizes);
+  // negative exponents give the integer part of 1 / x^-e.
+  mlir::Value int_pow(DType t, mlir::Value x, mlir::Value e, int lanes) {
+    using mlir::arith::CmpIPredicate;
+    int bits = t == DType::I32 ? 32 : 64;
+    mlir::Value zero = constant(t, 0, 0, lanes), one = constant(t, 1, 1, lanes);
+    mlir::Value result = one, base = x, rest = e;
+    for (int i = 0; i < bits - 1; ++i) {
+      mlir::Value bit = cmpi(CmpIPredicate::ne, b_.create<mlir::arith::AndIOp>(loc_, rest, one), zero);
+      result = select(bit, mul(result, base), result);
+      base = mul(base, base);
+      rest = b_.create<mlir::arith::ShRUIOp>(loc_, rest, one);
+    }
+    mlir::Value minus_one = constant(t, -1, -1, lanes);
+    mlir::Value odd = cmpi(CmpIPredicate::ne, b_.create<mlir::arith::AndIOp>(loc_, e, one), zero);
+    mlir::Value negative = select(cmpi(CmpIPredicate::eq, x, one), one,
+                                  select(cmpi(CmpIPredicate::eq, x, minus_one), select(odd, minus_one, one), zero));
+    return select(cmpi(CmpIPredicate::slt, e, zero), negative, result);
+  }
+
+  // Casts as ir::evaluate_scalar_op: float->int truncates and saturates, NaN gives 0;
+  // anything->bool is x != 0 (NaN is true).
+  mlir::Value cast(mlir::Value x, DType from, DType to, int lanes) {
+    using mlir::arith::CmpFPredicate;
+    using mlir::arith::CmpIPredicate;
+    mlir::Type to_type = lane_type(scalar_type(to), lanes);
+    if (from == to) return x;
+    if (to == DType::Bool)
+      return ir::is_float(from) ? cmpf(CmpFPredicate::UNE, x, constant(from, 0, 0, lanes))
+                                : cmpi(CmpIPredicate::ne, x, constant(from, 0, 0, lanes));
+    if (ir::is_float(from) && ir::is_float(to))
+      return to == DType::F64 ? mlir::Value(b_.create<mlir::arith::ExtFOp>(loc_, to_type, x))
+                              : mlir::Value(b_.create<mlir::arith::TruncFOp>(loc_, to_type, x));
+    if (ir::is_float(to))
+      return from == DType::Bool ? mlir::Value(b_.create<mlir::arith::UIToFPOp>(loc_, to_type, x))
+                                 : mlir::Value(b_.create<mlir::arith::SIToFPOp>(loc_, to_type, x));
+    if (ir::is_float(from)) {
+      double limit = to == DType::I32 ? 2147483648.0 : 9223372036854775808.0;
+      int64_t max = to == DType::I32 ? INT32_MAX : INT64_MAX, min = to == DType::I32 ? INT32_MIN : INT64_MIN;
+      mlir::Value too_big = cmpf(CmpFPredicate::OGE, x, constant(from, limit, 0, lanes));
+      mlir::Value too_small = cmpf(CmpFPredicate::OLT, x, constant(from, -limit, 0, lanes));
+      mlir::Value nan = cmpf(CmpFPredicate::UNO, x, x);
+      mlir::Value out_of_range = b_.create<mlir::arith::OrIOp>(loc_, b_.create<mlir::arith::OrIOp>(loc_, too_big, too_small), nan);
+      mlir::Value safe = select(out_of_range, constant(from, 0, 0, lanes), x);
+      mlir::Value v = b_.create<mlir::arith::FPToSIOp>(loc_, to_type, safe);
+      v = select(too_big, constant(to, 0, max, lanes), v);
+      return select(too_small, constant(to, 0, min, lanes), v);
+    }
+    if (from == DType::Bool) return b_.create<mlir::arith::ExtUIOp>(loc_, to_type, x);
+    return ir::dtype_size(to) > ir::dtype_size(from) ? mlir::Value(b_.create<mlir::arith::ExtSIOp>(loc_, to_type, x))
+                                                     : mlir::Value(b_.create<mlir::arith::TruncIOp>(loc_, to_type, x));
+  }
+
+  mlir::OpBuilder& b_;
+  mlir::Location loc_;
+  const ir::Kernel& k_;
+  const std::map<std::string, int>& symbols_;
+  CompiledKernel& out_;
+  mlir::Value buffers_, symbols_arg_;
+  int slot_count_ = 0;
+  std::vector<mlir::Value> base_;             // each slot's address
+  std::map<std::string, mlir::Value> dims_;   // by Dim::str()
+  std::map<NodeId, int> input_slot_;
+  std::vector<int> output_slot_;
+  std::map<std::vector<const void*>, mlir::Value> general_cache_;
+  std::map<NodeId, mlir::Value> contiguous_cache_;
+};
+
+std::unique_ptr<mlir::MLIRContext> make_context() {
+  auto context = std::make_unique<mlir::MLIRContext>();
+  context->loadDialect<mlir::func::FuncDialect, mlir::arith::ArithDialect, mlir::math::MathDialect,
+                       mlir::scf::SCFDialect, mlir::vector::VectorDialect, mlir::LLVM::LLVMDialect,
+                       mlir::cf::ControlFlowDialect>();
+  mlir::registerBuiltinDialectTranslation(*context);
+  mlir::registerLLVMDialectTranslation(*context);
+  return context;
+}
+
+// The kernels of `p` that the backend compiles, as functions named after the kernels.
+mlir::OwningOpRef<mlir::ModuleOp> build_module(mlir::MLIRContext& context, const ir::Program& p,
+                                               std::vector<CompiledKernel>& kernels,
+                                               const std::vector<std::string>& symbol_names) {
+  std::map<std::string, int> symbols;
+  for (size_t i = 0; i < symbol_names.size(); ++i) symbols[symbol_names[i]] = static_cast<int>(i);
+  mlir::OpBuilder b(&context);
+  mlir::OwningOpRef<mlir::ModuleOp> module = mlir::ModuleOp::create(b.getUnknownLoc());
+  mlir::Type ptr = mlir::LLVM::LLVMPointerType::get(&context);
+  kernels.assign(p.kernels.size(), {});
+  for (size_t ki = 0; ki < p.kernels.size(); ++ki) {
+    const ir::Kernel& k = p.kernels[ki];
+    if (!cpu_compiles(k.kind)) continue;
+    b.setInsertionPointToEnd(module->getBody());
+    auto func = b.create<mlir::func::FuncOp>(b.getUnknownLoc(), k.name,
+                                             b.getFunctionType({ptr, ptr, b.getI64Type(), b.getI64Type()}, {}));
+    KernelEmitter(b, k, symbols, kernels[ki]).emit(func);
+  }
+  return module;
+}
+
+void lower_to_llvm(mlir::ModuleOp module) {
+  mlir::MLIRContext* context = module.getContext();
+  // Polynomial approximations first: they turn math.exp/log/sin/cos/tanh on f32 into
+  // arithmetic that vectorizes, instead of scalar libm calls.
+  mlir::RewritePatternSet approximations(context);
+  mlir::populateMathPolynomialApproximationPatterns(approximations, {});
+  if (mlir::failed(mlir::applyPatternsAndFoldGreedily(module, std::move(approximations))))
+    throw ir::Error(fail_text("polynomial approximation did not converge"));
+
+  // Keep MLIR's diagnostics for the error message: a failure here is a bug in fuse.
+  std::string diagnostics;
+  mlir::ScopedDiagnosticHandler handler(context, [&](mlir::Diagnostic& d) {
+    diagnostics += "\n  " + d.str();
+    return mlir::success();
+  });
+  mlir::PassManager pm(context);
+  pm.addPass(mlir::createCanonicalizerPass());
+  pm.addPass(mlir::createCSEPass());
+  pm.addPass(mlir::createConvertMathToLibmPass());
+  pm.addPass(mlir::createConvertSCFToCFPass());
+  pm.addPass(mlir::createConvertVectorToLLVMPass());
+  pm.addPass(mlir::createConvertMathToLLVMPass());
+  pm.addPass(mlir::createArithToLLVMConversionPass());
+  pm.addPass(mlir::createConvertFuncToLLVMPass());
+  pm.addPass(mlir::createConvertControlFlowToLLVMPass());
+  pm.addPass(mlir::createReconcileUnrealizedCastsPass());
+  if (mlir::failed(pm.run(module))) throw ir::Error(fail_text("lowering to the LLVM dialect failed:" + diagnostics));
+}
+
+void initialize_llvm() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    llvm::InitializeNativeTarget();
+    llvm::InitializeNativeTargetAsmPrinter();
+  });
+}
+
+std::string to_text(mlir::Operation* op) {
+  std::string text;
+  llvm::raw_string_ostream out(text);
+  op->print(out);
+  return text;
+}
+
+}  // namespace
+
+std::string emit_cpu_mlir(const ir::Program& p) {
+  auto context = make_context();
+  std::vector<CompiledKernel> kernels;
+  auto module = build_module(*context, p, kernels, program_symbols(p));
+  return to_text(module.get());
+}
+
+std::string emit_cpu_llvm(const ir::Program& p) {
+  initialize_llvm();
+  auto context = make_context();
+  std::vector<CompiledKernel> kernels;
+  auto module = build_module(*context, p, kernels, program_symbols(p));
+  lower_to_llvm(module.get());
+  llvm::LLVMContext llvm_context;
+  std::unique_ptr<llvm::Module> llvm_module = mlir::translateModuleToLLVMIR(module.get(), llvm_context);
+  if (!llvm_module) throw ir::Error(fail_text("translation to LLVM IR failed"));
+  std::string text;
+  llvm::raw_string_ostream out(text);
+  llvm_module->print(out, nullptr);
+  return text;
+}
+
+std::unique_ptr<CpuModule> compile_cpu(const ir::Program& p) {
+  initialize_llvm();
+  std::unique_ptr<CpuModule> result(new CpuModule());
+  result->symbols_ = program_symbols(p);
+  result->engine_ = std::make_unique<CpuModule::Engine>();
+  result->engine_->context = make_context();
+  auto module = build_module(*result->engine_->context, p, result->kernels_, result->symbols_);
+  lower_to_llvm(module.get());
+
+  // LLVM vectorizes and schedules for this very CPU only when it knows it.
+  auto host = llvm::orc::JITTargetMachineBuilder::detectHost();
+  if (!host) throw ir::Error(fail_text("cannot detect the host CPU"));
+  auto machine = host->createTargetMachine();
+  if (!machine) throw ir::Error(fail_text("cannot create a target machine for the host"));
+  auto transformer = mlir::makeOptimizingTransformer(2, 0, machine->get());
+  mlir::ExecutionEngineOptions engine_options;
+  engine_options.transformer = transformer;
+  engine_options.jitCodeGenOptLevel = llvm::CodeGenOptLevel::Aggressive;
+  auto engine = mlir::ExecutionEngine::create(module.get(), engine_options);
+  if (!engine) throw ir::Error(fail_text("the JIT rejected the module: " + llvm::toString(engine.takeError())));
+  result->engine_->engine = std::move(*engine);
+  for (size_t ki = 0; ki < p.kernels.size(); ++ki) {
+    if (!cpu_compiles(p.kernels[ki].kind)) continue;
+    auto fn = result->engine_->engine->lookup(p.kernels[ki].name);
+    if (!fn) throw ir::Error(fail_text("kernel " + p.kernels[ki].name + " not found: " + llvm::toString(fn.takeError())));
+    result->kernels_[ki].fn = reinterpret_cast<CpuKernelFn>(*fn);
+  }
+  return result;
+}
+
+}  // namespace fuse::codegen

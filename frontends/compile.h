@@ -1,0 +1,24 @@
+// fuse::compile: a graph through the passes and a backend into something that runs.
+#pragma once
+
+#include "frontends/api.h"
+#include "passes/pipeline.h"
+#include "runtime/executable.h"
+
+namespace fuse {
+
+struct CompileOptions {
+  passes::PipelineOptions pipeline;  // fusion on/off, fast math, the target's schedules
+};
+
+/// Compiles for the CPU: the passes, then MLIR -> LLVM -> machine code for every kernel kind the
+/// CPU backend handles (codegen::cpu_compiles); the other kernels run in the reference
+/// interpreter until the backend covers them.
+runtime::Executable compile(const ir::Graph& g, const CompileOptions& options = {});
+/// The CPU backend alone, for a Program the passes made.
+runtime::Executable compile_program(ir::Program program);
+inline runtime::Executable compile(const Graph& g, const CompileOptions& options = {}) {
+  return compile(g.ir(), options);
+}
+
+}  // namespace fuse

@@ -1,0 +1,85 @@
+#include "runtime/executable.h"
+
+#include <cstring>
+
+#include "runtime/thread_pool.h"
+
+namespace fuse::runtime {
+
+Executable::Executable(ir::Program program, CpuCode code)
+    : program_(std::move(program)), code_(std::move(code)), slots_(program_.num_slots) {
+  if (code_.kernels.size() != program_.kernels.size())
+    throw ir::Error("internal error: compiled code does not match the program's kernels");
+}
+
+int Executable::compiled_kernel_count() const {
+  int n = 0;
+  for (const CpuKernelCode& k : code_.kernels) n += k.fn != nullptr;
+  return n;
+}
+
+// The memory of buffer `b` for this run: inputs in place, outputs in the returned arrays,
+// intermediates in their slot (grown when a run needs more).
+void* Executable::storage(ir::BufferId b, const ir::SymbolBindings& symbols, ir::TensorMap& outputs,
+                          const ir::TensorMap& inputs) {
+  const ir::Buffer& buf = program_.buffers[b];
+  ir::ConcreteShape shape = ir::evaluate(buf.shape, symbols);
+  switch (buf.role) {
+    case ir::BufferRole::Input: return const_cast<void*>(inputs.at(buf.name).data());
+    case ir::BufferRole::Output: {
+      auto [it, inserted] = outputs.try_emplace(buf.name, buf.dtype, shape);
+      return it->second.data();
+    }
+    case ir::BufferRole::Intermediate: {
+      Buffer& slot = slots_[buf.slot];
+      size_t bytes = static_cast<size_t>(ir::num_elements(shape)) * ir::dtype_size(buf.dtype);
+      if (slot.size_bytes() < bytes) slot = Buffer::empty(ir::DType::Bool, {static_cast<int64_t>(bytes)});
+      return slot.data();
+    }
+  }
+  return nullptr;
+}
+
+ir::TensorMap Executable::run(const ir::TensorMap& inputs) {
+  ir::SymbolBindings symbols = ir::bind_program_inputs(program_, inputs);
+  std::vector<int64_t> symbol_sizes;
+  for (const std::string& s : code_.symbols) {
+    auto it = symbols.find(s);
+    symbol_sizes.push_back(it == symbols.end() ? 0 : it->second);
+  }
+  ir::TensorMap buffers_out;  // keyed by buffer name
+  for (int ki : program_.launch_order) {
+    const ir::Kernel& k = program_.kernels[ki];
+    const CpuKernelCode& code = code_.kernels[ki];
+    std::vector<void*> pointers;
+    for (ir::BufferId b : k.inputs) pointers.push_back(storage(b, symbols, buffers_out, inputs));
+    for (ir::BufferId b : k.outputs) pointers.push_back(storage(b, symbols, buffers_out, inputs));
+    if (code.fn) {
+      for (const ir::HostArray& c : code.constants) pointers.push_back(const_cast<void*>(c.data()));
+      int64_t total = ir::evaluate(ir::num_elements(k.space), symbols);
+      ThreadPool::global().parallel_for(0, total, std::max<int64_t>(1, k.schedule.cpu.grain),
+                                        [&](int64_t begin, int64_t end) {
+                                          code.fn(pointers.data(), symbol_sizes.data(), begin, end);
+                                        });
+      continue;
+    }
+    // Not compiled yet: the reference interpreter computes the kernel from the same buffers.
+    ir::TensorMap args;
+    for (size_t i = 0; i < k.inputs.size(); ++i) {
+      const ir::Buffer& buf = program_.buffers[k.inputs[i]];
+      ir::HostArray a(buf.dtype, ir::evaluate(buf.shape, symbols));
+      std::memcpy(a.data(), pointers[i], a.bytes.size());
+      args[buf.name] = std::move(a);
+    }
+    ir::TensorMap results = ir::interpret(k.body, args, symbols);
+    for (size_t o = 0; o < k.outputs.size(); ++o) {
+      const ir::HostArray& r = results.at(program_.buffers[k.outputs[o]].name);
+      std::memcpy(pointers[k.inputs.size() + o], r.data(), r.bytes.size());
+    }
+  }
+  ir::TensorMap outputs;
+  for (const ir::ProgramIO& o : program_.outputs) outputs[o.name] = buffers_out.at(program_.buffers[o.buffer].name);
+  return outputs;
+}
+
+}  // namespace fuse::runtime

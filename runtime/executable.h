@@ -1,0 +1,53 @@
+// Runs a compiled Program: buffers by the memory plan, kernels in launch order on the thread pool.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ir/interpreter.h"
+#include "ir/program.h"
+#include "runtime/buffer.h"
+
+namespace fuse::runtime {
+
+/// The ABI of a compiled CPU kernel (codegen/cpu_codegen.h produces them): the kernel's
+/// buffers (inputs, outputs, then its constants), the sizes of the Program's shape symbols, and
+/// the [begin, end) slice of its flattened iteration space to compute.
+using CpuKernelFn = void (*)(void* const* buffers, const int64_t* symbols, int64_t begin, int64_t end);
+
+struct CpuKernelCode {
+  CpuKernelFn fn = nullptr;  // null: the kernel runs in the reference interpreter
+  std::vector<ir::HostArray> constants;
+};
+
+/// Machine code for a Program's kernels, and whatever keeps it alive (a JIT, a shared object).
+struct CpuCode {
+  std::shared_ptr<void> owner;
+  std::vector<std::string> symbols;     // the order of the symbol sizes kernels receive
+  std::vector<CpuKernelCode> kernels;   // as Program::kernels
+};
+
+class Executable {
+ public:
+  Executable(ir::Program program, CpuCode code);
+
+  /// Runs the Program on host inputs and returns its outputs by name. Intermediates live in
+  /// storage allocated once per Executable (by memory-plan slot) and reused by later runs.
+  ir::TensorMap run(const ir::TensorMap& inputs);
+
+  const ir::Program& program() const { return program_; }
+  /// How many kernels run as machine code (the rest run in the reference interpreter).
+  int compiled_kernel_count() const;
+
+ private:
+  void* storage(ir::BufferId b, const ir::SymbolBindings& symbols, ir::TensorMap& outputs,
+                const ir::TensorMap& inputs);
+
+  ir::Program program_;
+  CpuCode code_;
+  std::vector<Buffer> slots_;  // one per memory-plan slot
+};
+
+}  // namespace fuse::runtime
