@@ -14,6 +14,7 @@
 #include "codegen/cpu_codegen.h"
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <set>
@@ -60,11 +61,30 @@ struct CpuModule::Engine {
 
 CpuModule::~CpuModule() = default;
 
-bool cpu_compiles(ir::KernelKind kind) {
-  return kind == ir::KernelKind::Elementwise || kind == ir::KernelKind::Transpose || kind == ir::KernelKind::Copy;
-}
+bool cpu_compiles(ir::KernelKind kind) { return kind != ir::KernelKind::Matmul; }
 
 namespace {
+
+// Whether this kernel is compiled. Reductions are, when each output element sits at the row
+// position of the reduction it depends on: between a reduction and an output only elementwise
+// ops, broadcasts, expand_dims and squeeze (a permute or reshape there would move elements
+// across rows; such kernels run in the interpreter for now).
+bool compilable(const ir::Kernel& k) {
+  if (!cpu_compiles(k.kind)) return false;
+  if (k.kind != ir::KernelKind::Reduction && k.kind != ir::KernelKind::RowWise) return true;
+  std::vector<bool> after_reduce(k.body.nodes.size(), false);
+  for (NodeId id = 0; id < static_cast<NodeId>(k.body.nodes.size()); ++id) {
+    const Node& n = k.body.node(id);
+    bool downstream = false;
+    for (NodeId in : n.inputs) downstream = downstream || after_reduce[in] || k.body.node(in).kind == OpKind::Reduce;
+    after_reduce[id] = downstream;
+    bool allowed = n.kind == OpKind::Elementwise || n.kind == OpKind::BroadcastTo || n.kind == OpKind::ExpandDims ||
+                   n.kind == OpKind::Squeeze || n.kind == OpKind::Reduce;
+    if (downstream && !allowed) return false;
+  }
+  return true;
+}
+
 
 std::string fail_text(const std::string& what) { return "internal error in CPU codegen: " + what; }
 
@@ -102,6 +122,11 @@ class KernelEmitter {
     for (const Node& n : k_.body.nodes)
       for (const ir::Dim& d : n.shape) dim(d);
     for (const ir::Dim& d : k_.space) dim(d);
+    if (k_.kind == ir::KernelKind::Reduction || k_.kind == ir::KernelKind::RowWise) {
+      loop(begin, end, 1, [&](mlir::Value row) { emit_reduction_row(row); });
+      b_.create<mlir::func::ReturnOp>(loc_);
+      return;
+    }
     int lanes = contiguous() ? std::max(1, k_.schedule.cpu.vector_width) : 0;
     if (lanes > 1) {
       // Main loop over whole vectors, then a scalar tail.
@@ -341,12 +366,127 @@ class KernelEmitter {
       case OpKind::Reshape:
         v = operand(delinearize(linearize(idx, n.shape), k_.body.node(n.inputs[0]).shape));
         break;
+      case OpKind::Reduce: v = reduced_.at(id); break;  // this row's result, computed before
       case OpKind::Arange: v = idx[0]; break;
       case OpKind::Rand: v = philox_uniform(linearize(idx, n.shape), n.as<ir::RandAttrs>().seed); break;
       default: throw ir::Error(fail_text(std::string(ir::op_kind_name(n.kind)) + " in an elementwise kernel"));
     }
     general_cache_[key] = v;
     return v;
+  }
+
+  // ---- reductions: one parallel iteration per row of kept dims ----
+
+  // Splits the space into the kept dims (the rows, iterated in parallel) and the reduced ones.
+  ir::Shape kept_dims() const {
+    ir::Shape kept;
+    for (size_t d = 0; d < k_.space.size(); ++d)
+      if (std::find(k_.axes.begin(), k_.axes.end(), static_cast<int>(d)) == k_.axes.end()) kept.push_back(k_.space[d]);
+    return kept;
+  }
+  ir::Shape reduced_dims() const {
+    ir::Shape reduced;
+    for (int a : k_.axes) reduced.push_back(k_.space[a]);
+    return reduced;
+  }
+  std::vector<mlir::Value> full_index(const std::vector<mlir::Value>& kept, const std::vector<mlir::Value>& reduced) {
+    std::vector<mlir::Value> full;
+    size_t next_kept = 0, next_reduced = 0;
+    for (size_t d = 0; d < k_.space.size(); ++d) {
+      bool is_reduced = std::find(k_.axes.begin(), k_.axes.end(), static_cast<int>(d)) != k_.axes.end();
+      full.push_back(is_reduced ? reduced[next_reduced++] : kept[next_kept++]);
+    }
+    return full;
+  }
+
+  // A row: every reduction in order (a later one may use an earlier one's result, as softmax's
+  // sum uses its max), then the outputs: reduced-space ones once, full-space ones over the row.
+  void emit_reduction_row(mlir::Value row) {
+    std::vector<mlir::Value> kept = delinearize(row, kept_dims());
+    ir::Dim row_length = ir::num_elements(reduced_dims());
+    for (NodeId id = 0; id < static_cast<NodeId>(k_.body.nodes.size()); ++id) {
+      if (k_.body.node(id).kind != OpKind::Reduce) continue;
+      reduced_[id] = reduce(id, kept, row_length);
+    }
+    for (size_t o = 0; o < k_.body.outputs.size(); ++o) {
+      const Node& n = k_.body.node(k_.body.outputs[o].node);
+      NodeId out = k_.body.outputs[o].node;
+      if (n.shape == k_.space) {
+        auto for_op = b_.create<mlir::scf::ForOp>(loc_, i64(0), dim(row_length), i64(1));
+        mlir::OpBuilder::InsertionGuard guard(b_);
+        b_.setInsertionPointToStart(for_op.getBody());
+        general_cache_.clear();
+        std::vector<mlir::Value> full = full_index(kept, delinearize(for_op.getInductionVar(), reduced_dims()));
+        store(output_slot_[o], n.dtype, linearize(full, k_.space), general_value(out, full), 1);
+        general_cache_.clear();
+        continue;
+      }
+      // A reduced-space output: element `row` (compilable() keeps rows in order up to here).
+      store(output_slot_[o], n.dtype, row, general_value(out, delinearize(row, n.shape)), 1);
+    }
+  }
+
+  // Folds one reduction over the row, with the accumulation types of the interpreter: floats
+  // (and every mean) in f64, integers in i64 (wrapping to the result's width at the end),
+  // any/all in i1, user combiners in the node's dtype.
+  mlir::Value reduce(NodeId id, const std::vector<mlir::Value>& kept, const ir::Dim& row_length) {
+    using mlir::arith::CmpFPredicate;
+    const Node& n = k_.body.node(id);
+    const ir::ReduceAttrs& r = n.as<ir::ReduceAttrs>();
+    DType in = k_.body.node(n.inputs[0]).dtype;
+    bool logical = r.kind == ir::ReduceKind::Any || r.kind == ir::ReduceKind::All;
+    bool custom = r.kind == ir::ReduceKind::Custom;
+    bool floating = !logical && !custom && (ir::is_float(in) || r.kind == ir::ReduceKind::Mean);
+    DType acc_type = custom ? n.dtype : logical ? DType::Bool : floating ? DType::F64 : DType::I64;
+    constexpr double inf = std::numeric_limits<double>::infinity();
+    int64_t int_low = in == DType::I32 ? INT32_MIN : in == DType::Bool ? 0 : INT64_MIN;
+    int64_t int_high = in == DType::I32 ? INT32_MAX : in == DType::Bool ? 1 : INT64_MAX;
+    mlir::Value identity;
+    switch (r.kind) {
+      case ir::ReduceKind::Prod: identity = constant(acc_type, 1, 1, 1); break;
+      case ir::ReduceKind::Max: identity = constant(acc_type, -inf, int_low, 1); break;
+      case ir::ReduceKind::Min: identity = constant(acc_type, inf, int_high, 1); break;
+      case ir::ReduceKind::All: identity = constant(acc_type, 1, 1, 1); break;
+      case ir::ReduceKind::Custom: identity = constant(acc_type, r.identity.f, r.identity.i, 1); break;
+      default: identity = constant(acc_type, 0, 0, 1); break;
+    }
+    auto for_op = b_.create<mlir::scf::ForOp>(loc_, i64(0), dim(row_length), i64(1), mlir::ValueRange{identity});
+    {
+      mlir::OpBuilder::InsertionGuard guard(b_);
+      b_.setInsertionPointToStart(for_op.getBody());
+      general_cache_.clear();
+      std::vector<mlir::Value> full = full_index(kept, delinearize(for_op.getInductionVar(), reduced_dims()));
+      mlir::Value x = general_value(n.inputs[0], full);
+      mlir::Value acc = for_op.getRegionIterArgs()[0];
+      mlir::Value next;
+      if (custom) {
+        next = scalar_fn(r.combiner, {acc, x}, 1);
+      } else if (logical) {
+        mlir::Value truth = cast(x, in, DType::Bool, 1);
+        next = r.kind == ir::ReduceKind::Any ? mlir::Value(b_.create<mlir::arith::OrIOp>(loc_, acc, truth))
+                                             : mlir::Value(b_.create<mlir::arith::AndIOp>(loc_, acc, truth));
+      } else {
+        x = cast(x, in, acc_type, 1);
+        switch (r.kind) {
+          case ir::ReduceKind::Prod: next = floating ? mlir::Value(b_.create<mlir::arith::MulFOp>(loc_, acc, x)) : mul(acc, x); break;
+          case ir::ReduceKind::Max:
+            next = floating ? mlir::Value(b_.create<mlir::arith::MaximumFOp>(loc_, acc, x))
+                            : mlir::Value(b_.create<mlir::arith::MaxSIOp>(loc_, acc, x));
+            break;
+          case ir::ReduceKind::Min:
+            next = floating ? mlir::Value(b_.create<mlir::arith::MinimumFOp>(loc_, acc, x))
+                            : mlir::Value(b_.create<mlir::arith::MinSIOp>(loc_, acc, x));
+            break;
+          default: next = floating ? mlir::Value(b_.create<mlir::arith::AddFOp>(loc_, acc, x)) : add(acc, x); break;
+        }
+      }
+      b_.create<mlir::scf::YieldOp>(loc_, next);
+      general_cache_.clear();
+    }
+    mlir::Value result = for_op.getResult(0);
+    if (r.kind == ir::ReduceKind::Mean)
+      result = b_.create<mlir::arith::DivFOp>(loc_, result, b_.create<mlir::arith::SIToFPOp>(loc_, b_.getF64Type(), dim(row_length)));
+    return acc_type == n.dtype ? result : cast(result, acc_type, n.dtype, 1);
   }
 
   // ir::rand_uniform: Philox-4x32-10 with counter {lo(i), hi(i), 0, 0}, key {lo(seed), hi(seed)}.
@@ -614,6 +754,7 @@ class KernelEmitter {
   std::map<NodeId, int> input_slot_;
   std::vector<int> output_slot_;
   std::map<std::vector<const void*>, mlir::Value> general_cache_;
+  std::map<NodeId, mlir::Value> reduced_;  // Reduce node -> this row's result
   std::map<NodeId, mlir::Value> contiguous_cache_;
 };
 
@@ -639,7 +780,7 @@ mlir::OwningOpRef<mlir::ModuleOp> build_module(mlir::MLIRContext& context, const
   kernels.assign(p.kernels.size(), {});
   for (size_t ki = 0; ki < p.kernels.size(); ++ki) {
     const ir::Kernel& k = p.kernels[ki];
-    if (!cpu_compiles(k.kind)) continue;
+    if (!compilable(k)) continue;
     b.setInsertionPointToEnd(module->getBody());
     auto func = b.create<mlir::func::FuncOp>(b.getUnknownLoc(), k.name,
                                              b.getFunctionType({ptr, ptr, b.getI64Type(), b.getI64Type()}, {}));
@@ -738,7 +879,7 @@ std::unique_ptr<CpuModule> compile_cpu(const ir::Program& p) {
   if (!engine) throw ir::Error(fail_text("the JIT rejected the module: " + llvm::toString(engine.takeError())));
   result->engine_->engine = std::move(*engine);
   for (size_t ki = 0; ki < p.kernels.size(); ++ki) {
-    if (!cpu_compiles(p.kernels[ki].kind)) continue;
+    if (!compilable(p.kernels[ki])) continue;
     auto fn = result->engine_->engine->lookup(p.kernels[ki].name);
     if (!fn) throw ir::Error(fail_text("kernel " + p.kernels[ki].name + " not found: " + llvm::toString(fn.takeError())));
     result->kernels_[ki].fn = reinterpret_cast<CpuKernelFn>(*fn);

@@ -42,6 +42,21 @@ std::string_view cuda_reduction_name(CudaReduction r) {
 
 std::string_view target_kind_name(TargetKind t) { return t == TargetKind::Cpu ? "cpu" : "cuda"; }
 
+Dim parallel_iterations(const Kernel& k) {
+  Dim n = 1;
+  switch (k.kind) {
+    case KernelKind::Reduction:
+    case KernelKind::RowWise:
+      for (size_t d = 0; d < k.space.size(); ++d)
+        if (std::find(k.axes.begin(), k.axes.end(), static_cast<int>(d)) == k.axes.end()) n = n * k.space[d];
+      return n;
+    case KernelKind::Matmul:
+      for (size_t d = 0; d + 1 < k.space.size(); ++d) n = n * k.space[d];
+      return n;
+    default: return num_elements(k.space);
+  }
+}
+
 BufferId Program::find_buffer(const std::string& name) const {
   for (size_t i = 0; i < buffers.size(); ++i)
     if (buffers[i].name == name) return static_cast<BufferId>(i);

@@ -88,6 +88,11 @@ struct Kernel {
   Schedule schedule;
 };
 
+/// The flattened range of independent iterations a kernel's [begin, end) covers: every element
+/// of the space for elementwise work, every row (element of the kept dims) for reductions, every
+/// batch-and-row of the result for matmuls.
+Dim parallel_iterations(const Kernel& k);
+
 struct ProgramIO {
   std::string name;
   BufferId buffer = -1;

@@ -56,7 +56,7 @@ ir::TensorMap Executable::run(const ir::TensorMap& inputs) {
     for (ir::BufferId b : k.outputs) pointers.push_back(storage(b, symbols, buffers_out, inputs));
     if (code.fn) {
       for (const ir::HostArray& c : code.constants) pointers.push_back(const_cast<void*>(c.data()));
-      int64_t total = ir::evaluate(ir::num_elements(k.space), symbols);
+      int64_t total = ir::evaluate(ir::parallel_iterations(k), symbols);
       ThreadPool::global().parallel_for(0, total, std::max<int64_t>(1, k.schedule.cpu.grain),
                                         [&](int64_t begin, int64_t end) {
                                           code.fn(pointers.data(), symbol_sizes.data(), begin, end);

@@ -97,7 +97,7 @@ TEST_CASE("transcendentals match the interpreter within a few ulps", "[cpu][accu
 
 TEST_CASE("random graphs on the CPU match the interpreter", "[cpu][random]") {
   int count = 0, failures = 0;
-  for (uint64_t seed = 0; seed < 150; ++seed) {
+  for (uint64_t seed = 0; seed < 300; ++seed) {
     testing::RandomCase c = testing::random_case(seed);
     ir::TensorMap expected = ir::interpret(c.graph, c.inputs);
     runtime::Executable exe = compile(c.graph);
@@ -109,5 +109,47 @@ TEST_CASE("random graphs on the CPU match the interpreter", "[cpu][random]") {
     }
   }
   CHECK(failures == 0);
-  CHECK(count == 150);
+  CHECK(count == 300);
+}
+
+TEST_CASE("reductions and row-wise kernels are compiled and match the interpreter", "[cpu][reduce]") {
+  for (int64_t cols : {1, 7, 17, 1023}) {
+    INFO("C = " << cols);
+    Graph g;
+    Tensor x = g.input("x", DType::F32, {sym("R"), sym("C")});
+    Tensor e = exp(x - max(x, -1, true));
+    g.output("softmax", e / sum(e, -1, true));
+    Tensor xc = x - mean(x, -1, true);
+    g.output("layernorm", xc * rsqrt(mean(xc * xc, -1, true) + 1e-5));
+    Tensor m = max(x, -1, true);
+    g.output("logsumexp", log(sum(exp(x - m), -1, true)) + m);
+    g.output("colsum", sum(x, 0));
+    g.output("total", sum(x * x));
+    runtime::Executable exe = compile(g);
+    CHECK(exe.compiled_kernel_count() == static_cast<int>(exe.program().kernels.size()));
+    check_against_interpreter(g, {{"R", 5}, {"C", cols}}, 1e-5, 1e-6);
+  }
+}
+
+TEST_CASE("every reduction kind, axis set and dtype on the CPU", "[cpu][reduce]") {
+  const std::vector<std::vector<int64_t>> axis_sets = {{0}, {1}, {2}, {0, 2}, {1, 2}, {}};
+  for (DType t : ir::kAllDTypes) {
+    for (const auto& axes : axis_sets) {
+      for (bool keepdims : {false, true}) {
+        INFO(ir::dtype_name(t) << " axes " << axes.size() << " keepdims " << keepdims);
+        Graph g;
+        Tensor x = g.input("x", t, {3, sym("N"), 5});
+        g.output("sum", sum(x, axes, keepdims));
+        g.output("prod", prod(x, axes, keepdims));
+        g.output("max", max(x, axes, keepdims));
+        g.output("min", min(x, axes, keepdims));
+        g.output("mean", mean(x, axes, keepdims));
+        g.output("any", any(x, axes, keepdims));
+        g.output("all", all(x, axes, keepdims));
+        if (t != DType::Bool)
+          g.output("custom", reduce([](Scalar a, Scalar v) { return maximum(a, abs(v)); }, x, 0.0, axes, keepdims));
+        check_against_interpreter(g, {{"N", 4}}, 1e-5, 1e-6);
+      }
+    }
+  }
 }
