@@ -61,22 +61,21 @@ struct CpuModule::Engine {
 
 CpuModule::~CpuModule() = default;
 
-bool cpu_compiles(ir::KernelKind kind) { return kind != ir::KernelKind::Matmul; }
-
-namespace {
-
-// Whether this kernel is compiled. Reductions are, when each output element sits at the row
-// position of the reduction it depends on: between a reduction and an output only elementwise
-// ops, broadcasts, expand_dims and squeeze (a permute or reshape there would move elements
-// across rows; such kernels run in the interpreter for now).
-bool compilable(const ir::Kernel& k) {
-  if (!cpu_compiles(k.kind)) return false;
-  if (k.kind != ir::KernelKind::Reduction && k.kind != ir::KernelKind::RowWise) return true;
+// Every kernel kind is compiled. Reductions and matmuls need each output element to sit at the
+// position of the row (or element) of the result it depends on: between a reduction or matmul
+// and an output only elementwise ops, broadcasts, expand_dims and squeeze (a permute or reshape
+// there would move elements across rows; such kernels run in the interpreter for now).
+bool cpu_compiles(const ir::Kernel& k) {
+  if (k.kind != ir::KernelKind::Reduction && k.kind != ir::KernelKind::RowWise && k.kind != ir::KernelKind::Matmul)
+    return true;
   std::vector<bool> after_reduce(k.body.nodes.size(), false);
   for (NodeId id = 0; id < static_cast<NodeId>(k.body.nodes.size()); ++id) {
     const Node& n = k.body.node(id);
     bool downstream = false;
-    for (NodeId in : n.inputs) downstream = downstream || after_reduce[in] || k.body.node(in).kind == OpKind::Reduce;
+    for (NodeId in : n.inputs) {
+      OpKind kind = k.body.node(in).kind;
+      downstream = downstream || after_reduce[in] || kind == OpKind::Reduce || kind == OpKind::Matmul;
+    }
     after_reduce[id] = downstream;
     bool allowed = n.kind == OpKind::Elementwise || n.kind == OpKind::BroadcastTo || n.kind == OpKind::ExpandDims ||
                    n.kind == OpKind::Squeeze || n.kind == OpKind::Reduce;
@@ -84,6 +83,8 @@ bool compilable(const ir::Kernel& k) {
   }
   return true;
 }
+
+namespace {
 
 
 std::string fail_text(const std::string& what) { return "internal error in CPU codegen: " + what; }
@@ -122,6 +123,11 @@ class KernelEmitter {
     for (const Node& n : k_.body.nodes)
       for (const ir::Dim& d : n.shape) dim(d);
     for (const ir::Dim& d : k_.space) dim(d);
+    if (k_.kind == ir::KernelKind::Matmul) {
+      loop(begin, end, 1, [&](mlir::Value row) { emit_matmul_row(row); });
+      b_.create<mlir::func::ReturnOp>(loc_);
+      return;
+    }
     if (k_.kind == ir::KernelKind::Reduction || k_.kind == ir::KernelKind::RowWise) {
       loop(begin, end, 1, [&](mlir::Value row) { emit_reduction_row(row); });
       b_.create<mlir::func::ReturnOp>(loc_);
@@ -366,7 +372,8 @@ class KernelEmitter {
       case OpKind::Reshape:
         v = operand(delinearize(linearize(idx, n.shape), k_.body.node(n.inputs[0]).shape));
         break;
-      case OpKind::Reduce: v = reduced_.at(id); break;  // this row's result, computed before
+      case OpKind::Reduce:
+      case OpKind::Matmul: v = reduced_.at(id); break;  // this row's (element's) result, computed before
       case OpKind::Arange: v = idx[0]; break;
       case OpKind::Rand: v = philox_uniform(linearize(idx, n.shape), n.as<ir::RandAttrs>().seed); break;
       default: throw ir::Error(fail_text(std::string(ir::op_kind_name(n.kind)) + " in an elementwise kernel"));
@@ -421,7 +428,7 @@ class KernelEmitter {
         general_cache_.clear();
         continue;
       }
-      // A reduced-space output: element `row` (compilable() keeps rows in order up to here).
+      // A reduced-space output: element `row` (cpu_compiles() keeps rows in order up to here).
       store(output_slot_[o], n.dtype, row, general_value(out, delinearize(row, n.shape)), 1);
     }
   }
@@ -487,6 +494,55 @@ class KernelEmitter {
     if (r.kind == ir::ReduceKind::Mean)
       result = b_.create<mlir::arith::DivFOp>(loc_, result, b_.create<mlir::arith::SIToFPOp>(loc_, b_.getF64Type(), dim(row_length)));
     return acc_type == n.dtype ? result : cast(result, acc_type, n.dtype, 1);
+  }
+
+  // ---- matmul: one parallel iteration per row of C (batch dims and M) ----
+
+  // A straightforward dot product per element of C, operands and prologues read through index
+  // maps, the epilogue applied to each element. Correct for every shape and dtype; the blocked,
+  // packed and vectorized version is the CPU-matmul issue's.
+  void emit_matmul_row(mlir::Value row) {
+    NodeId mm = -1;
+    for (NodeId id = 0; id < static_cast<NodeId>(k_.body.nodes.size()); ++id)
+      if (k_.body.node(id).kind == OpKind::Matmul) mm = id;
+    const Node& n = k_.body.node(mm);
+    const ir::Shape& a_shape = k_.body.node(n.inputs[0]).shape;
+    ir::Shape rows(k_.space.begin(), k_.space.end() - 1);
+    std::vector<mlir::Value> row_idx = delinearize(row, rows);
+    DType acc_type = ir::is_float(n.dtype) ? DType::F64 : DType::I64;
+    auto columns = b_.create<mlir::scf::ForOp>(loc_, i64(0), dim(k_.space.back()), i64(1));
+    mlir::OpBuilder::InsertionGuard guard(b_);
+    b_.setInsertionPointToStart(columns.getBody());
+    general_cache_.clear();
+    mlir::Value j = columns.getInductionVar();
+    auto dot = b_.create<mlir::scf::ForOp>(loc_, i64(0), dim(a_shape.back()), i64(1),
+                                           mlir::ValueRange{constant(acc_type, 0, 0, 1)});
+    {
+      mlir::OpBuilder::InsertionGuard inner(b_);
+      b_.setInsertionPointToStart(dot.getBody());
+      general_cache_.clear();
+      mlir::Value kk = dot.getInductionVar();
+      std::vector<mlir::Value> a_idx(row_idx), b_idx(row_idx.begin(), row_idx.end() - 1);
+      a_idx.push_back(kk);
+      b_idx.push_back(kk);
+      b_idx.push_back(j);
+      mlir::Value a = cast(general_value(n.inputs[0], a_idx), n.dtype, acc_type, 1);
+      mlir::Value b = cast(general_value(n.inputs[1], b_idx), n.dtype, acc_type, 1);
+      mlir::Value acc = dot.getRegionIterArgs()[0];
+      mlir::Value next = ir::is_float(n.dtype)
+                             ? mlir::Value(b_.create<mlir::arith::AddFOp>(loc_, acc, b_.create<mlir::arith::MulFOp>(loc_, a, b)))
+                             : add(acc, mul(a, b));
+      b_.create<mlir::scf::YieldOp>(loc_, next);
+      general_cache_.clear();
+    }
+    reduced_[mm] = cast(dot.getResult(0), acc_type, n.dtype, 1);
+    std::vector<mlir::Value> c_idx(row_idx);
+    c_idx.push_back(j);
+    for (size_t o = 0; o < k_.body.outputs.size(); ++o) {
+      const Node& out = k_.body.node(k_.body.outputs[o].node);
+      store(output_slot_[o], out.dtype, linearize(c_idx, k_.space), general_value(k_.body.outputs[o].node, c_idx), 1);
+    }
+    general_cache_.clear();
   }
 
   // ir::rand_uniform: Philox-4x32-10 with counter {lo(i), hi(i), 0, 0}, key {lo(seed), hi(seed)}.
@@ -754,7 +810,7 @@ class KernelEmitter {
   std::map<NodeId, int> input_slot_;
   std::vector<int> output_slot_;
   std::map<std::vector<const void*>, mlir::Value> general_cache_;
-  std::map<NodeId, mlir::Value> reduced_;  // Reduce node -> this row's result
+  std::map<NodeId, mlir::Value> reduced_;  // Reduce/Matmul node -> this row's (element's) result
   std::map<NodeId, mlir::Value> contiguous_cache_;
 };
 
@@ -780,7 +836,7 @@ mlir::OwningOpRef<mlir::ModuleOp> build_module(mlir::MLIRContext& context, const
   kernels.assign(p.kernels.size(), {});
   for (size_t ki = 0; ki < p.kernels.size(); ++ki) {
     const ir::Kernel& k = p.kernels[ki];
-    if (!compilable(k)) continue;
+    if (!cpu_compiles(k)) continue;
     b.setInsertionPointToEnd(module->getBody());
     auto func = b.create<mlir::func::FuncOp>(b.getUnknownLoc(), k.name,
                                              b.getFunctionType({ptr, ptr, b.getI64Type(), b.getI64Type()}, {}));
@@ -879,7 +935,7 @@ std::unique_ptr<CpuModule> compile_cpu(const ir::Program& p) {
   if (!engine) throw ir::Error(fail_text("the JIT rejected the module: " + llvm::toString(engine.takeError())));
   result->engine_->engine = std::move(*engine);
   for (size_t ki = 0; ki < p.kernels.size(); ++ki) {
-    if (!compilable(p.kernels[ki])) continue;
+    if (!cpu_compiles(p.kernels[ki])) continue;
     auto fn = result->engine_->engine->lookup(p.kernels[ki].name);
     if (!fn) throw ir::Error(fail_text("kernel " + p.kernels[ki].name + " not found: " + llvm::toString(fn.takeError())));
     result->kernels_[ki].fn = reinterpret_cast<CpuKernelFn>(*fn);

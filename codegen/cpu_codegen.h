@@ -43,8 +43,8 @@ class CpuModule {
   std::vector<CompiledKernel> kernels_;
 };
 
-/// Which kernel kinds the CPU backend compiles (the others run in the reference interpreter).
-bool cpu_compiles(ir::KernelKind kind);
+/// Whether the CPU backend compiles this kernel (the others run in the reference interpreter).
+bool cpu_compiles(const ir::Kernel& k);
 
 /// Compiles the kernels the backend handles, following their CPU schedules (vector width).
 std::unique_ptr<CpuModule> compile_cpu(const ir::Program& p);

@@ -11,9 +11,9 @@ struct CompileOptions {
   passes::PipelineOptions pipeline;  // fusion on/off, fast math, the target's schedules
 };
 
-/// Compiles for the CPU: the passes, then MLIR -> LLVM -> machine code for every kernel kind the
-/// CPU backend handles (codegen::cpu_compiles); the other kernels run in the reference
-/// interpreter until the backend covers them.
+/// Compiles for the CPU: the passes, then MLIR -> LLVM -> machine code for every kernel the CPU
+/// backend handles (codegen::cpu_compiles: all but reductions/matmuls whose epilogue reorders
+/// elements, which run in the reference interpreter until the backend covers them).
 runtime::Executable compile(const ir::Graph& g, const CompileOptions& options = {});
 /// The CPU backend alone, for a Program the passes made.
 runtime::Executable compile_program(ir::Program program);

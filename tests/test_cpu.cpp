@@ -153,3 +153,22 @@ TEST_CASE("every reduction kind, axis set and dtype on the CPU", "[cpu][reduce]"
     }
   }
 }
+
+TEST_CASE("matmul kernels with prologue and epilogue on the CPU", "[cpu][matmul]") {
+  for (DType t : {DType::F32, DType::F64, DType::I32, DType::I64}) {
+    for (auto [m, k, n] : std::vector<std::array<int64_t, 3>>{{1, 1, 1}, {1, 7, 1}, {7, 1, 5}, {17, 33, 9}, {64, 31, 65}}) {
+      INFO(ir::dtype_name(t) << " " << m << "x" << k << "x" << n);
+      Graph g;
+      Tensor x = g.input("x", t, {sym("M"), sym("K")});
+      Tensor w = g.input("w", t, {sym("K"), sym("N")});
+      Tensor b = g.input("b", t, {sym("N")});
+      Tensor bx = g.input("bx", t, {3, sym("M"), sym("K")});
+      g.output("mlp", relu(matmul(x * 2, w) + b));
+      g.output("batched", matmul(bx, w));
+      g.output("vector", matmul(x, sum(w, 1)));
+      runtime::Executable exe = compile(g);
+      CHECK(exe.compiled_kernel_count() == static_cast<int>(exe.program().kernels.size()));
+      check_against_interpreter(g, {{"M", m}, {"K", k}, {"N", n}}, 1e-5, 1e-5);
+    }
+  }
+}
