@@ -312,11 +312,12 @@ class KernelEmitter {
     return v;
   }
 
+  // Outputs may differ in shape from the space (same element count, e.g. x.T and its reshape):
+  // each is evaluated at its own index of the same row-major position.
   void emit_general(mlir::Value linear) {
-    std::vector<mlir::Value> idx = delinearize(linear, k_.space);
     for (size_t o = 0; o < k_.body.outputs.size(); ++o) {
       const Node& n = k_.body.node(k_.body.outputs[o].node);
-      store(output_slot_[o], n.dtype, linear, general_value(k_.body.outputs[o].node, idx), 1);
+      store(output_slot_[o], n.dtype, linear, general_value(k_.body.outputs[o].node, delinearize(linear, n.shape)), 1);
     }
   }
 
@@ -863,10 +864,12 @@ void lower_to_llvm(mlir::ModuleOp module) {
   mlir::PassManager pm(context);
   pm.addPass(mlir::createCanonicalizerPass());
   pm.addPass(mlir::createCSEPass());
-  pm.addPass(mlir::createConvertMathToLibmPass());
   pm.addPass(mlir::createConvertSCFToCFPass());
-  pm.addPass(mlir::createConvertVectorToLLVMPass());
+  // LLVM intrinsics first (fma, sqrt, floor: single instructions); libm only for what has none
+  // (tan, f64 tanh), which unrolls vectors into vector ops, lowered next.
   pm.addPass(mlir::createConvertMathToLLVMPass());
+  pm.addPass(mlir::createConvertMathToLibmPass());
+  pm.addPass(mlir::createConvertVectorToLLVMPass());
   pm.addPass(mlir::createArithToLLVMConversionPass());
   pm.addPass(mlir::createConvertFuncToLLVMPass());
   pm.addPass(mlir::createConvertControlFlowToLLVMPass());

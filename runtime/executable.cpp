@@ -27,8 +27,10 @@ void* Executable::storage(ir::BufferId b, const ir::SymbolBindings& symbols, ir:
   switch (buf.role) {
     case ir::BufferRole::Input: return const_cast<void*>(inputs.at(buf.name).data());
     case ir::BufferRole::Output: {
-      auto [it, inserted] = outputs.try_emplace(buf.name, buf.dtype, shape);
-      return it->second.data();
+      ir::HostArray& out = outputs[buf.name];
+      if (out.dtype != buf.dtype || out.shape != shape || out.bytes.empty() != (ir::num_elements(shape) == 0))
+        out = ir::HostArray(buf.dtype, shape);
+      return out.data();
     }
     case ir::BufferRole::Intermediate: {
       Buffer& slot = slots_[buf.slot];
@@ -41,45 +43,56 @@ void* Executable::storage(ir::BufferId b, const ir::SymbolBindings& symbols, ir:
 }
 
 ir::TensorMap Executable::run(const ir::TensorMap& inputs) {
+  ir::TensorMap outputs;
+  run(inputs, outputs);
+  return outputs;
+}
+
+void Executable::run(const ir::TensorMap& inputs, ir::TensorMap& outputs) {
   ir::SymbolBindings symbols = ir::bind_program_inputs(program_, inputs);
   std::vector<int64_t> symbol_sizes;
   for (const std::string& s : code_.symbols) {
     auto it = symbols.find(s);
     symbol_sizes.push_back(it == symbols.end() ? 0 : it->second);
   }
-  ir::TensorMap buffers_out;  // keyed by buffer name
   for (int ki : program_.launch_order) {
     const ir::Kernel& k = program_.kernels[ki];
-    const CpuKernelCode& code = code_.kernels[ki];
     std::vector<void*> pointers;
-    for (ir::BufferId b : k.inputs) pointers.push_back(storage(b, symbols, buffers_out, inputs));
-    for (ir::BufferId b : k.outputs) pointers.push_back(storage(b, symbols, buffers_out, inputs));
-    if (code.fn) {
-      for (const ir::HostArray& c : code.constants) pointers.push_back(const_cast<void*>(c.data()));
-      int64_t total = ir::evaluate(ir::parallel_iterations(k), symbols);
-      ThreadPool::global().parallel_for(0, total, std::max<int64_t>(1, k.schedule.cpu.grain),
-                                        [&](int64_t begin, int64_t end) {
-                                          code.fn(pointers.data(), symbol_sizes.data(), begin, end);
-                                        });
-      continue;
-    }
-    // Not compiled yet: the reference interpreter computes the kernel from the same buffers.
-    ir::TensorMap args;
-    for (size_t i = 0; i < k.inputs.size(); ++i) {
-      const ir::Buffer& buf = program_.buffers[k.inputs[i]];
-      ir::HostArray a(buf.dtype, ir::evaluate(buf.shape, symbols));
-      std::memcpy(a.data(), pointers[i], a.bytes.size());
-      args[buf.name] = std::move(a);
-    }
-    ir::TensorMap results = ir::interpret(k.body, args, symbols);
-    for (size_t o = 0; o < k.outputs.size(); ++o) {
-      const ir::HostArray& r = results.at(program_.buffers[k.outputs[o]].name);
-      std::memcpy(pointers[k.inputs.size() + o], r.data(), r.bytes.size());
-    }
+    for (ir::BufferId b : k.inputs) pointers.push_back(storage(b, symbols, outputs, inputs));
+    for (ir::BufferId b : k.outputs) pointers.push_back(storage(b, symbols, outputs, inputs));
+    launch(k, code_.kernels[ki], pointers, symbols, symbol_sizes);
   }
-  ir::TensorMap outputs;
-  for (const ir::ProgramIO& o : program_.outputs) outputs[o.name] = buffers_out.at(program_.buffers[o.buffer].name);
-  return outputs;
+  // Outputs that name the same buffer as an earlier output (the buffer carries the first name).
+  for (const ir::ProgramIO& o : program_.outputs) {
+    const std::string& buffer = program_.buffers[o.buffer].name;
+    if (o.name != buffer) outputs[o.name] = outputs.at(buffer);
+  }
+}
+
+void Executable::launch(const ir::Kernel& k, const CpuKernelCode& code, std::vector<void*>& pointers,
+                        const ir::SymbolBindings& symbols, const std::vector<int64_t>& symbol_sizes) {
+  if (code.fn) {
+    for (const ir::HostArray& c : code.constants) pointers.push_back(const_cast<void*>(c.data()));
+    int64_t total = ir::evaluate(ir::parallel_iterations(k), symbols);
+    ThreadPool::global().parallel_for(0, total, std::max<int64_t>(1, k.schedule.cpu.grain),
+                                      [&](int64_t begin, int64_t end) {
+                                        code.fn(pointers.data(), symbol_sizes.data(), begin, end);
+                                      });
+    return;
+  }
+  // Not compiled: the reference interpreter computes the kernel from the same buffers.
+  ir::TensorMap args;
+  for (size_t i = 0; i < k.inputs.size(); ++i) {
+    const ir::Buffer& buf = program_.buffers[k.inputs[i]];
+    ir::HostArray a(buf.dtype, ir::evaluate(buf.shape, symbols));
+    std::memcpy(a.data(), pointers[i], a.bytes.size());
+    args[buf.name] = std::move(a);
+  }
+  ir::TensorMap results = ir::interpret(k.body, args, symbols);
+  for (size_t o = 0; o < k.outputs.size(); ++o) {
+    const ir::HostArray& r = results.at(program_.buffers[k.outputs[o]].name);
+    std::memcpy(pointers[k.inputs.size() + o], r.data(), r.bytes.size());
+  }
 }
 
 }  // namespace fuse::runtime

@@ -36,6 +36,9 @@ class Executable {
   /// Runs the Program on host inputs and returns its outputs by name. Intermediates live in
   /// storage allocated once per Executable (by memory-plan slot) and reused by later runs.
   ir::TensorMap run(const ir::TensorMap& inputs);
+  /// The same, writing into `outputs`: arrays already there with the right dtype and shape are
+  /// reused (like Numba's out=), so repeated runs allocate nothing.
+  void run(const ir::TensorMap& inputs, ir::TensorMap& outputs);
 
   const ir::Program& program() const { return program_; }
   /// How many kernels run as machine code (the rest run in the reference interpreter).
@@ -44,6 +47,8 @@ class Executable {
  private:
   void* storage(ir::BufferId b, const ir::SymbolBindings& symbols, ir::TensorMap& outputs,
                 const ir::TensorMap& inputs);
+  void launch(const ir::Kernel& k, const CpuKernelCode& code, std::vector<void*>& pointers,
+              const ir::SymbolBindings& symbols, const std::vector<int64_t>& symbol_sizes);
 
   ir::Program program_;
   CpuCode code_;

@@ -172,3 +172,28 @@ TEST_CASE("matmul kernels with prologue and epilogue on the CPU", "[cpu][matmul]
     }
   }
 }
+
+TEST_CASE("outputs of another shape than the kernel's space", "[cpu]") {
+  Graph g;
+  Tensor x = g.input("x", DType::F32, {sym("N"), sym("M")});
+  g.output("xt", transpose(x));
+  g.output("flat", reshape(transpose(x), {-1}));
+  check_against_interpreter(g, {{"N", 3}, {"M", 5}});
+}
+
+TEST_CASE("preallocated outputs are reused across runs", "[cpu]") {
+  Graph g;
+  Tensor x = g.input("x", DType::F32, {sym("N")});
+  g.output("y", x * 2.0);
+  runtime::Executable exe = compile(g);
+  ir::TensorMap inputs{{"x", HostArray::from<float>({3}, {1, 2, 3})}};
+  ir::TensorMap outputs;
+  exe.run(inputs, outputs);
+  const void* first = outputs.at("y").data();
+  exe.run(inputs, outputs);
+  CHECK(outputs.at("y").data() == first);
+  CHECK(outputs.at("y").to_doubles() == std::vector<double>{2, 4, 6});
+  inputs["x"] = HostArray::from<float>({4}, {1, 1, 1, 1});  // a new size: no recompilation
+  exe.run(inputs, outputs);
+  CHECK(outputs.at("y").to_doubles() == std::vector<double>{2, 2, 2, 2});
+}

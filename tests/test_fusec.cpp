@@ -613,3 +613,16 @@ TEST_CASE("run executes the fused and the unfused Program alike", "[fusec][fusio
     CHECK(fused.out == unfused.out);
   }
 }
+
+TEST_CASE("run --check compares with the interpreter and --bench reports a median", "[fusec][cpu]") {
+  Result check = fusec("run " + kExamples + "softmax.expr --random --dim N=8 --dim M=33 --check");
+  CHECK(check.status == 0);
+  CHECK(check.out.find("check y: max abs error") != std::string::npos);
+  CHECK(check.out.find(": ok") != std::string::npos);
+  Result bench = fusec("run " + kExamples + "add.expr --random --dim N=64 --dim M=64 --bench 3");
+  CHECK(bench.status == 0);
+  CHECK(bench.out.find("bench: median") != std::string::npos);
+  CHECK(bench.out.find("GB/s") != std::string::npos);
+  Result interp = fusec("run " + kExamples + "hypot.expr --target=interp --random --dim N=5 --check");
+  CHECK(interp.status == 0);
+}

@@ -7,6 +7,9 @@
 // errors. The emit kinds, targets and flags are tables: a new stage or backend is one row.
 #include <algorithm>
 #include <charconv>
+#include <chrono>
+#include <cmath>
+#include <functional>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -80,20 +83,25 @@ const ScheduleTarget kScheduleTargets[] = {
     {"cuda", "NVIDIA GPUs (sm_80 schedules)", [] { return passes::TargetInfo::cuda(80); }},
 };
 
-/// Where `fusec run` can execute a program.
+/// Where `fusec run` can execute a program: `prepare` compiles once, the runner it returns runs.
+using Runner = std::function<void(const ir::TensorMap& inputs, ir::TensorMap& outputs)>;
 struct Target {
   std::string_view name;
   std::string_view help;
-  ir::TensorMap (*run)(const passes::PipelineResult& compiled, const ir::TensorMap& inputs);
+  Runner (*prepare)(const passes::PipelineResult& compiled);
 };
 const Target kTargets[] = {
-    {"interp", "the fused Program, kernel by kernel, in the reference interpreter",
-     [](const passes::PipelineResult& c, const ir::TensorMap& inputs) {
-       return ir::interpret_program(c.program, inputs);
+    {"cpu", "machine code for this CPU through MLIR and LLVM (the default)",
+     [](const passes::PipelineResult& c) -> Runner {
+       auto exe = std::make_shared<runtime::Executable>(compile_program(c.program));
+       return [exe](const ir::TensorMap& inputs, ir::TensorMap& outputs) { exe->run(inputs, outputs); };
      }},
-    {"cpu", "machine code for this CPU (elementwise, transpose and copy kernels so far; others interpreted)",
-     [](const passes::PipelineResult& c, const ir::TensorMap& inputs) {
-       return compile_program(c.program).run(inputs);
+    {"interp", "the fused Program, kernel by kernel, in the reference interpreter",
+     [](const passes::PipelineResult& c) -> Runner {
+       ir::Program program = c.program;
+       return [program](const ir::TensorMap& inputs, ir::TensorMap& outputs) {
+         outputs = ir::interpret_program(program, inputs);
+       };
      }},
 };
 
@@ -137,8 +145,15 @@ const Flag kFlags[] = {
      "fusec run examples/hypot.expr --random --dim N=10 --seed 7"},
     {"--out", "DIR", kRun, false, "write each output to DIR/NAME.npy",
      "fusec run examples/hypot.expr --random --dim N=10 --out results"},
+    {"--check", "", kRun, false,
+     "compare every output with the reference interpreter on the unfused graph; print the max abs "
+     "and rel error; exit 1 beyond tolerance (floats: 1e-5 rel + 1e-6 abs; integers exact)",
+     "fusec run examples/softmax.expr --random --dim N=64 --dim M=1000 --check"},
+    {"--bench", "N", kRun, false,
+     "time N runs after a warm-up: median wall time and GB/s over the inputs' and outputs' bytes",
+     "fusec run examples/add.expr --random --dim N=1000 --dim M=10000 --bench 20"},
     {"--print", "", kRun, false,
-     "print each output as NumPy does (the default when --out is not given)",
+     "print each output as NumPy does (the default without --out, --check or --bench)",
      "fusec run examples/hypot.expr --random --dim N=10 --out results --print"},
     {"--help", "", kCompile | kRun, false, "show this help", "fusec --help"},
     {"--version", "", kCompile | kRun, false, "show the version", "fusec --version"},
@@ -457,10 +472,56 @@ ir::SymbolBindings random_bindings(const Args& args, const ir::Graph& g, const i
   return bindings;
 }
 
+/// --check: every output against the interpreter on the source graph.
+int check_outputs(const ir::Graph& graph, const ir::TensorMap& inputs, const ir::TensorMap& outputs) {
+  ir::TensorMap expected = ir::interpret(graph, inputs);
+  bool ok = true;
+  for (const ir::GraphOutput& o : graph.outputs) {
+    const ir::HostArray &want = expected.at(o.name), &got = outputs.at(o.name);
+    double max_abs = 0, max_rel = 0;
+    bool within = want.shape == got.shape && want.dtype == got.dtype;
+    for (int64_t i = 0; within && i < want.size(); ++i) {
+      if (!ir::is_float(want.dtype)) {
+        within = want.get_i64(i) == got.get_i64(i);
+        continue;
+      }
+      double w = want.get_f64(i), g = got.get_f64(i);
+      if ((std::isnan(w) && std::isnan(g)) || w == g) continue;
+      double abs_error = std::fabs(w - g), rel_error = abs_error / std::max(std::fabs(w), 1e-30);
+      max_abs = std::max(max_abs, abs_error);
+      max_rel = std::max(max_rel, rel_error);
+      within = abs_error <= 1e-6 + 1e-5 * std::fabs(w);
+    }
+    std::printf("check %s: max abs error %.3g, max rel error %.3g: %s\n", o.name.c_str(), max_abs, max_rel,
+                within ? "ok" : "MISMATCH");
+    ok = ok && within;
+  }
+  return ok ? 0 : 1;
+}
+
+/// --bench: the median of `runs` timed runs after one warm-up run.
+void bench(const Runner& runner, const ir::TensorMap& inputs, ir::TensorMap& outputs, int runs) {
+  if (runs < 1) throw Error("--bench needs at least 1 run");
+  double bytes = 0;
+  for (const auto& [name, a] : inputs) bytes += static_cast<double>(a.bytes.size());
+  for (const auto& [name, a] : outputs) bytes += static_cast<double>(a.bytes.size());
+  runner(inputs, outputs);  // warm-up: first touches of the memory, caches
+  std::vector<double> seconds;
+  for (int i = 0; i < runs; ++i) {
+    auto start = std::chrono::steady_clock::now();
+    runner(inputs, outputs);
+    seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  std::sort(seconds.begin(), seconds.end());
+  double median = seconds[seconds.size() / 2];
+  std::printf("bench: median %.3f ms over %d runs, %.2f GB/s (%.1f MB moved)\n", median * 1e3, runs,
+              bytes / median / 1e9, bytes / 1e6);
+}
+
 int run_command(const Args& args) {
   const std::string& file = the_file(args);
   const Target& target =
-      lookup(kTargets, args.value("--target") ? *args.value("--target") : "interp",
+      lookup(kTargets, args.value("--target") ? *args.value("--target") : "cpu",
              "target");
   bool random = args.has("--random");
   for (std::string_view flag : {"--dim", "--seed"})
@@ -499,7 +560,12 @@ int run_command(const Args& args) {
   }
 
   passes::PipelineResult compiled = passes::run_pipeline(*graph, pipeline_options(args, passes::TargetInfo::host()));
-  ir::TensorMap outputs = target.run(compiled, inputs);
+  Runner runner = target.prepare(compiled);
+  ir::TensorMap outputs;
+  runner(inputs, outputs);
+  int status = 0;
+  if (args.has("--check")) status = check_outputs(*graph, inputs, outputs);
+  if (const std::string* runs = args.value("--bench")) bench(runner, inputs, outputs, parse_int<int>(*runs, "--bench"));
 
   if (const std::string* dir = args.value("--out")) {
     std::error_code ec;
@@ -508,12 +574,13 @@ int run_command(const Args& args) {
     for (const auto& [name, value] : outputs)
       runtime::write_npy((std::filesystem::path(*dir) / (name + ".npy")).string(), value);
   }
-  if (args.has("--print") || !args.has("--out")) {
+  bool quiet = args.has("--out") || args.has("--check") || args.has("--bench");
+  if (args.has("--print") || !quiet) {
     // In the graph's output order, not the map's alphabetical one.
     for (const ir::GraphOutput& o : graph->outputs)
       std::cout << runtime::array_repr(outputs.at(o.name), o.name + " = ") << "\n";
   }
-  return 0;
+  return status;
 }
 
 int fusec(const std::vector<std::string>& argv) {
