@@ -412,13 +412,39 @@ class KernelEmitter {
   void emit_reduction_row(mlir::Value row) {
     std::vector<mlir::Value> kept = delinearize(row, kept_dims());
     ir::Dim row_length = ir::num_elements(reduced_dims());
+    int lanes = std::max(1, k_.schedule.cpu.vector_width);
+    mlir::Value row_base = mul(row, dim(row_length));
+    mlir::Value vector_end = mul(b_.create<mlir::arith::DivSIOp>(loc_, dim(row_length), i64(lanes)), i64(lanes));
     for (NodeId id = 0; id < static_cast<NodeId>(k_.body.nodes.size()); ++id) {
       if (k_.body.node(id).kind != OpKind::Reduce) continue;
-      reduced_[id] = reduce(id, kept, row_length);
+      reduced_[id] = row_vectorizable(id) ? reduce_vectorized(id, kept, row_base, vector_end, row_length, lanes)
+                                          : reduce(id, kept, row_length);
     }
     for (size_t o = 0; o < k_.body.outputs.size(); ++o) {
       const Node& n = k_.body.node(k_.body.outputs[o].node);
       NodeId out = k_.body.outputs[o].node;
+      if (n.shape == k_.space && row_access(out) == RowAccess::Contiguous && trailing_axes()) {
+        // SIMD over the row, then a scalar tail.
+        auto vector_loop = b_.create<mlir::scf::ForOp>(loc_, i64(0), vector_end, i64(lanes));
+        {
+          mlir::OpBuilder::InsertionGuard guard(b_);
+          b_.setInsertionPointToStart(vector_loop.getBody());
+          general_cache_.clear();
+          row_cache_.clear();
+          mlir::Value at = add(row_base, vector_loop.getInductionVar());
+          store(output_slot_[o], n.dtype, at, row_value(out, kept, row_base, vector_loop.getInductionVar(), lanes), lanes);
+          general_cache_.clear();
+          row_cache_.clear();
+        }
+        auto tail = b_.create<mlir::scf::ForOp>(loc_, vector_end, dim(row_length), i64(1));
+        mlir::OpBuilder::InsertionGuard guard(b_);
+        b_.setInsertionPointToStart(tail.getBody());
+        general_cache_.clear();
+        std::vector<mlir::Value> full = full_index(kept, delinearize(tail.getInductionVar(), reduced_dims()));
+        store(output_slot_[o], n.dtype, linearize(full, k_.space), general_value(out, full), 1);
+        general_cache_.clear();
+        continue;
+      }
       if (n.shape == k_.space) {
         auto for_op = b_.create<mlir::scf::ForOp>(loc_, i64(0), dim(row_length), i64(1));
         mlir::OpBuilder::InsertionGuard guard(b_);
@@ -432,6 +458,140 @@ class KernelEmitter {
       // A reduced-space output: element `row` (cpu_compiles() keeps rows in order up to here).
       store(output_slot_[o], n.dtype, row, general_value(out, delinearize(row, n.shape)), 1);
     }
+  }
+
+  // ---- SIMD over a row, for reductions over trailing axes ----
+  // Element j of a row is element row*L + j of every value laid out like the space; a value
+  // broadcast from the row's own shape (a reduction's result, a per-row input) is one scalar for
+  // the whole row; an input broadcast along the rows (a layernorm's gamma) is element j of it.
+
+  enum class RowAccess { Contiguous, PerRow, RowLocal, Invalid };
+
+  bool trailing_axes() const {
+    for (size_t i = 0; i < k_.axes.size(); ++i)
+      if (k_.axes[i] != static_cast<int>(k_.space.size() - k_.axes.size() + i)) return false;
+    return !k_.axes.empty();
+  }
+
+  RowAccess row_access(NodeId id) {
+    auto it = access_.find(id);
+    if (it != access_.end()) return it->second;
+    const Node& n = k_.body.node(id);
+    RowAccess a = RowAccess::Invalid;
+    size_t kept = k_.space.size() - k_.axes.size();
+    if (n.kind == OpKind::Reduce) {
+      a = RowAccess::PerRow;
+    } else if (n.shape == k_.space && (n.kind == OpKind::Input || n.kind == OpKind::Constant)) {
+      a = RowAccess::Contiguous;
+    } else if (n.shape == k_.space && n.kind == OpKind::Elementwise) {
+      a = RowAccess::Contiguous;
+      for (NodeId in : n.inputs)
+        if (row_access(in) == RowAccess::Invalid) a = RowAccess::Invalid;
+    } else if (n.shape == k_.space && n.kind == OpKind::BroadcastTo) {
+      const ir::Shape& from = k_.body.node(n.inputs[0]).shape;
+      size_t offset = n.shape.size() - from.size();
+      // RowLocal needs the operand to span every reduced dim, so that its own index is j.
+      bool reduced_all_one = true, kept_all_one = true, reduced_full = offset <= kept;
+      for (size_t p = 0; p < from.size(); ++p) {
+        bool is_kept = p + offset < kept;
+        if (is_kept) kept_all_one = kept_all_one && from[p] == ir::Dim(1);
+        else {
+          reduced_all_one = reduced_all_one && from[p] == ir::Dim(1);
+          reduced_full = reduced_full && from[p] == k_.space[p + offset];
+        }
+      }
+      OpKind leaf = k_.body.node(n.inputs[0]).kind;
+      if (reduced_all_one) a = RowAccess::PerRow;
+      else if (kept_all_one && reduced_full && (leaf == OpKind::Input || leaf == OpKind::Constant)) a = RowAccess::RowLocal;
+    }
+    access_[id] = a;
+    return a;
+  }
+
+  bool row_vectorizable(NodeId reduce_id) {
+    const Node& n = k_.body.node(reduce_id);
+    const ir::ReduceAttrs& r = n.as<ir::ReduceAttrs>();
+    bool kind_ok = r.kind == ir::ReduceKind::Sum || r.kind == ir::ReduceKind::Mean || r.kind == ir::ReduceKind::Max ||
+                   r.kind == ir::ReduceKind::Min;
+    return trailing_axes() && kind_ok && ir::is_float(k_.body.node(n.inputs[0]).dtype) &&
+           row_access(n.inputs[0]) == RowAccess::Contiguous;
+  }
+
+  // The value of `id` at elements [j, j + lanes) of the row starting at `row_base`.
+  mlir::Value row_value(NodeId id, const std::vector<mlir::Value>& kept, mlir::Value row_base, mlir::Value j, int lanes) {
+    auto it = row_cache_.find(id);
+    if (it != row_cache_.end()) return it->second;
+    const Node& n = k_.body.node(id);
+    mlir::Value v;
+    if (n.kind == OpKind::Input || n.kind == OpKind::Constant) {
+      v = load(input_slot_.at(id), n.dtype, add(row_base, j), lanes);
+    } else if (n.kind == OpKind::Reduce) {  // reduced over size-1 axes: already the row's value
+      v = b_.create<mlir::vector::BroadcastOp>(loc_, lane_type(scalar_type(n.dtype), lanes), reduced_.at(id));
+    } else if (n.kind == OpKind::Elementwise) {
+      std::vector<mlir::Value> args;
+      for (NodeId in : n.inputs) args.push_back(row_value(in, kept, row_base, j, lanes));
+      v = scalar_fn(n.as<ir::ElementwiseAttrs>().body, args, lanes);
+    } else if (row_access(id) == RowAccess::RowLocal) {
+      NodeId leaf = n.inputs[0];
+      v = load(input_slot_.at(leaf), k_.body.node(leaf).dtype, j, lanes);
+    } else {  // PerRow: one value for the whole row, splat
+      const ir::Shape& from = k_.body.node(n.inputs[0]).shape;
+      size_t offset = n.shape.size() - from.size();
+      std::vector<mlir::Value> idx;
+      for (size_t p = 0; p < from.size(); ++p) idx.push_back(p + offset < kept.size() ? kept[p + offset] : i64(0));
+      v = general_value(n.inputs[0], idx);
+      v = b_.create<mlir::vector::BroadcastOp>(loc_, lane_type(scalar_type(n.dtype), lanes), v);
+    }
+    row_cache_[id] = v;
+    return v;
+  }
+
+  // Sum, mean, max or min of floats over the row with f64 vector accumulators, a horizontal
+  // reduction, then the scalar tail.
+  mlir::Value reduce_vectorized(NodeId id, const std::vector<mlir::Value>& kept, mlir::Value row_base,
+                                mlir::Value vector_end, const ir::Dim& row_length, int lanes) {
+    const Node& n = k_.body.node(id);
+    const ir::ReduceAttrs& r = n.as<ir::ReduceAttrs>();
+    DType in = k_.body.node(n.inputs[0]).dtype;
+    constexpr double inf = std::numeric_limits<double>::infinity();
+    double identity = r.kind == ir::ReduceKind::Max ? -inf : r.kind == ir::ReduceKind::Min ? inf : 0.0;
+    auto combine = [&](mlir::Value acc, mlir::Value x) -> mlir::Value {
+      switch (r.kind) {
+        case ir::ReduceKind::Max: return b_.create<mlir::arith::MaximumFOp>(loc_, acc, x);
+        case ir::ReduceKind::Min: return b_.create<mlir::arith::MinimumFOp>(loc_, acc, x);
+        default: return b_.create<mlir::arith::AddFOp>(loc_, acc, x);
+      }
+    };
+    auto vector_loop = b_.create<mlir::scf::ForOp>(loc_, i64(0), vector_end, i64(lanes),
+                                                   mlir::ValueRange{constant(DType::F64, identity, 0, lanes)});
+    {
+      mlir::OpBuilder::InsertionGuard guard(b_);
+      b_.setInsertionPointToStart(vector_loop.getBody());
+      general_cache_.clear();
+      row_cache_.clear();
+      mlir::Value x = cast(row_value(n.inputs[0], kept, row_base, vector_loop.getInductionVar(), lanes), in, DType::F64, lanes);
+      b_.create<mlir::scf::YieldOp>(loc_, combine(vector_loop.getRegionIterArgs()[0], x));
+      general_cache_.clear();
+      row_cache_.clear();
+    }
+    mlir::vector::CombiningKind kind = r.kind == ir::ReduceKind::Max   ? mlir::vector::CombiningKind::MAXIMUMF
+                                       : r.kind == ir::ReduceKind::Min ? mlir::vector::CombiningKind::MINIMUMF
+                                                                       : mlir::vector::CombiningKind::ADD;
+    mlir::Value partial = b_.create<mlir::vector::ReductionOp>(loc_, kind, vector_loop.getResult(0));
+    auto tail = b_.create<mlir::scf::ForOp>(loc_, vector_end, dim(row_length), i64(1), mlir::ValueRange{partial});
+    {
+      mlir::OpBuilder::InsertionGuard guard(b_);
+      b_.setInsertionPointToStart(tail.getBody());
+      general_cache_.clear();
+      std::vector<mlir::Value> full = full_index(kept, delinearize(tail.getInductionVar(), reduced_dims()));
+      mlir::Value x = cast(general_value(n.inputs[0], full), in, DType::F64, 1);
+      b_.create<mlir::scf::YieldOp>(loc_, combine(tail.getRegionIterArgs()[0], x));
+      general_cache_.clear();
+    }
+    mlir::Value result = tail.getResult(0);
+    if (r.kind == ir::ReduceKind::Mean)
+      result = b_.create<mlir::arith::DivFOp>(loc_, result, b_.create<mlir::arith::SIToFPOp>(loc_, b_.getF64Type(), dim(row_length)));
+    return n.dtype == DType::F64 ? result : cast(result, DType::F64, n.dtype, 1);
   }
 
   // Folds one reduction over the row, with the accumulation types of the interpreter: floats
@@ -812,6 +972,8 @@ class KernelEmitter {
   std::vector<int> output_slot_;
   std::map<std::vector<const void*>, mlir::Value> general_cache_;
   std::map<NodeId, mlir::Value> reduced_;  // Reduce/Matmul node -> this row's (element's) result
+  std::map<NodeId, RowAccess> access_;
+  std::map<NodeId, mlir::Value> row_cache_;
   std::map<NodeId, mlir::Value> contiguous_cache_;
 };
 
