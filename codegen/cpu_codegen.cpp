@@ -157,14 +157,21 @@ class KernelEmitter {
   mlir::Value mul(mlir::Value a, mlir::Value c) { return b_.create<mlir::arith::MulIOp>(loc_, a, c); }
   mlir::Type ptr_type() { return mlir::LLVM::LLVMPointerType::get(b_.getContext()); }
 
+  // Values cached while emitting one loop body are defined inside it: never reuse them outside.
+  void clear_caches() {
+    general_cache_.clear();
+    contiguous_cache_.clear();
+    row_cache_.clear();
+  }
+
   template <class Body>
   void loop(mlir::Value from, mlir::Value to, int64_t step, Body body) {
     auto for_op = b_.create<mlir::scf::ForOp>(loc_, from, to, i64(step));
     mlir::OpBuilder::InsertionGuard guard(b_);
     b_.setInsertionPointToStart(for_op.getBody());
-    general_cache_.clear();
-    contiguous_cache_.clear();
+    clear_caches();
     body(for_op.getInductionVar());
+    clear_caches();
   }
 
   // The register type of one lane: bool is i1 in registers, i8 in memory.
@@ -423,36 +430,19 @@ class KernelEmitter {
     for (size_t o = 0; o < k_.body.outputs.size(); ++o) {
       const Node& n = k_.body.node(k_.body.outputs[o].node);
       NodeId out = k_.body.outputs[o].node;
-      if (n.shape == k_.space && row_access(out) == RowAccess::Contiguous && trailing_axes()) {
-        // SIMD over the row, then a scalar tail.
-        auto vector_loop = b_.create<mlir::scf::ForOp>(loc_, i64(0), vector_end, i64(lanes));
-        {
-          mlir::OpBuilder::InsertionGuard guard(b_);
-          b_.setInsertionPointToStart(vector_loop.getBody());
-          general_cache_.clear();
-          row_cache_.clear();
-          mlir::Value at = add(row_base, vector_loop.getInductionVar());
-          store(output_slot_[o], n.dtype, at, row_value(out, kept, row_base, vector_loop.getInductionVar(), lanes), lanes);
-          general_cache_.clear();
-          row_cache_.clear();
-        }
-        auto tail = b_.create<mlir::scf::ForOp>(loc_, vector_end, dim(row_length), i64(1));
-        mlir::OpBuilder::InsertionGuard guard(b_);
-        b_.setInsertionPointToStart(tail.getBody());
-        general_cache_.clear();
-        std::vector<mlir::Value> full = full_index(kept, delinearize(tail.getInductionVar(), reduced_dims()));
-        store(output_slot_[o], n.dtype, linearize(full, k_.space), general_value(out, full), 1);
-        general_cache_.clear();
-        continue;
-      }
       if (n.shape == k_.space) {
-        auto for_op = b_.create<mlir::scf::ForOp>(loc_, i64(0), dim(row_length), i64(1));
-        mlir::OpBuilder::InsertionGuard guard(b_);
-        b_.setInsertionPointToStart(for_op.getBody());
-        general_cache_.clear();
-        std::vector<mlir::Value> full = full_index(kept, delinearize(for_op.getInductionVar(), reduced_dims()));
-        store(output_slot_[o], n.dtype, linearize(full, k_.space), general_value(out, full), 1);
-        general_cache_.clear();
+        // SIMD over the row where its values allow, then scalar for the rest (the tail).
+        mlir::Value scalar_from = i64(0);
+        if (row_access(out) == RowAccess::Contiguous && trailing_axes()) {
+          loop(i64(0), vector_end, lanes, [&](mlir::Value j) {
+            store(output_slot_[o], n.dtype, add(row_base, j), row_value(out, kept, row_base, j, lanes), lanes);
+          });
+          scalar_from = vector_end;
+        }
+        loop(scalar_from, dim(row_length), 1, [&](mlir::Value j) {
+          std::vector<mlir::Value> full = full_index(kept, delinearize(j, reduced_dims()));
+          store(output_slot_[o], n.dtype, linearize(full, k_.space), general_value(out, full), 1);
+        });
         continue;
       }
       // A reduced-space output: element `row` (cpu_compiles() keeps rows in order up to here).
@@ -567,12 +557,10 @@ class KernelEmitter {
     {
       mlir::OpBuilder::InsertionGuard guard(b_);
       b_.setInsertionPointToStart(vector_loop.getBody());
-      general_cache_.clear();
-      row_cache_.clear();
+      clear_caches();
       mlir::Value x = cast(row_value(n.inputs[0], kept, row_base, vector_loop.getInductionVar(), lanes), in, DType::F64, lanes);
       b_.create<mlir::scf::YieldOp>(loc_, combine(vector_loop.getRegionIterArgs()[0], x));
-      general_cache_.clear();
-      row_cache_.clear();
+      clear_caches();
     }
     mlir::vector::CombiningKind kind = r.kind == ir::ReduceKind::Max   ? mlir::vector::CombiningKind::MAXIMUMF
                                        : r.kind == ir::ReduceKind::Min ? mlir::vector::CombiningKind::MINIMUMF
@@ -582,11 +570,11 @@ class KernelEmitter {
     {
       mlir::OpBuilder::InsertionGuard guard(b_);
       b_.setInsertionPointToStart(tail.getBody());
-      general_cache_.clear();
+      clear_caches();
       std::vector<mlir::Value> full = full_index(kept, delinearize(tail.getInductionVar(), reduced_dims()));
       mlir::Value x = cast(general_value(n.inputs[0], full), in, DType::F64, 1);
       b_.create<mlir::scf::YieldOp>(loc_, combine(tail.getRegionIterArgs()[0], x));
-      general_cache_.clear();
+      clear_caches();
     }
     mlir::Value result = tail.getResult(0);
     if (r.kind == ir::ReduceKind::Mean)
@@ -622,7 +610,7 @@ class KernelEmitter {
     {
       mlir::OpBuilder::InsertionGuard guard(b_);
       b_.setInsertionPointToStart(for_op.getBody());
-      general_cache_.clear();
+      clear_caches();
       std::vector<mlir::Value> full = full_index(kept, delinearize(for_op.getInductionVar(), reduced_dims()));
       mlir::Value x = general_value(n.inputs[0], full);
       mlir::Value acc = for_op.getRegionIterArgs()[0];
@@ -649,7 +637,7 @@ class KernelEmitter {
         }
       }
       b_.create<mlir::scf::YieldOp>(loc_, next);
-      general_cache_.clear();
+      clear_caches();
     }
     mlir::Value result = for_op.getResult(0);
     if (r.kind == ir::ReduceKind::Mean)
@@ -674,14 +662,14 @@ class KernelEmitter {
     auto columns = b_.create<mlir::scf::ForOp>(loc_, i64(0), dim(k_.space.back()), i64(1));
     mlir::OpBuilder::InsertionGuard guard(b_);
     b_.setInsertionPointToStart(columns.getBody());
-    general_cache_.clear();
+    clear_caches();
     mlir::Value j = columns.getInductionVar();
     auto dot = b_.create<mlir::scf::ForOp>(loc_, i64(0), dim(a_shape.back()), i64(1),
                                            mlir::ValueRange{constant(acc_type, 0, 0, 1)});
     {
       mlir::OpBuilder::InsertionGuard inner(b_);
       b_.setInsertionPointToStart(dot.getBody());
-      general_cache_.clear();
+      clear_caches();
       mlir::Value kk = dot.getInductionVar();
       std::vector<mlir::Value> a_idx(row_idx), b_idx(row_idx.begin(), row_idx.end() - 1);
       a_idx.push_back(kk);
@@ -694,7 +682,7 @@ class KernelEmitter {
                              ? mlir::Value(b_.create<mlir::arith::AddFOp>(loc_, acc, b_.create<mlir::arith::MulFOp>(loc_, a, b)))
                              : add(acc, mul(a, b));
       b_.create<mlir::scf::YieldOp>(loc_, next);
-      general_cache_.clear();
+      clear_caches();
     }
     reduced_[mm] = cast(dot.getResult(0), acc_type, n.dtype, 1);
     std::vector<mlir::Value> c_idx(row_idx);
@@ -703,7 +691,7 @@ class KernelEmitter {
       const Node& out = k_.body.node(k_.body.outputs[o].node);
       store(output_slot_[o], out.dtype, linearize(c_idx, k_.space), general_value(k_.body.outputs[o].node, c_idx), 1);
     }
-    general_cache_.clear();
+    clear_caches();
   }
 
   // ir::rand_uniform: Philox-4x32-10 with counter {lo(i), hi(i), 0, 0}, key {lo(seed), hi(seed)}.
