@@ -1,4 +1,5 @@
-// Lowers Program kernels to MLIR and JIT-compiles them for the host CPU.
+// Lowers Program kernels to MLIR and compiles them to an object file for the host CPU
+// (cpu_jit.cpp caches and loads it).
 //
 // Each kernel becomes `func @name(%buffers: !llvm.ptr, %symbols: !llvm.ptr, %begin: i64,
 // %end: i64)` iterating the flattened output space over [begin, end). Buffers are addressed with
@@ -12,6 +13,7 @@
 // Transcendental functions on f32 use MLIR's polynomial approximations (they vectorize); the
 // rest lower to LLVM intrinsics or libm.
 #include "codegen/cpu_codegen.h"
+#include "codegen/cpu_object.h"
 
 #include <algorithm>
 #include <limits>
@@ -29,7 +31,6 @@
 #include "mlir/Dialect/Math/Transforms/Passes.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
-#include "mlir/ExecutionEngine/ExecutionEngine.h"
 #include "mlir/ExecutionEngine/OptUtils.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/Diagnostics.h"
@@ -42,7 +43,10 @@
 #include "mlir/Transforms/GreedyPatternRewriteDriver.h"
 #include "mlir/Transforms/Passes.h"
 #include "llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h"
+#include "llvm/IR/LegacyPassManager.h"
 #include "llvm/IR/Module.h"
+#include "llvm/IR/Operator.h"
+#include "llvm/Target/TargetMachine.h"
 #include "llvm/Support/TargetSelect.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -53,13 +57,6 @@ using ir::Node;
 using ir::NodeId;
 using ir::OpKind;
 using ir::ScalarOp;
-
-struct CpuModule::Engine {
-  std::unique_ptr<mlir::MLIRContext> context;
-  std::unique_ptr<mlir::ExecutionEngine> engine;
-};
-
-CpuModule::~CpuModule() = default;
 
 // Every kernel kind is compiled. Reductions and matmuls need each output element to sit at the
 // position of the row (or element) of the result it depends on: between a reduction or matmul
@@ -103,8 +100,8 @@ std::vector<std::string> program_symbols(const ir::Program& p) {
 class KernelEmitter {
  public:
   KernelEmitter(mlir::OpBuilder& b, const ir::Kernel& k, const std::map<std::string, int>& symbols,
-                CompiledKernel& out)
-      : b_(b), loc_(b.getUnknownLoc()), k_(k), symbols_(symbols), out_(out) {}
+                const CpuOptions& options, std::vector<ir::HostArray>& constants)
+      : b_(b), loc_(b.getUnknownLoc()), k_(k), symbols_(symbols), options_(options), constants_(constants) {}
 
   void emit(mlir::func::FuncOp func) {
     mlir::Block* entry = func.addEntryBlock();
@@ -262,7 +259,7 @@ class KernelEmitter {
     for (NodeId id = 0; id < static_cast<NodeId>(k_.body.nodes.size()); ++id)
       if (k_.body.node(id).kind == OpKind::Constant) {
         input_slot_[id] = slot++;
-        out_.constants.push_back(k_.body.node(id).as<ir::ConstantAttrs>().value);
+        constants_.push_back(k_.body.node(id).as<ir::ConstantAttrs>().value);
       }
     slot_count_ = slot;
   }
@@ -771,9 +768,11 @@ class KernelEmitter {
         case ScalarOp::Sqrt: return b_.create<mlir::math::SqrtOp>(loc_, x);
         case ScalarOp::Rsqrt: return b_.create<mlir::arith::DivFOp>(loc_, one(operand), b_.create<mlir::math::SqrtOp>(loc_, x));
         case ScalarOp::Sin:
-          return operand == DType::F32 ? sin_cos_f32(x, true, lanes) : mlir::Value(b_.create<mlir::math::SinOp>(loc_, x));
+          return operand == DType::F32 && !options_.fast_math ? sin_cos_f32(x, true, lanes)
+                                                               : mlir::Value(b_.create<mlir::math::SinOp>(loc_, x));
         case ScalarOp::Cos:
-          return operand == DType::F32 ? sin_cos_f32(x, false, lanes) : mlir::Value(b_.create<mlir::math::CosOp>(loc_, x));
+          return operand == DType::F32 && !options_.fast_math ? sin_cos_f32(x, false, lanes)
+                                                               : mlir::Value(b_.create<mlir::math::CosOp>(loc_, x));
         case ScalarOp::Tan: return b_.create<mlir::math::TanOp>(loc_, x);
         case ScalarOp::Tanh: return b_.create<mlir::math::TanhOp>(loc_, x);
         case ScalarOp::Sigmoid: {
@@ -951,7 +950,8 @@ class KernelEmitter {
   mlir::Location loc_;
   const ir::Kernel& k_;
   const std::map<std::string, int>& symbols_;
-  CompiledKernel& out_;
+  const CpuOptions& options_;
+  std::vector<ir::HostArray>& constants_;
   mlir::Value buffers_, symbols_arg_;
   int slot_count_ = 0;
   std::vector<mlir::Value> base_;             // each slot's address
@@ -977,21 +977,24 @@ std::unique_ptr<mlir::MLIRContext> make_context() {
 
 // The kernels of `p` that the backend compiles, as functions named after the kernels.
 mlir::OwningOpRef<mlir::ModuleOp> build_module(mlir::MLIRContext& context, const ir::Program& p,
-                                               std::vector<CompiledKernel>& kernels,
-                                               const std::vector<std::string>& symbol_names) {
+                                               const CpuOptions& options, CpuObject& object) {
+  object.symbols = program_symbols(p);
+  const std::vector<std::string>& symbol_names = object.symbols;
   std::map<std::string, int> symbols;
   for (size_t i = 0; i < symbol_names.size(); ++i) symbols[symbol_names[i]] = static_cast<int>(i);
   mlir::OpBuilder b(&context);
   mlir::OwningOpRef<mlir::ModuleOp> module = mlir::ModuleOp::create(b.getUnknownLoc());
   mlir::Type ptr = mlir::LLVM::LLVMPointerType::get(&context);
-  kernels.assign(p.kernels.size(), {});
+  object.compiled.assign(p.kernels.size(), false);
+  object.constants.assign(p.kernels.size(), {});
   for (size_t ki = 0; ki < p.kernels.size(); ++ki) {
     const ir::Kernel& k = p.kernels[ki];
     if (!cpu_compiles(k)) continue;
+    object.compiled[ki] = true;
     b.setInsertionPointToEnd(module->getBody());
     auto func = b.create<mlir::func::FuncOp>(b.getUnknownLoc(), k.name,
                                              b.getFunctionType({ptr, ptr, b.getI64Type(), b.getI64Type()}, {}));
-    KernelEmitter(b, k, symbols, kernels[ki]).emit(func);
+    KernelEmitter(b, k, symbols, options, object.constants[ki]).emit(func);
   }
   return module;
 }
@@ -1044,56 +1047,95 @@ std::string to_text(mlir::Operation* op) {
 
 }  // namespace
 
-std::string emit_cpu_mlir(const ir::Program& p) {
+std::string emit_cpu_mlir(const ir::Program& p, const CpuOptions& options) {
   auto context = make_context();
-  std::vector<CompiledKernel> kernels;
-  auto module = build_module(*context, p, kernels, program_symbols(p));
+  CpuObject object;
+  auto module = build_module(*context, p, options, object);
   return to_text(module.get());
 }
 
-std::string emit_cpu_llvm(const ir::Program& p) {
+namespace {
+
+// The kernels of `p` as LLVM IR (lowered, not yet optimized by LLVM).
+std::unique_ptr<llvm::Module> to_llvm_ir(const ir::Program& p, const CpuOptions& options, llvm::LLVMContext& llvm_context,
+                                         CpuObject& object) {
   initialize_llvm();
   auto context = make_context();
-  std::vector<CompiledKernel> kernels;
-  auto module = build_module(*context, p, kernels, program_symbols(p));
+  auto module = build_module(*context, p, options, object);
   lower_to_llvm(module.get());
-  llvm::LLVMContext llvm_context;
   std::unique_ptr<llvm::Module> llvm_module = mlir::translateModuleToLLVMIR(module.get(), llvm_context);
   if (!llvm_module) throw ir::Error(fail_text("translation to LLVM IR failed"));
+  if (options.fast_math) {
+    // LLVM's fast flags on every float instruction: reassociation (vectorized reductions),
+    // reciprocals, no NaN/inf. Function attributes let the backend act on them too.
+    for (llvm::Function& f : *llvm_module) {
+      f.addFnAttr("unsafe-fp-math", "true");
+      f.addFnAttr("no-nans-fp-math", "true");
+      f.addFnAttr("no-infs-fp-math", "true");
+      f.addFnAttr("no-signed-zeros-fp-math", "true");
+      for (llvm::BasicBlock& block : f)
+        for (llvm::Instruction& inst : block)
+          if (llvm::isa<llvm::FPMathOperator>(inst)) inst.setFast(true);
+    }
+  }
+  return llvm_module;
+}
+
+std::unique_ptr<llvm::TargetMachine> host_target_machine() {
+  // LLVM vectorizes and schedules for this very CPU only when it knows it.
+  auto host = llvm::orc::JITTargetMachineBuilder::detectHost();
+  if (!host) throw ir::Error(fail_text("cannot detect the host CPU: " + llvm::toString(host.takeError())));
+  host->setCodeGenOptLevel(llvm::CodeGenOptLevel::Aggressive);
+  // Position-independent, small code model: the JIT links one object at a time, its code and
+  // constants close together (the default for JITs, the large model, costs a movabs per constant).
+  host->setRelocationModel(llvm::Reloc::PIC_);
+  host->setCodeModel(llvm::CodeModel::Small);
+  auto machine = host->createTargetMachine();
+  if (!machine) throw ir::Error(fail_text("cannot create a target machine for the host: " + llvm::toString(machine.takeError())));
+  return std::move(*machine);
+}
+
+}  // namespace
+
+std::string emit_cpu_llvm(const ir::Program& p, const CpuOptions& options) {
+  llvm::LLVMContext llvm_context;
+  CpuObject object;
+  std::unique_ptr<llvm::Module> llvm_module = to_llvm_ir(p, options, llvm_context, object);
   std::string text;
   llvm::raw_string_ostream out(text);
   llvm_module->print(out, nullptr);
   return text;
 }
 
-std::unique_ptr<CpuModule> compile_cpu(const ir::Program& p) {
-  initialize_llvm();
-  std::unique_ptr<CpuModule> result(new CpuModule());
-  result->symbols_ = program_symbols(p);
-  result->engine_ = std::make_unique<CpuModule::Engine>();
-  result->engine_->context = make_context();
-  auto module = build_module(*result->engine_->context, p, result->kernels_, result->symbols_);
-  lower_to_llvm(module.get());
+CpuObject compile_cpu_object(const ir::Program& p, const CpuOptions& options, ObjectKind kind) {
+  llvm::LLVMContext llvm_context;
+  CpuObject object;
+  std::unique_ptr<llvm::Module> llvm_module = to_llvm_ir(p, options, llvm_context, object);
+  std::unique_ptr<llvm::TargetMachine> machine = host_target_machine();
+  llvm_module->setDataLayout(machine->createDataLayout());
+  llvm_module->setTargetTriple(machine->getTargetTriple().str());
+  auto optimize = mlir::makeOptimizingTransformer(2, 0, machine.get());
+  if (llvm::Error e = optimize(llvm_module.get()))
+    throw ir::Error(fail_text("LLVM optimization failed: " + llvm::toString(std::move(e))));
+  llvm::SmallVector<char, 0> buffer;
+  llvm::raw_svector_ostream out(buffer);
+  llvm::legacy::PassManager codegen;
+  auto file_type = kind == ObjectKind::Object ? llvm::CodeGenFileType::ObjectFile : llvm::CodeGenFileType::AssemblyFile;
+  if (machine->addPassesToEmitFile(codegen, out, nullptr, file_type))
+    throw ir::Error(fail_text("the host target cannot emit this file type"));
+  codegen.run(*llvm_module);
+  object.bytes.assign(buffer.begin(), buffer.end());
+  return object;
+}
 
-  // LLVM vectorizes and schedules for this very CPU only when it knows it.
-  auto host = llvm::orc::JITTargetMachineBuilder::detectHost();
-  if (!host) throw ir::Error(fail_text("cannot detect the host CPU"));
-  auto machine = host->createTargetMachine();
-  if (!machine) throw ir::Error(fail_text("cannot create a target machine for the host"));
-  auto transformer = mlir::makeOptimizingTransformer(2, 0, machine->get());
-  mlir::ExecutionEngineOptions engine_options;
-  engine_options.transformer = transformer;
-  engine_options.jitCodeGenOptLevel = llvm::CodeGenOptLevel::Aggressive;
-  auto engine = mlir::ExecutionEngine::create(module.get(), engine_options);
-  if (!engine) throw ir::Error(fail_text("the JIT rejected the module: " + llvm::toString(engine.takeError())));
-  result->engine_->engine = std::move(*engine);
-  for (size_t ki = 0; ki < p.kernels.size(); ++ki) {
-    if (!cpu_compiles(p.kernels[ki])) continue;
-    auto fn = result->engine_->engine->lookup(p.kernels[ki].name);
-    if (!fn) throw ir::Error(fail_text("kernel " + p.kernels[ki].name + " not found: " + llvm::toString(fn.takeError())));
-    result->kernels_[ki].fn = reinterpret_cast<CpuKernelFn>(*fn);
-  }
-  return result;
+const char* codegen_build_stamp() { return __DATE__ " " __TIME__; }
+
+std::string emit_cpu_asm(const ir::Program& p, const CpuOptions& options) {
+  return compile_cpu_object(p, options, ObjectKind::Assembly).bytes;
+}
+
+std::string emit_cpu_object(const ir::Program& p, const CpuOptions& options) {
+  return compile_cpu_object(p, options, ObjectKind::Object).bytes;
 }
 
 }  // namespace fuse::codegen

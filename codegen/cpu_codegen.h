@@ -1,6 +1,6 @@
 // CPU code generation: Program kernels -> MLIR (func, scf, arith, math, vector, llvm) -> LLVM
-// -> machine code in an in-process JIT. The only part of fuse that sees MLIR or LLVM headers;
-// this interface is plain C++.
+// -> an object file, loaded into an in-process JIT. Compiled objects are cached in memory and on
+// disk. The only part of fuse that sees MLIR or LLVM headers; this interface is plain C++.
 #pragma once
 
 #include <cstdint>
@@ -18,12 +18,21 @@ namespace fuse::codegen {
 /// parallel iterations to compute (the runtime's thread pool splits the whole range).
 using CpuKernelFn = void (*)(void* const* buffers, const int64_t* symbols, int64_t begin, int64_t end);
 
+struct CpuOptions {
+  /// Lets LLVM reassociate and assume no NaN/inf/-0.0 (every float instruction gets LLVM's
+  /// `fast` flags), and f32 sin/cos use a polynomial instead of the f64 evaluation. Off: results
+  /// follow IEEE and the interpreter.
+  bool fast_math = false;
+  /// Look compiled code up in (and add it to) the in-memory and on-disk caches.
+  bool use_cache = true;
+};
+
 struct CompiledKernel {
-  CpuKernelFn fn = nullptr;            // null: this kernel kind is not compiled yet
+  CpuKernelFn fn = nullptr;              // null: this kernel kind is not compiled (interpreter)
   std::vector<ir::HostArray> constants;  // passed after the kernel's outputs, in this order
 };
 
-/// A JIT-compiled Program. Owns the machine code: function pointers live as long as it does.
+/// A JIT-loaded Program. Owns the machine code: function pointers live as long as it does.
 class CpuModule {
  public:
   ~CpuModule();
@@ -33,10 +42,10 @@ class CpuModule {
   const std::vector<std::string>& symbols() const { return symbols_; }  // sorted
   const std::vector<CompiledKernel>& kernels() const { return kernels_; }  // as Program::kernels
 
-  struct Engine;  // the JIT (hidden: it is an MLIR type)
+  struct Engine;  // the JIT (hidden: it is an LLVM type)
 
  private:
-  friend std::unique_ptr<CpuModule> compile_cpu(const ir::Program&);
+  friend struct ModuleLoader;
   CpuModule() = default;
   std::unique_ptr<Engine> engine_;
   std::vector<std::string> symbols_;
@@ -46,11 +55,33 @@ class CpuModule {
 /// Whether the CPU backend compiles this kernel (the others run in the reference interpreter).
 bool cpu_compiles(const ir::Kernel& k);
 
-/// Compiles the kernels the backend handles, following their CPU schedules (vector width).
-std::unique_ptr<CpuModule> compile_cpu(const ir::Program& p);
+/// Compiles the kernels the backend handles, following their CPU schedules (vector width), or
+/// takes them from the cache: in memory (same process), then on disk (cache_directory()).
+/// Equal Programs share one module.
+std::shared_ptr<const CpuModule> compile_cpu(const ir::Program& p, const CpuOptions& options = {});
+
 /// The MLIR of the compiled kernels, before lowering (`fusec --emit=mlir`).
-std::string emit_cpu_mlir(const ir::Program& p);
-/// The LLVM IR after lowering to the LLVM dialect, before LLVM's optimizations (`fusec --emit=llvm`).
-std::string emit_cpu_llvm(const ir::Program& p);
+std::string emit_cpu_mlir(const ir::Program& p, const CpuOptions& options = {});
+/// The LLVM IR after lowering to the LLVM dialect, before LLVM's optimizations (`--emit=llvm`).
+std::string emit_cpu_llvm(const ir::Program& p, const CpuOptions& options = {});
+/// Host assembly after LLVM's optimizations (`--emit=asm`).
+std::string emit_cpu_asm(const ir::Program& p, const CpuOptions& options = {});
+/// A relocatable ELF object for the host (`--emit=obj`), the bytes the JIT loads.
+std::string emit_cpu_object(const ir::Program& p, const CpuOptions& options = {});
+
+/// Where compiled objects are kept: $FUSE_CACHE_DIR, else $XDG_CACHE_HOME/fuse, else
+/// ~/.cache/fuse.
+std::string cache_directory();
+
+/// What the caches did in this process (tests assert hits with these).
+struct CacheStats {
+  int64_t memory_hits = 0;
+  int64_t disk_hits = 0;
+  int64_t compilations = 0;    // MLIR -> object compilations (misses, or use_cache=false)
+  int64_t rejected_entries = 0;  // disk entries found corrupt or stale, and rebuilt
+};
+CacheStats cache_stats();
+/// Forgets the in-memory cache (modules still in use stay alive), as a new process would.
+void clear_memory_cache();
 
 }  // namespace fuse::codegen

@@ -9,14 +9,18 @@ namespace fuse {
 
 struct CompileOptions {
   passes::PipelineOptions pipeline;  // fusion on/off, fast math, the target's schedules
+  /// Reuse compiled code from the in-memory and disk caches (codegen::compile_cpu); false
+  /// compiles afresh and stores nothing (`fusec --no-cache`).
+  bool use_cache = true;
 };
 
 /// Compiles for the CPU: the passes, then MLIR -> LLVM -> machine code for every kernel the CPU
 /// backend handles (codegen::cpu_compiles: all but reductions/matmuls whose epilogue reorders
 /// elements, which run in the reference interpreter until the backend covers them).
 runtime::Executable compile(const ir::Graph& g, const CompileOptions& options = {});
-/// The CPU backend alone, for a Program the passes made.
-runtime::Executable compile_program(ir::Program program);
+/// The CPU backend alone, for a Program the passes made (`options.pipeline.simplify.fast_math`
+/// turns on fast math in the code generator too).
+runtime::Executable compile_program(ir::Program program, const CompileOptions& options = {});
 inline runtime::Executable compile(const Graph& g, const CompileOptions& options = {}) {
   return compile(g.ir(), options);
 }

@@ -24,7 +24,7 @@ struct CpuKernelCode {
 
 /// Machine code for a Program's kernels, and whatever keeps it alive (a JIT, a shared object).
 struct CpuCode {
-  std::shared_ptr<void> owner;
+  std::shared_ptr<const void> owner;
   std::vector<std::string> symbols;     // the order of the symbol sizes kernels receive
   std::vector<CpuKernelCode> kernels;   // as Program::kernels
 };

@@ -49,13 +49,15 @@ struct Result {
 };
 
 /// Runs fusec with `args` (already shell-quoted where needed) and captures everything.
-Result fusec(const std::string& args) {
+Result fusec_env(const std::string& env, const std::string& args);
+Result fusec(const std::string& args) { return fusec_env("", args); }
+Result fusec_env(const std::string& env, const std::string& args) {
   fs::path dir = fs::path(FUSE_BINARY_DIR) / "tests" / "fusec_scratch";
   fs::create_directories(dir);
   // CTest runs test cases as parallel processes: capture files are per process.
   std::string tag = std::to_string(getpid());
   std::string out = (dir / ("stdout." + tag)).string(), err = (dir / ("stderr." + tag)).string();
-  int raw = std::system((kFusec + " " + args + " > " + out + " 2> " + err).c_str());
+  int raw = std::system((env + kFusec + " " + args + " > " + out + " 2> " + err).c_str());
   Result r;
   r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
   r.out = read_file(out);
@@ -625,4 +627,20 @@ TEST_CASE("run --check compares with the interpreter and --bench reports a media
   CHECK(bench.out.find("GB/s") != std::string::npos);
   Result interp = fusec("run " + kExamples + "hypot.expr --target=interp --random --dim N=5 --check");
   CHECK(interp.status == 0);
+}
+
+TEST_CASE("the disk cache survives a process restart", "[fusec][cache]") {
+  fs::path dir = scratch("cache");
+  std::string env = "FUSE_CACHE_DIR=" + (dir / "entries").string() + " ";
+  std::string run = "run " + kExamples + "gaussian_pdf.expr --random --dim N=1000 --cache-stats --check";
+  // `env` goes before the binary: fusec() prefixes the binary path, so use the shell's env.
+  Result first = fusec_env(env, run);
+  CHECK(first.status == 0);
+  CHECK(first.err.find("0 disk hits, 1 compilations") != std::string::npos);
+  Result second = fusec_env(env, run);
+  CHECK(second.status == 0);
+  CHECK(second.err.find("1 disk hits, 0 compilations") != std::string::npos);
+  Result uncached = fusec_env(env, run + " --no-cache");
+  CHECK(uncached.err.find("0 disk hits, 1 compilations") != std::string::npos);
+  INFO(first.err << second.err << uncached.err);
 }

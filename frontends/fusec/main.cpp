@@ -47,29 +47,35 @@ struct Compiled {
   passes::PipelineResult result;
   std::string title;
   bool fused_picture;  // --fused: draw the Program's kernels rather than the source graph
+  codegen::CpuOptions cpu;
 };
 
 /// What `--emit` can produce from a compiled program.
 struct EmitKind {
   std::string_view name;
   std::string_view help;
-  bool is_dot;  // the text is Graphviz dot, so `-o x.svg` / `-o x.png` renders it
+  bool is_dot;     // the text is Graphviz dot, so `-o x.svg` / `-o x.png` renders it
+  bool is_binary;  // not text: only written to a file
   std::string (*emit)(const Compiled& c);
 };
 const EmitKind kEmitKinds[] = {
-    {"graph", "the graph IR as text", false, [](const Compiled& c) { return ir::print_graph(c.source); }},
-    {"dot", "the graph as Graphviz dot (--fused: kernels as clusters); -o x.svg or -o x.png draws it", true,
+    {"graph", "the graph IR as text", false, false, [](const Compiled& c) { return ir::print_graph(c.source); }},
+    {"dot", "the graph as Graphviz dot (--fused: kernels as clusters); -o x.svg or -o x.png draws it", true, false,
      [](const Compiled& c) {
        return c.fused_picture ? ir::program_to_dot(c.result.program, c.title) : ir::graph_to_dot(c.source, c.title);
      }},
-    {"fused", "the fused Program as text: buffers, kernels, schedules", false,
+    {"fused", "the fused Program as text: buffers, kernels, schedules", false, false,
      [](const Compiled& c) { return ir::print_program(c.result.program); }},
-    {"plan", "the fused Program as JSON (schema in docs/architecture.md)", false,
+    {"plan", "the fused Program as JSON (schema in docs/architecture.md)", false, false,
      [](const Compiled& c) { return ir::program_to_json(c.result.program); }},
-    {"mlir", "the CPU kernels in MLIR, before lowering", false,
-     [](const Compiled& c) { return codegen::emit_cpu_mlir(c.result.program); }},
-    {"llvm", "the CPU kernels in LLVM IR, after lowering", false,
-     [](const Compiled& c) { return codegen::emit_cpu_llvm(c.result.program); }},
+    {"mlir", "the CPU kernels in MLIR, before lowering", false, false,
+     [](const Compiled& c) { return codegen::emit_cpu_mlir(c.result.program, c.cpu); }},
+    {"llvm", "the CPU kernels in LLVM IR, after lowering, before LLVM's optimizations", false, false,
+     [](const Compiled& c) { return codegen::emit_cpu_llvm(c.result.program, c.cpu); }},
+    {"asm", "the CPU kernels as this machine's assembly", false, false,
+     [](const Compiled& c) { return codegen::emit_cpu_asm(c.result.program, c.cpu); }},
+    {"obj", "the CPU kernels as an ELF object file (needs -o FILE.o)", false, true,
+     [](const Compiled& c) { return codegen::emit_cpu_object(c.result.program, c.cpu); }},
 };
 
 /// What the schedules of a compiled program are chosen for.
@@ -88,16 +94,16 @@ using Runner = std::function<void(const ir::TensorMap& inputs, ir::TensorMap& ou
 struct Target {
   std::string_view name;
   std::string_view help;
-  Runner (*prepare)(const passes::PipelineResult& compiled);
+  Runner (*prepare)(const passes::PipelineResult& compiled, const CompileOptions& options);
 };
 const Target kTargets[] = {
     {"cpu", "machine code for this CPU through MLIR and LLVM (the default)",
-     [](const passes::PipelineResult& c) -> Runner {
-       auto exe = std::make_shared<runtime::Executable>(compile_program(c.program));
+     [](const passes::PipelineResult& c, const CompileOptions& options) -> Runner {
+       auto exe = std::make_shared<runtime::Executable>(compile_program(c.program, options));
        return [exe](const ir::TensorMap& inputs, ir::TensorMap& outputs) { exe->run(inputs, outputs); };
      }},
     {"interp", "the fused Program, kernel by kernel, in the reference interpreter",
-     [](const passes::PipelineResult& c) -> Runner {
+     [](const passes::PipelineResult& c, const CompileOptions&) -> Runner {
        ir::Program program = c.program;
        return [program](const ir::TensorMap& inputs, ir::TensorMap& outputs) {
          outputs = ir::interpret_program(program, inputs);
@@ -134,6 +140,10 @@ const Flag kFlags[] = {
      "fusec examples/softmax.expr --emit=fused --no-fusion"},
     {"--fast-math", "", kCompile | kRun, false, "allow rewrites that ignore NaN, inf and -0.0 (x + 0 -> x)",
      "fusec examples/add.expr --emit=fused --fast-math"},
+    {"--no-cache", "", kRun, false, "compile afresh: neither read nor write the compile cache (~/.cache/fuse)",
+     "fusec run examples/hypot.expr --random --dim N=1000 --no-cache"},
+    {"--cache-stats", "", kRun, false, "print what the compile cache did (memory/disk hits, compilations) to stderr",
+     "fusec run examples/hypot.expr --random --dim N=1000 --cache-stats"},
     {"--input", "NAME=FILE.npy", kRun, true, "the value of input NAME, from a .npy file",
      "fusec run examples/add.expr --input a=a.npy --input b=b.npy"},
     {"--random", "", kRun, false,
@@ -405,12 +415,14 @@ int compile_command(const Args& args) {
       if (pass == *dump_after) std::cout << "// after " << pass << "\n" << ir::print_graph(after);
     };
   Compiled compiled{*graph, passes::run_pipeline(*graph, options), std::filesystem::path(file).stem().string(),
-                    args.has("--fused")};
+                    args.has("--fused"), {}};
+  compiled.cpu.fast_math = options.simplify.fast_math;
   if (args.has("--explain-fusion")) std::cout << passes::explain_fusion(compiled.result.graph, compiled.result.partition);
   if (!kind) return 0;
 
-  std::string text = kind->emit(compiled);
   const std::string* out = args.value("-o");
+  if (kind->is_binary && !out) throw Error("--emit=" + *emit_name + " is binary: write it to a file with -o FILE");
+  std::string text = kind->emit(compiled);
   if (!out) {
     std::cout << text;
     return 0;
@@ -559,8 +571,17 @@ int run_command(const Args& args) {
     }
   }
 
-  passes::PipelineResult compiled = passes::run_pipeline(*graph, pipeline_options(args, passes::TargetInfo::host()));
-  Runner runner = target.prepare(compiled);
+  CompileOptions compile_options;
+  compile_options.pipeline = pipeline_options(args, passes::TargetInfo::host());
+  compile_options.use_cache = !args.has("--no-cache");
+  passes::PipelineResult compiled = passes::run_pipeline(*graph, compile_options.pipeline);
+  Runner runner = target.prepare(compiled, compile_options);
+  if (args.has("--cache-stats")) {
+    codegen::CacheStats stats = codegen::cache_stats();
+    std::cerr << "cache: " << stats.memory_hits << " memory hits, " << stats.disk_hits << " disk hits, "
+              << stats.compilations << " compilations, " << stats.rejected_entries << " rejected entries ("
+              << codegen::cache_directory() << ")\n";
+  }
   ir::TensorMap outputs;
   runner(inputs, outputs);
   int status = 0;

@@ -1,0 +1,30 @@
+// Internal to codegen: the MLIR half (cpu_codegen.cpp) turns a Program into an object file;
+// the JIT half (cpu_jit.cpp) caches and loads it. Not included outside codegen/.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "codegen/cpu_codegen.h"
+
+namespace fuse::codegen {
+
+enum class ObjectKind { Object, Assembly };
+
+struct CpuObject {
+  std::string bytes;                      // an ELF object (or assembly text)
+  std::vector<std::string> symbols;       // the order of the symbol sizes kernels receive
+  std::vector<bool> compiled;             // per Program kernel: present in the object
+  std::vector<std::vector<ir::HostArray>> constants;  // per Program kernel
+};
+
+/// Program -> MLIR -> LLVM IR -> optimized machine code for the host.
+CpuObject compile_cpu_object(const ir::Program& p, const CpuOptions& options, ObjectKind kind);
+
+}  // namespace fuse::codegen
+
+namespace fuse::codegen {
+/// Changes whenever the code generator is rebuilt: part of every cache key, so that objects
+/// compiled by an older fuse are never loaded.
+const char* codegen_build_stamp();
+}  // namespace fuse::codegen
