@@ -96,6 +96,44 @@ std::vector<std::string> program_symbols(const ir::Program& p) {
   return {names.begin(), names.end()};
 }
 
+// How many chunks a split reduction's elements are divided into: enough for every core of a
+// large machine to take a few, few enough that combining them costs nothing.
+constexpr int64_t kSplitChunks = 64;
+
+// A reduction to a single element (sum(x), max(x * y)) has one row, so one parallel iteration:
+// it is split into chunks instead (see KernelEmitter::emit_split_chunk). Only when the
+// reductions are independent of each other and combine associatively (built-in kinds), and the
+// outputs are single elements.
+bool split_reduction(const ir::Kernel& k) {
+  if (k.kind != ir::KernelKind::Reduction) return false;
+  ir::Dim rows = 1;
+  for (size_t d = 0; d < k.space.size(); ++d)
+    if (std::find(k.axes.begin(), k.axes.end(), static_cast<int>(d)) == k.axes.end()) rows = rows * k.space[d];
+  if (!(rows == ir::Dim(1))) return false;
+  for (const ir::GraphOutput& o : k.body.outputs)
+    if (k.body.node(o.node).shape == k.space && !(ir::num_elements(k.space) == ir::Dim(1))) return false;
+  std::vector<bool> after_reduce(k.body.nodes.size(), false);
+  bool any = false;
+  for (NodeId id = 0; id < static_cast<NodeId>(k.body.nodes.size()); ++id) {
+    const Node& n = k.body.node(id);
+    bool downstream = false;
+    for (NodeId in : n.inputs) downstream = downstream || after_reduce[in];
+    if (n.kind == OpKind::Reduce) {
+      if (downstream || n.as<ir::ReduceAttrs>().kind == ir::ReduceKind::Custom) return false;
+      any = true;
+      downstream = true;
+    }
+    after_reduce[id] = downstream;
+  }
+  return any;
+}
+
+int64_t split_scratch_bytes(const ir::Kernel& k) {
+  int64_t reduces = 0;
+  for (const Node& n : k.body.nodes) reduces += n.kind == OpKind::Reduce;
+  return reduces * kSplitChunks * 8;
+}
+
 // Emits one kernel's function body.
 class KernelEmitter {
  public:
@@ -109,19 +147,16 @@ class KernelEmitter {
     buffers_ = entry->getArgument(0);
     symbols_arg_ = entry->getArgument(1);
     mlir::Value begin = entry->getArgument(2), end = entry->getArgument(3);
-    assign_slots();
     // Buffer addresses and dims are loaded once, before the loops: LLVM cannot hoist them out
     // itself, since the kernel's stores might alias the arrays they come from.
-    for (int slot = 0; slot < slot_count_; ++slot) {
-      mlir::Value slot_ptr = b_.create<mlir::LLVM::GEPOp>(loc_, ptr_type(), ptr_type(), buffers_,
-                                                          mlir::ArrayRef<mlir::LLVM::GEPArg>{slot});
-      base_.push_back(b_.create<mlir::LLVM::LoadOp>(loc_, ptr_type(), slot_ptr));
-    }
-    for (const Node& n : k_.body.nodes)
-      for (const ir::Dim& d : n.shape) dim(d);
-    for (const ir::Dim& d : k_.space) dim(d);
+    load_bases();
     if (k_.kind == ir::KernelKind::Matmul) {
       loop(begin, end, 1, [&](mlir::Value row) { emit_matmul_row(row); });
+      b_.create<mlir::func::ReturnOp>(loc_);
+      return;
+    }
+    if (split_reduction(k_)) {
+      loop(begin, end, 1, [&](mlir::Value chunk) { emit_split_chunk(chunk); });
       b_.create<mlir::func::ReturnOp>(loc_);
       return;
     }
@@ -145,7 +180,88 @@ class KernelEmitter {
     b_.create<mlir::func::ReturnOp>(loc_);
   }
 
+  // The second function of a split reduction: combines the chunks' accumulators, in chunk order,
+  // and writes the outputs (a single element each).
+  void emit_split_finish(mlir::func::FuncOp func) {
+    mlir::Block* entry = func.addEntryBlock();
+    b_.setInsertionPointToStart(entry);
+    buffers_ = entry->getArgument(0);
+    symbols_arg_ = entry->getArgument(1);
+    load_bases();
+    ir::Dim row_length = ir::num_elements(reduced_dims());
+    int q = 0;
+    for (NodeId id : reduce_nodes()) {
+      auto chunks = b_.create<mlir::scf::ForOp>(loc_, i64(0), i64(kSplitChunks), i64(1),
+                                                mlir::ValueRange{accumulator_identity(id, 1)});
+      {
+        mlir::OpBuilder::InsertionGuard guard(b_);
+        b_.setInsertionPointToStart(chunks.getBody());
+        mlir::Value partial = load_partial(id, q, chunks.getInductionVar());
+        b_.create<mlir::scf::YieldOp>(loc_, combine(id, chunks.getRegionIterArgs()[0], partial));
+      }
+      reduced_[id] = finish(id, chunks.getResult(0), row_length);
+      ++q;
+    }
+    clear_caches();
+    for (size_t o = 0; o < k_.body.outputs.size(); ++o) {
+      const Node& n = k_.body.node(k_.body.outputs[o].node);
+      store(output_slot_[o], n.dtype, i64(0), general_value(k_.body.outputs[o].node, delinearize(i64(0), n.shape)), 1);
+    }
+    b_.create<mlir::func::ReturnOp>(loc_);
+  }
+
  private:
+  // ---- split reductions: a reduction to one element, over chunks of its elements ----
+  // Chunk c of kSplitChunks folds elements [c*L/C, (c+1)*L/C) into one accumulator per Reduce
+  // in a scratch buffer (the slot after the constants, 8 bytes per accumulator); the _finish
+  // function combines them. The thread pool runs chunks in parallel.
+
+  std::vector<NodeId> reduce_nodes() const {
+    std::vector<NodeId> ids;
+    for (NodeId id = 0; id < static_cast<NodeId>(k_.body.nodes.size()); ++id)
+      if (k_.body.node(id).kind == OpKind::Reduce) ids.push_back(id);
+    return ids;
+  }
+
+  mlir::Value partial_address(int q, mlir::Value chunk) {
+    mlir::Value index = add(i64(static_cast<int64_t>(q) * kSplitChunks), chunk);
+    return b_.create<mlir::LLVM::GEPOp>(loc_, ptr_type(), i64_type(), base_[slot_count_], mlir::ValueRange{index});
+  }
+  void store_partial(NodeId id, int q, mlir::Value chunk, mlir::Value acc) {
+    if (accumulator_type(id) == DType::Bool) acc = b_.create<mlir::arith::ExtUIOp>(loc_, b_.getI8Type(), acc);
+    b_.create<mlir::LLVM::StoreOp>(loc_, acc, partial_address(q, chunk), 8);
+  }
+  mlir::Value load_partial(NodeId id, int q, mlir::Value chunk) {
+    DType t = accumulator_type(id);
+    mlir::Value v = b_.create<mlir::LLVM::LoadOp>(loc_, memory_type(t), partial_address(q, chunk), 8);
+    return t == DType::Bool ? cmpi(mlir::arith::CmpIPredicate::ne, v, zero_i8(1)) : v;
+  }
+
+  void emit_split_chunk(mlir::Value chunk) {
+    ir::Dim row_length = ir::num_elements(reduced_dims());
+    mlir::Value length = dim(row_length);
+    mlir::Value from = b_.create<mlir::arith::DivSIOp>(loc_, mul(chunk, length), i64(kSplitChunks));
+    mlir::Value to = b_.create<mlir::arith::DivSIOp>(loc_, mul(add(chunk, i64(1)), length), i64(kSplitChunks));
+    int lanes = std::max(1, k_.schedule.cpu.vector_width);
+    std::vector<NodeId> ids = reduce_nodes();
+    std::vector<mlir::Value> kept(kept_dims().size(), i64(0));  // every kept dim has size 1
+    std::vector<mlir::Value> accs = accumulate(ids, kept, i64(0), from, to, lanes);
+    for (size_t q = 0; q < ids.size(); ++q) store_partial(ids[q], static_cast<int>(q), chunk, accs[q]);
+  }
+
+  void load_bases() {
+    assign_slots();
+    int slots = slot_count_ + (split_reduction(k_) ? 1 : 0);  // a split reduction's scratch
+    for (int slot = 0; slot < slots; ++slot) {
+      mlir::Value slot_ptr = b_.create<mlir::LLVM::GEPOp>(loc_, ptr_type(), ptr_type(), buffers_,
+                                                          mlir::ArrayRef<mlir::LLVM::GEPArg>{slot});
+      base_.push_back(b_.create<mlir::LLVM::LoadOp>(loc_, ptr_type(), slot_ptr));
+    }
+    for (const Node& n : k_.body.nodes)
+      for (const ir::Dim& d : n.shape) dim(d);
+    for (const ir::Dim& d : k_.space) dim(d);
+  }
+
   // ---- small helpers ----
   mlir::Type i64_type() { return b_.getI64Type(); }
   mlir::Value i64(int64_t v) { return b_.create<mlir::arith::ConstantIntOp>(loc_, v, 64); }
@@ -240,9 +356,14 @@ class KernelEmitter {
     return lin;
   }
 
+  // (The outermost index is what is left: no remainder, and a rank-1 index is the position.)
   std::vector<mlir::Value> delinearize(mlir::Value lin, const ir::Shape& shape) {
     std::vector<mlir::Value> idx(shape.size());
     for (size_t k = shape.size(); k-- > 0;) {
+      if (k == 0) {
+        idx[0] = lin;
+        break;
+      }
       mlir::Value d = dim(shape[k]);
       idx[k] = b_.create<mlir::arith::RemSIOp>(loc_, lin, d);
       lin = b_.create<mlir::arith::DivSIOp>(loc_, lin, d);
@@ -419,11 +540,23 @@ class KernelEmitter {
     int lanes = std::max(1, k_.schedule.cpu.vector_width);
     mlir::Value row_base = mul(row, dim(row_length));
     mlir::Value vector_end = mul(b_.create<mlir::arith::DivSIOp>(loc_, dim(row_length), i64(lanes)), i64(lanes));
-    for (NodeId id = 0; id < static_cast<NodeId>(k_.body.nodes.size()); ++id) {
-      if (k_.body.node(id).kind != OpKind::Reduce) continue;
-      reduced_[id] = row_vectorizable(id) ? reduce_vectorized(id, kept, row_base, vector_end, row_length, lanes)
-                                          : reduce(id, kept, row_length);
+    // Reductions in groups that read the row once each: a group ends where a reduction needs an
+    // earlier one's result (softmax's sum needs its max).
+    std::vector<NodeId> group;
+    auto flush = [&] {
+      std::vector<mlir::Value> accs = accumulate(group, kept, row_base, i64(0), dim(row_length), lanes);
+      for (size_t q = 0; q < group.size(); ++q) reduced_[group[q]] = finish(group[q], accs[q], row_length);
+      group.clear();
+    };
+    for (NodeId id : reduce_nodes()) {
+      for (NodeId earlier : group)
+        if (depends_on(id, earlier)) {
+          flush();
+          break;
+        }
+      group.push_back(id);
     }
+    if (!group.empty()) flush();
     for (size_t o = 0; o < k_.body.outputs.size(); ++o) {
       const Node& n = k_.body.node(k_.body.outputs[o].node);
       NodeId out = k_.body.outputs[o].node;
@@ -498,10 +631,7 @@ class KernelEmitter {
   bool row_vectorizable(NodeId reduce_id) {
     const Node& n = k_.body.node(reduce_id);
     const ir::ReduceAttrs& r = n.as<ir::ReduceAttrs>();
-    bool kind_ok = r.kind == ir::ReduceKind::Sum || r.kind == ir::ReduceKind::Mean || r.kind == ir::ReduceKind::Max ||
-                   r.kind == ir::ReduceKind::Min;
-    return trailing_axes() && kind_ok && ir::is_float(k_.body.node(n.inputs[0]).dtype) &&
-           row_access(n.inputs[0]) == RowAccess::Contiguous;
+    return trailing_axes() && r.kind != ir::ReduceKind::Custom && row_access(n.inputs[0]) == RowAccess::Contiguous;
   }
 
   // The value of `id` at elements [j, j + lanes) of the row starting at `row_base`.
@@ -533,113 +663,164 @@ class KernelEmitter {
     return v;
   }
 
-  // Sum, mean, max or min of floats over the row with f64 vector accumulators, a horizontal
-  // reduction, then the scalar tail.
-  mlir::Value reduce_vectorized(NodeId id, const std::vector<mlir::Value>& kept, mlir::Value row_base,
-                                mlir::Value vector_end, const ir::Dim& row_length, int lanes) {
+  // ---- one reduction over a range of its row ----
+  // accumulate() folds elements [from, to) of the row into an accumulator of the interpreter's
+  // accumulation type: floats (and every mean) in f64, integers in i64 (wrapping to the result's
+  // width at the end), any/all in i1, user combiners in the node's dtype. finish() turns an
+  // accumulator into the result (mean's division, the cast). A row is one range; a split
+  // reduction combines the accumulators of several ranges with combine().
+
+  DType accumulator_type(NodeId id) {
     const Node& n = k_.body.node(id);
     const ir::ReduceAttrs& r = n.as<ir::ReduceAttrs>();
     DType in = k_.body.node(n.inputs[0]).dtype;
-    constexpr double inf = std::numeric_limits<double>::infinity();
-    double identity = r.kind == ir::ReduceKind::Max ? -inf : r.kind == ir::ReduceKind::Min ? inf : 0.0;
-    auto combine = [&](mlir::Value acc, mlir::Value x) -> mlir::Value {
-      switch (r.kind) {
-        case ir::ReduceKind::Max: return b_.create<mlir::arith::MaximumFOp>(loc_, acc, x);
-        case ir::ReduceKind::Min: return b_.create<mlir::arith::MinimumFOp>(loc_, acc, x);
-        default: return b_.create<mlir::arith::AddFOp>(loc_, acc, x);
-      }
-    };
-    auto vector_loop = b_.create<mlir::scf::ForOp>(loc_, i64(0), vector_end, i64(lanes),
-                                                   mlir::ValueRange{constant(DType::F64, identity, 0, lanes)});
-    {
-      mlir::OpBuilder::InsertionGuard guard(b_);
-      b_.setInsertionPointToStart(vector_loop.getBody());
-      clear_caches();
-      mlir::Value x = cast(row_value(n.inputs[0], kept, row_base, vector_loop.getInductionVar(), lanes), in, DType::F64, lanes);
-      b_.create<mlir::scf::YieldOp>(loc_, combine(vector_loop.getRegionIterArgs()[0], x));
-      clear_caches();
-    }
-    mlir::vector::CombiningKind kind = r.kind == ir::ReduceKind::Max   ? mlir::vector::CombiningKind::MAXIMUMF
-                                       : r.kind == ir::ReduceKind::Min ? mlir::vector::CombiningKind::MINIMUMF
-                                                                       : mlir::vector::CombiningKind::ADD;
-    mlir::Value partial = b_.create<mlir::vector::ReductionOp>(loc_, kind, vector_loop.getResult(0));
-    auto tail = b_.create<mlir::scf::ForOp>(loc_, vector_end, dim(row_length), i64(1), mlir::ValueRange{partial});
-    {
-      mlir::OpBuilder::InsertionGuard guard(b_);
-      b_.setInsertionPointToStart(tail.getBody());
-      clear_caches();
-      std::vector<mlir::Value> full = full_index(kept, delinearize(tail.getInductionVar(), reduced_dims()));
-      mlir::Value x = cast(general_value(n.inputs[0], full), in, DType::F64, 1);
-      b_.create<mlir::scf::YieldOp>(loc_, combine(tail.getRegionIterArgs()[0], x));
-      clear_caches();
-    }
-    mlir::Value result = tail.getResult(0);
-    if (r.kind == ir::ReduceKind::Mean)
-      result = b_.create<mlir::arith::DivFOp>(loc_, result, b_.create<mlir::arith::SIToFPOp>(loc_, b_.getF64Type(), dim(row_length)));
-    return n.dtype == DType::F64 ? result : cast(result, DType::F64, n.dtype, 1);
+    if (r.kind == ir::ReduceKind::Custom) return n.dtype;
+    if (r.kind == ir::ReduceKind::Any || r.kind == ir::ReduceKind::All) return DType::Bool;
+    return ir::is_float(in) || r.kind == ir::ReduceKind::Mean ? DType::F64 : DType::I64;
   }
 
-  // Folds one reduction over the row, with the accumulation types of the interpreter: floats
-  // (and every mean) in f64, integers in i64 (wrapping to the result's width at the end),
-  // any/all in i1, user combiners in the node's dtype.
-  mlir::Value reduce(NodeId id, const std::vector<mlir::Value>& kept, const ir::Dim& row_length) {
-    using mlir::arith::CmpFPredicate;
+  mlir::Value accumulator_identity(NodeId id, int lanes) {
     const Node& n = k_.body.node(id);
     const ir::ReduceAttrs& r = n.as<ir::ReduceAttrs>();
     DType in = k_.body.node(n.inputs[0]).dtype;
-    bool logical = r.kind == ir::ReduceKind::Any || r.kind == ir::ReduceKind::All;
-    bool custom = r.kind == ir::ReduceKind::Custom;
-    bool floating = !logical && !custom && (ir::is_float(in) || r.kind == ir::ReduceKind::Mean);
-    DType acc_type = custom ? n.dtype : logical ? DType::Bool : floating ? DType::F64 : DType::I64;
+    DType acc = accumulator_type(id);
     constexpr double inf = std::numeric_limits<double>::infinity();
     int64_t int_low = in == DType::I32 ? INT32_MIN : in == DType::Bool ? 0 : INT64_MIN;
     int64_t int_high = in == DType::I32 ? INT32_MAX : in == DType::Bool ? 1 : INT64_MAX;
-    mlir::Value identity;
     switch (r.kind) {
-      case ir::ReduceKind::Prod: identity = constant(acc_type, 1, 1, 1); break;
-      case ir::ReduceKind::Max: identity = constant(acc_type, -inf, int_low, 1); break;
-      case ir::ReduceKind::Min: identity = constant(acc_type, inf, int_high, 1); break;
-      case ir::ReduceKind::All: identity = constant(acc_type, 1, 1, 1); break;
-      case ir::ReduceKind::Custom: identity = constant(acc_type, r.identity.f, r.identity.i, 1); break;
-      default: identity = constant(acc_type, 0, 0, 1); break;
+      case ir::ReduceKind::Prod: return constant(acc, 1, 1, lanes);
+      case ir::ReduceKind::Max: return constant(acc, -inf, int_low, lanes);
+      case ir::ReduceKind::Min: return constant(acc, inf, int_high, lanes);
+      case ir::ReduceKind::All: return constant(acc, 1, 1, lanes);
+      case ir::ReduceKind::Custom: return constant(acc, r.identity.f, r.identity.i, lanes);
+      default: return constant(acc, 0, 0, lanes);
     }
-    auto for_op = b_.create<mlir::scf::ForOp>(loc_, i64(0), dim(row_length), i64(1), mlir::ValueRange{identity});
-    {
-      mlir::OpBuilder::InsertionGuard guard(b_);
-      b_.setInsertionPointToStart(for_op.getBody());
-      clear_caches();
-      std::vector<mlir::Value> full = full_index(kept, delinearize(for_op.getInductionVar(), reduced_dims()));
-      mlir::Value x = general_value(n.inputs[0], full);
-      mlir::Value acc = for_op.getRegionIterArgs()[0];
-      mlir::Value next;
-      if (custom) {
-        next = scalar_fn(r.combiner, {acc, x}, 1);
-      } else if (logical) {
-        mlir::Value truth = cast(x, in, DType::Bool, 1);
-        next = r.kind == ir::ReduceKind::Any ? mlir::Value(b_.create<mlir::arith::OrIOp>(loc_, acc, truth))
-                                             : mlir::Value(b_.create<mlir::arith::AndIOp>(loc_, acc, truth));
-      } else {
-        x = cast(x, in, acc_type, 1);
-        switch (r.kind) {
-          case ir::ReduceKind::Prod: next = floating ? mlir::Value(b_.create<mlir::arith::MulFOp>(loc_, acc, x)) : mul(acc, x); break;
-          case ir::ReduceKind::Max:
-            next = floating ? mlir::Value(b_.create<mlir::arith::MaximumFOp>(loc_, acc, x))
-                            : mlir::Value(b_.create<mlir::arith::MaxSIOp>(loc_, acc, x));
-            break;
-          case ir::ReduceKind::Min:
-            next = floating ? mlir::Value(b_.create<mlir::arith::MinimumFOp>(loc_, acc, x))
-                            : mlir::Value(b_.create<mlir::arith::MinSIOp>(loc_, acc, x));
-            break;
-          default: next = floating ? mlir::Value(b_.create<mlir::arith::AddFOp>(loc_, acc, x)) : add(acc, x); break;
+  }
+
+  // acc (op) x, both already of the accumulator type (scalars or vectors alike).
+  mlir::Value combine(NodeId id, mlir::Value acc, mlir::Value x) {
+    const ir::ReduceAttrs& r = k_.body.node(id).as<ir::ReduceAttrs>();
+    bool floating = accumulator_type(id) == DType::F64;
+    switch (r.kind) {
+      case ir::ReduceKind::Custom: return scalar_fn(r.combiner, {acc, x}, 1);
+      case ir::ReduceKind::Any: return b_.create<mlir::arith::OrIOp>(loc_, acc, x);
+      case ir::ReduceKind::All: return b_.create<mlir::arith::AndIOp>(loc_, acc, x);
+      case ir::ReduceKind::Prod: return floating ? mlir::Value(b_.create<mlir::arith::MulFOp>(loc_, acc, x)) : mul(acc, x);
+      case ir::ReduceKind::Max:
+        return floating ? mlir::Value(b_.create<mlir::arith::MaximumFOp>(loc_, acc, x))
+                        : mlir::Value(b_.create<mlir::arith::MaxSIOp>(loc_, acc, x));
+      case ir::ReduceKind::Min:
+        return floating ? mlir::Value(b_.create<mlir::arith::MinimumFOp>(loc_, acc, x))
+                        : mlir::Value(b_.create<mlir::arith::MinSIOp>(loc_, acc, x));
+      default: return floating ? mlir::Value(b_.create<mlir::arith::AddFOp>(loc_, acc, x)) : add(acc, x);
+    }
+  }
+
+  // An input element converted to the accumulator type (custom combiners take it as it is).
+  mlir::Value to_accumulator(NodeId id, mlir::Value x, int lanes) {
+    const Node& n = k_.body.node(id);
+    if (n.as<ir::ReduceAttrs>().kind == ir::ReduceKind::Custom) return x;
+    return cast(x, k_.body.node(n.inputs[0]).dtype, accumulator_type(id), lanes);
+  }
+
+  mlir::Value finish(NodeId id, mlir::Value acc, const ir::Dim& row_length) {
+    const Node& n = k_.body.node(id);
+    DType acc_type = accumulator_type(id);
+    if (n.as<ir::ReduceAttrs>().kind == ir::ReduceKind::Mean)
+      acc = b_.create<mlir::arith::DivFOp>(loc_, acc, b_.create<mlir::arith::SIToFPOp>(loc_, b_.getF64Type(), dim(row_length)));
+    return acc_type == n.dtype ? acc : cast(acc, acc_type, n.dtype, 1);
+  }
+
+  // The horizontal (across lanes) form of a reduction's combine.
+  mlir::vector::CombiningKind lane_combining_kind(NodeId id) {
+    using Kind = mlir::vector::CombiningKind;
+    bool floating = accumulator_type(id) == DType::F64;
+    switch (k_.body.node(id).as<ir::ReduceAttrs>().kind) {
+      case ir::ReduceKind::Prod: return Kind::MUL;
+      case ir::ReduceKind::Max: return floating ? Kind::MAXIMUMF : Kind::MAXSI;
+      case ir::ReduceKind::Min: return floating ? Kind::MINIMUMF : Kind::MINSI;
+      case ir::ReduceKind::Any: return Kind::OR;
+      case ir::ReduceKind::All: return Kind::AND;
+      default: return Kind::ADD;
+    }
+  }
+
+  // Elements [from, to) of the row folded into one accumulator per reduction in `ids` (none may
+  // depend on another), all in the same loops so that they share their loads: SIMD with two
+  // independent vector accumulators each (two dependency chains in flight) for those
+  // row_vectorizable(), then one scalar loop for the rest and the SIMD loop's tail.
+  std::vector<mlir::Value> accumulate(const std::vector<NodeId>& ids, const std::vector<mlir::Value>& kept,
+                                      mlir::Value row_base, mlir::Value from, mlir::Value to, int lanes) {
+    std::vector<NodeId> vectorized, scalar;
+    for (NodeId id : ids) (lanes > 1 && row_vectorizable(id) ? vectorized : scalar).push_back(id);
+    std::map<NodeId, mlir::Value> result;
+    if (!vectorized.empty()) {
+      int64_t step = 2 * lanes;
+      mlir::Value vector_end = add(from, mul(b_.create<mlir::arith::DivSIOp>(loc_, sub(to, from), i64(step)), i64(step)));
+      std::vector<mlir::Value> init;
+      for (NodeId id : vectorized) init.insert(init.end(), 2, accumulator_identity(id, lanes));
+      auto vector_loop = b_.create<mlir::scf::ForOp>(loc_, from, vector_end, i64(step), init);
+      {
+        mlir::OpBuilder::InsertionGuard guard(b_);
+        b_.setInsertionPointToStart(vector_loop.getBody());
+        std::vector<mlir::Value> next(init.size());
+        for (int half = 0; half < 2; ++half) {
+          clear_caches();
+          mlir::Value j = add(vector_loop.getInductionVar(), i64(half * lanes));
+          for (size_t q = 0; q < vectorized.size(); ++q) {
+            NodeId id = vectorized[q];
+            mlir::Value x = to_accumulator(id, row_value(k_.body.node(id).inputs[0], kept, row_base, j, lanes), lanes);
+            next[2 * q + half] = combine(id, vector_loop.getRegionIterArgs()[2 * q + half], x);
+          }
         }
+        b_.create<mlir::scf::YieldOp>(loc_, next);
+        clear_caches();
       }
-      b_.create<mlir::scf::YieldOp>(loc_, next);
-      clear_caches();
+      std::vector<mlir::Value> partial;
+      for (size_t q = 0; q < vectorized.size(); ++q) {
+        NodeId id = vectorized[q];
+        mlir::Value both = combine(id, vector_loop.getResult(2 * q), vector_loop.getResult(2 * q + 1));
+        partial.push_back(b_.create<mlir::vector::ReductionOp>(loc_, lane_combining_kind(id), both));
+      }
+      std::vector<mlir::Value> tail = accumulate_scalar(vectorized, partial, kept, vector_end, to);
+      for (size_t q = 0; q < vectorized.size(); ++q) result[vectorized[q]] = tail[q];
     }
-    mlir::Value result = for_op.getResult(0);
-    if (r.kind == ir::ReduceKind::Mean)
-      result = b_.create<mlir::arith::DivFOp>(loc_, result, b_.create<mlir::arith::SIToFPOp>(loc_, b_.getF64Type(), dim(row_length)));
-    return acc_type == n.dtype ? result : cast(result, acc_type, n.dtype, 1);
+    if (!scalar.empty()) {
+      std::vector<mlir::Value> init;
+      for (NodeId id : scalar) init.push_back(accumulator_identity(id, 1));
+      std::vector<mlir::Value> accs = accumulate_scalar(scalar, init, kept, from, to);
+      for (size_t q = 0; q < scalar.size(); ++q) result[scalar[q]] = accs[q];
+    }
+    std::vector<mlir::Value> ordered;
+    for (NodeId id : ids) ordered.push_back(result.at(id));
+    return ordered;
+  }
+
+  // One element at a time, each element's index taken apart into the reduced dims.
+  std::vector<mlir::Value> accumulate_scalar(const std::vector<NodeId>& ids, const std::vector<mlir::Value>& init,
+                                             const std::vector<mlir::Value>& kept, mlir::Value from, mlir::Value to) {
+    auto loop = b_.create<mlir::scf::ForOp>(loc_, from, to, i64(1), init);
+    mlir::OpBuilder::InsertionGuard guard(b_);
+    b_.setInsertionPointToStart(loop.getBody());
+    clear_caches();
+    std::vector<mlir::Value> full = full_index(kept, delinearize(loop.getInductionVar(), reduced_dims()));
+    std::vector<mlir::Value> next;
+    for (size_t q = 0; q < ids.size(); ++q) {
+      mlir::Value x = to_accumulator(ids[q], general_value(k_.body.node(ids[q]).inputs[0], full), 1);
+      next.push_back(combine(ids[q], loop.getRegionIterArgs()[q], x));
+    }
+    b_.create<mlir::scf::YieldOp>(loc_, next);
+    clear_caches();
+    b_.setInsertionPointAfter(loop);
+    return {loop.getResults().begin(), loop.getResults().end()};
+  }
+
+  // Whether node `id` reads the result of reduction `reduce` (directly or through other nodes).
+  bool depends_on(NodeId id, NodeId reduce) const {
+    if (id == reduce) return true;
+    for (NodeId in : k_.body.node(id).inputs)
+      if (depends_on(in, reduce)) return true;
+    return false;
   }
 
   // ---- matmul: one parallel iteration per row of C (batch dims and M) ----
@@ -987,6 +1168,8 @@ mlir::OwningOpRef<mlir::ModuleOp> build_module(mlir::MLIRContext& context, const
   mlir::Type ptr = mlir::LLVM::LLVMPointerType::get(&context);
   object.compiled.assign(p.kernels.size(), false);
   object.constants.assign(p.kernels.size(), {});
+  object.split_chunks.assign(p.kernels.size(), 0);
+  object.scratch_bytes.assign(p.kernels.size(), 0);
   for (size_t ki = 0; ki < p.kernels.size(); ++ki) {
     const ir::Kernel& k = p.kernels[ki];
     if (!cpu_compiles(k)) continue;
@@ -995,6 +1178,15 @@ mlir::OwningOpRef<mlir::ModuleOp> build_module(mlir::MLIRContext& context, const
     auto func = b.create<mlir::func::FuncOp>(b.getUnknownLoc(), k.name,
                                              b.getFunctionType({ptr, ptr, b.getI64Type(), b.getI64Type()}, {}));
     KernelEmitter(b, k, symbols, options, object.constants[ki]).emit(func);
+    if (split_reduction(k)) {
+      b.setInsertionPointToEnd(module->getBody());
+      auto finish = b.create<mlir::func::FuncOp>(b.getUnknownLoc(), k.name + "_finish",
+                                                 b.getFunctionType({ptr, ptr, b.getI64Type(), b.getI64Type()}, {}));
+      std::vector<ir::HostArray> same_constants;
+      KernelEmitter(b, k, symbols, options, same_constants).emit_split_finish(finish);
+      object.split_chunks[ki] = kSplitChunks;
+      object.scratch_bytes[ki] = split_scratch_bytes(k);
+    }
   }
   return module;
 }

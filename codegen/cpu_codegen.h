@@ -30,6 +30,12 @@ struct CpuOptions {
 struct CompiledKernel {
   CpuKernelFn fn = nullptr;              // null: this kernel kind is not compiled (interpreter)
   std::vector<ir::HostArray> constants;  // passed after the kernel's outputs, in this order
+  // A split reduction (a reduction to one element): `fn` runs over [0, split_chunks) chunks of
+  // the elements and leaves partial results in a scratch buffer of scratch_bytes, passed after
+  // the constants; then `finish`, called once, combines them and writes the outputs.
+  CpuKernelFn finish = nullptr;
+  int64_t split_chunks = 0;
+  int64_t scratch_bytes = 0;
 };
 
 /// A JIT-loaded Program. Owns the machine code: function pointers live as long as it does.

@@ -143,6 +143,8 @@ std::string serialize(const std::string& key, const CpuObject& object) {
   put_u64(s, object.compiled.size());
   for (size_t k = 0; k < object.compiled.size(); ++k) {
     put_u64(s, object.compiled[k]);
+    put_u64(s, static_cast<uint64_t>(object.split_chunks[k]));
+    put_u64(s, static_cast<uint64_t>(object.scratch_bytes[k]));
     put_u64(s, object.constants[k].size());
     for (const ir::HostArray& a : object.constants[k]) {
       put_u64(s, static_cast<uint64_t>(a.dtype));
@@ -198,10 +200,15 @@ bool deserialize(const std::string& data, const std::string& key, CpuObject& obj
   if (!r.count(n, 1 << 20)) return false;
   object.compiled.assign(n, false);
   object.constants.assign(n, {});
+  object.split_chunks.assign(n, 0);
+  object.scratch_bytes.assign(n, 0);
   for (size_t k = 0; k < n; ++k) {
-    uint64_t compiled, constants;
-    if (!r.u64(compiled) || !r.count(constants, 1 << 20)) return false;
+    uint64_t compiled, chunks, scratch, constants;
+    if (!r.u64(compiled) || !r.count(chunks, 1 << 20) || !r.count(scratch, 1 << 30) || !r.count(constants, 1 << 20))
+      return false;
     object.compiled[k] = compiled != 0;
+    object.split_chunks[k] = static_cast<int64_t>(chunks);
+    object.scratch_bytes[k] = static_cast<int64_t>(scratch);
     for (uint64_t c = 0; c < constants; ++c) {
       uint64_t dtype, rank;
       if (!r.count(dtype, static_cast<uint64_t>(ir::DType::F64)) || !r.count(rank, 64)) return false;
@@ -267,8 +274,12 @@ struct ModuleLoader {
     std::shared_ptr<CpuModule> module(new CpuModule());
     module->symbols_ = std::move(object.symbols);
     module->kernels_.resize(p.kernels.size());
-    for (size_t k = 0; k < p.kernels.size() && k < object.constants.size(); ++k)
+    if (object.compiled.size() != p.kernels.size()) throw ir::Error(fail_text("the object does not match the program"));
+    for (size_t k = 0; k < p.kernels.size(); ++k) {
       module->kernels_[k].constants = std::move(object.constants[k]);
+      module->kernels_[k].split_chunks = object.split_chunks[k];
+      module->kernels_[k].scratch_bytes = object.scratch_bytes[k];
+    }
     bool any = false;
     for (bool compiled : object.compiled) any = any || compiled;
     if (!any) return module;  // nothing to load (every kernel runs in the interpreter)
@@ -286,6 +297,10 @@ struct ModuleLoader {
       auto address = (*jit)->lookup(p.kernels[k].name);
       if (!address) throw ir::Error(fail_text("kernel " + p.kernels[k].name + " not found: " + llvm::toString(address.takeError())));
       module->kernels_[k].fn = address->toPtr<CpuKernelFn>();
+      if (object.split_chunks[k] == 0) continue;
+      auto finish = (*jit)->lookup(p.kernels[k].name + "_finish");
+      if (!finish) throw ir::Error(fail_text("kernel " + p.kernels[k].name + "_finish not found: " + llvm::toString(finish.takeError())));
+      module->kernels_[k].finish = finish->toPtr<CpuKernelFn>();
     }
     module->engine_ = std::make_unique<CpuModule::Engine>();
     module->engine_->jit = std::move(*jit);

@@ -16,6 +16,8 @@ struct CpuObject {
   std::vector<std::string> symbols;       // the order of the symbol sizes kernels receive
   std::vector<bool> compiled;             // per Program kernel: present in the object
   std::vector<std::vector<ir::HostArray>> constants;  // per Program kernel
+  std::vector<int64_t> split_chunks;      // per kernel: 0, or a split reduction's chunk count
+  std::vector<int64_t> scratch_bytes;     // per kernel: a split reduction's scratch buffer
 };
 
 /// Program -> MLIR -> LLVM IR -> optimized machine code for the host.

@@ -15,7 +15,7 @@ runtime::Executable compile_program(ir::Program program, const CompileOptions& o
   std::shared_ptr<const codegen::CpuModule> module = codegen::compile_cpu(program, cpu);
   runtime::CpuCode code;
   code.symbols = module->symbols();
-  for (const codegen::CompiledKernel& k : module->kernels()) code.kernels.push_back({k.fn, k.constants});
+  for (const codegen::CompiledKernel& k : module->kernels()) code.kernels.push_back({k.fn, k.constants, k.finish, k.split_chunks, k.scratch_bytes});
   code.owner = module;
   return runtime::Executable(std::move(program), std::move(code));
 }

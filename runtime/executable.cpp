@@ -73,6 +73,19 @@ void Executable::launch(const ir::Kernel& k, const CpuKernelCode& code, std::vec
                         const ir::SymbolBindings& symbols, const std::vector<int64_t>& symbol_sizes) {
   if (code.fn) {
     for (const ir::HostArray& c : code.constants) pointers.push_back(const_cast<void*>(c.data()));
+    if (code.finish) {
+      std::vector<uint64_t> scratch(static_cast<size_t>(code.scratch_bytes + 7) / 8);
+      pointers.push_back(scratch.data());
+      // Each task takes chunks worth at least ~64K elements: small reductions stay on one thread.
+      int64_t elements = ir::evaluate(ir::num_elements(k.space), symbols);
+      int64_t per_chunk = std::max<int64_t>(1, elements / code.split_chunks);
+      int64_t grain = std::max<int64_t>(1, (int64_t{1} << 16) / per_chunk);
+      ThreadPool::global().parallel_for(0, code.split_chunks, grain, [&](int64_t begin, int64_t end) {
+        code.fn(pointers.data(), symbol_sizes.data(), begin, end);
+      });
+      code.finish(pointers.data(), symbol_sizes.data(), 0, 1);
+      return;
+    }
     int64_t total = ir::evaluate(ir::parallel_iterations(k), symbols);
     ThreadPool::global().parallel_for(0, total, std::max<int64_t>(1, k.schedule.cpu.grain),
                                       [&](int64_t begin, int64_t end) {

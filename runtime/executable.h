@@ -20,6 +20,11 @@ using CpuKernelFn = void (*)(void* const* buffers, const int64_t* symbols, int64
 struct CpuKernelCode {
   CpuKernelFn fn = nullptr;  // null: the kernel runs in the reference interpreter
   std::vector<ir::HostArray> constants;
+  // A split reduction: fn over [0, split_chunks) leaves partials in a scratch buffer of
+  // scratch_bytes (passed after the constants); finish combines them.
+  CpuKernelFn finish = nullptr;
+  int64_t split_chunks = 0;
+  int64_t scratch_bytes = 0;
 };
 
 /// Machine code for a Program's kernels, and whatever keeps it alive (a JIT, a shared object).
