@@ -174,6 +174,10 @@ class KernelEmitter {
       loop(vector_end, end, 1, [&](mlir::Value i) { emit_contiguous(i, 1); });
     } else if (lanes == 1) {
       loop(begin, end, 1, [&](mlir::Value i) { emit_contiguous(i, 1); });
+    } else if (Inner inner = kernel_inner_access(); inner == Inner::Constant || inner == Inner::Unit) {
+      emit_rows(begin, end, std::max(1, k_.schedule.cpu.vector_width));
+    } else if (inner == Inner::Strided) {
+      emit_tiled(begin, end);
     } else {
       loop(begin, end, 1, [&](mlir::Value i) { emit_general(i); });
     }
@@ -275,6 +279,7 @@ class KernelEmitter {
     general_cache_.clear();
     contiguous_cache_.clear();
     row_cache_.clear();
+    lane_cache_.clear();
   }
 
   template <class Body>
@@ -464,40 +469,11 @@ class KernelEmitter {
         v = scalar_fn(n.as<ir::ElementwiseAttrs>().body, args, 1);
         break;
       }
-      case OpKind::BroadcastTo: {
-        const ir::Shape& from = k_.body.node(n.inputs[0]).shape;
-        size_t offset = n.shape.size() - from.size();
-        std::vector<mlir::Value> in_idx;
-        for (size_t d = 0; d < from.size(); ++d) in_idx.push_back(from[d] == ir::Dim(1) ? i64(0) : idx[d + offset]);
-        v = operand(in_idx);
-        break;
-      }
-      case OpKind::Permute: {
-        const std::vector<int>& perm = n.as<ir::PermuteAttrs>().perm;
-        std::vector<mlir::Value> in_idx(perm.size());
-        for (size_t d = 0; d < perm.size(); ++d) in_idx[perm[d]] = idx[d];
-        v = operand(in_idx);
-        break;
-      }
-      case OpKind::ExpandDims: {
-        std::vector<mlir::Value> in_idx = idx;
-        in_idx.erase(in_idx.begin() + n.as<ir::ExpandDimsAttrs>().axis);
-        v = operand(in_idx);
-        break;
-      }
-      case OpKind::Squeeze: {
-        const ir::Shape& from = k_.body.node(n.inputs[0]).shape;
-        const std::vector<int>& axes = n.as<ir::SqueezeAttrs>().axes;
-        std::vector<mlir::Value> in_idx;
-        size_t next = 0;
-        for (size_t d = 0; d < from.size(); ++d)
-          in_idx.push_back(std::find(axes.begin(), axes.end(), static_cast<int>(d)) != axes.end() ? i64(0) : idx[next++]);
-        v = operand(in_idx);
-        break;
-      }
-      case OpKind::Reshape:
-        v = operand(delinearize(linearize(idx, n.shape), k_.body.node(n.inputs[0]).shape));
-        break;
+      case OpKind::BroadcastTo:
+      case OpKind::Permute:
+      case OpKind::ExpandDims:
+      case OpKind::Squeeze:
+      case OpKind::Reshape: v = operand(operand_index(n, idx)); break;
       case OpKind::Reduce:
       case OpKind::Matmul: v = reduced_.at(id); break;  // this row's (element's) result, computed before
       case OpKind::Arange: v = idx[0]; break;
@@ -506,6 +482,222 @@ class KernelEmitter {
     }
     general_cache_[key] = v;
     return v;
+  }
+
+  // A view's operand index for its own index `idx` (views as index maps).
+  std::vector<mlir::Value> operand_index(const Node& n, const std::vector<mlir::Value>& idx) {
+    const ir::Shape& from = k_.body.node(n.inputs[0]).shape;
+    std::vector<mlir::Value> in_idx;
+    switch (n.kind) {
+      case OpKind::BroadcastTo: {
+        size_t offset = n.shape.size() - from.size();
+        for (size_t d = 0; d < from.size(); ++d) in_idx.push_back(from[d] == ir::Dim(1) ? i64(0) : idx[d + offset]);
+        return in_idx;
+      }
+      case OpKind::Permute: {
+        const std::vector<int>& perm = n.as<ir::PermuteAttrs>().perm;
+        in_idx.resize(perm.size());
+        for (size_t d = 0; d < perm.size(); ++d) in_idx[perm[d]] = idx[d];
+        return in_idx;
+      }
+      case OpKind::ExpandDims:
+        in_idx = idx;
+        in_idx.erase(in_idx.begin() + n.as<ir::ExpandDimsAttrs>().axis);
+        return in_idx;
+      case OpKind::Squeeze: {
+        const std::vector<int>& axes = n.as<ir::SqueezeAttrs>().axes;
+        size_t next = 0;
+        for (size_t d = 0; d < from.size(); ++d)
+          in_idx.push_back(std::find(axes.begin(), axes.end(), static_cast<int>(d)) != axes.end() ? i64(0) : idx[next++]);
+        return in_idx;
+      }
+      case OpKind::Reshape: return delinearize(linearize(idx, n.shape), from);
+      default: throw ir::Error(fail_text("operand_index of a non-view"));
+    }
+  }
+
+  // ---- elementwise kernels row by row: the innermost dim as the loop, views as strides ----
+  // Where operands are broadcast along some dims or permuted (bias rows, x.T), the element at
+  // (outer..., c) of an operand is base(outer) + c * stride, stride 0 (constant along the row),
+  // 1 (contiguous) or larger. Rows whose operands all have stride 0 or 1 are SIMD loops; any
+  // larger stride (a transpose) makes the kernel walk 16x16 tiles of rows x columns so that
+  // both the rows read and the rows written stay in cache.
+
+  enum class Inner { Constant, Unit, Strided, Unsupported };  // worse is larger
+
+  // How node `id`'s value varies along the innermost index when that index sits on `axis` of
+  // its shape (-1: it does not reach this node).
+  Inner inner_access(NodeId id, int axis) const {
+    if (axis < 0) return Inner::Constant;
+    auto key = std::make_pair(id, axis);
+    auto it = inner_memo_.find(key);
+    if (it != inner_memo_.end()) return it->second;
+    return inner_memo_[key] = inner_access_uncached(id, axis);  // (a DAG: shared operands once)
+  }
+  Inner inner_access_uncached(NodeId id, int axis) const {
+    const Node& n = k_.body.node(id);
+    const ir::Shape& from = n.inputs.empty() ? n.shape : k_.body.node(n.inputs[0]).shape;
+    switch (n.kind) {
+      case OpKind::Input:
+      case OpKind::Constant: return axis + 1 == static_cast<int>(n.shape.size()) ? Inner::Unit : Inner::Strided;
+      case OpKind::Elementwise: {
+        Inner worst = Inner::Constant;
+        for (NodeId in : n.inputs) worst = std::max(worst, inner_access(in, axis));
+        return worst;
+      }
+      case OpKind::BroadcastTo: {
+        int in_axis = axis - static_cast<int>(n.shape.size() - from.size());
+        return inner_access(n.inputs[0], in_axis >= 0 && !(from[in_axis] == ir::Dim(1)) ? in_axis : -1);
+      }
+      case OpKind::Permute: return inner_access(n.inputs[0], n.as<ir::PermuteAttrs>().perm[axis]);
+      case OpKind::ExpandDims: {
+        int a = n.as<ir::ExpandDimsAttrs>().axis;
+        return inner_access(n.inputs[0], axis == a ? -1 : axis > a ? axis - 1 : axis);
+      }
+      case OpKind::Squeeze: {
+        const std::vector<int>& axes = n.as<ir::SqueezeAttrs>().axes;
+        int seen = -1;
+        for (int d = 0; d < static_cast<int>(from.size()); ++d)
+          if (std::find(axes.begin(), axes.end(), d) == axes.end() && ++seen == axis) return inner_access(n.inputs[0], d);
+        return Inner::Unsupported;
+      }
+      case OpKind::Reshape:
+        // Only a reshape that keeps the innermost dim keeps a row a row.
+        if (axis + 1 == static_cast<int>(n.shape.size()) && !from.empty() && from.back() == n.shape.back())
+          return inner_access(n.inputs[0], static_cast<int>(from.size()) - 1);
+        return Inner::Unsupported;
+      default: return Inner::Unsupported;
+    }
+  }
+
+  // The axis of view `n`'s operand that carries the innermost index (-1: none).
+  int operand_axis(const Node& n, int axis) const {
+    if (axis < 0) return -1;
+    const ir::Shape& from = k_.body.node(n.inputs[0]).shape;
+    switch (n.kind) {
+      case OpKind::BroadcastTo: {
+        int in_axis = axis - static_cast<int>(n.shape.size() - from.size());
+        return in_axis >= 0 && !(from[in_axis] == ir::Dim(1)) ? in_axis : -1;
+      }
+      case OpKind::Permute: return n.as<ir::PermuteAttrs>().perm[axis];
+      case OpKind::ExpandDims: {
+        int a = n.as<ir::ExpandDimsAttrs>().axis;
+        return axis == a ? -1 : axis > a ? axis - 1 : axis;
+      }
+      case OpKind::Squeeze: {
+        const std::vector<int>& axes = n.as<ir::SqueezeAttrs>().axes;
+        int seen = -1;
+        for (int d = 0; d < static_cast<int>(from.size()); ++d)
+          if (std::find(axes.begin(), axes.end(), d) == axes.end() && ++seen == axis) return d;
+        return -1;
+      }
+      case OpKind::Reshape: return static_cast<int>(from.size()) - 1;
+      default: return -1;
+    }
+  }
+
+  // The worst access of the kernel's outputs along the space's innermost dim; Unsupported when
+  // the rows form does not apply (rank < 2, outputs shaped unlike the space).
+  Inner kernel_inner_access() const {
+    if (k_.space.size() < 2) return Inner::Unsupported;
+    Inner worst = Inner::Constant;
+    for (const ir::GraphOutput& o : k_.body.outputs) {
+      if (!(k_.body.node(o.node).shape == k_.space)) return Inner::Unsupported;
+      worst = std::max(worst, inner_access(o.node, static_cast<int>(k_.space.size()) - 1));
+    }
+    return worst;
+  }
+
+  // Value of `id` at columns [c, c + lanes) of the row whose index (with the innermost index 0
+  // on `axis`) is `idx0`. Only for nodes whose inner_access is Constant or Unit.
+  mlir::Value lane_value(NodeId id, const std::vector<mlir::Value>& idx0, int axis, mlir::Value c, int lanes) {
+    auto it = lane_cache_.find(id);
+    if (it != lane_cache_.end()) return it->second;
+    const Node& n = k_.body.node(id);
+    mlir::Value v;
+    if (axis < 0 || inner_access(id, axis) == Inner::Constant) {
+      v = general_value(id, idx0);
+      if (lanes > 1) v = b_.create<mlir::vector::BroadcastOp>(loc_, lane_type(scalar_type(n.dtype), lanes), v);
+    } else if (n.kind == OpKind::Input || n.kind == OpKind::Constant) {
+      v = load(input_slot_.at(id), n.dtype, add(linearize(idx0, n.shape), c), lanes);
+    } else if (n.kind == OpKind::Elementwise) {
+      std::vector<mlir::Value> args;
+      for (NodeId in : n.inputs) args.push_back(lane_value(in, idx0, axis, c, lanes));
+      v = scalar_fn(n.as<ir::ElementwiseAttrs>().body, args, lanes);
+    } else {  // a view
+      v = lane_value(n.inputs[0], operand_index(n, idx0), operand_axis(n, axis), c, lanes);
+    }
+    lane_cache_[id] = v;
+    return v;
+  }
+
+  // Stores every output at columns [c, c + lanes) of the row `row` (its index `outer`).
+  void emit_lanes(const std::vector<mlir::Value>& outer, mlir::Value row_start, mlir::Value c, int lanes) {
+    std::vector<mlir::Value> idx0 = outer;
+    idx0.push_back(i64(0));
+    int axis = static_cast<int>(k_.space.size()) - 1;
+    for (size_t o = 0; o < k_.body.outputs.size(); ++o) {
+      NodeId out = k_.body.outputs[o].node;
+      store(output_slot_[o], k_.body.node(out).dtype, add(row_start, c), lane_value(out, idx0, axis, c, lanes), lanes);
+    }
+  }
+
+  // One element at column c of a row, through general_value (any strides).
+  void emit_element(const std::vector<mlir::Value>& outer, mlir::Value row_start, mlir::Value c) {
+    std::vector<mlir::Value> idx = outer;
+    idx.push_back(c);
+    for (size_t o = 0; o < k_.body.outputs.size(); ++o) {
+      NodeId out = k_.body.outputs[o].node;
+      store(output_slot_[o], k_.body.node(out).dtype, add(row_start, c), general_value(out, idx), 1);
+    }
+  }
+
+  mlir::Value min_i64(mlir::Value a, mlir::Value c) { return b_.create<mlir::arith::MinSIOp>(loc_, a, c); }
+  mlir::Value max_i64(mlir::Value a, mlir::Value c) { return b_.create<mlir::arith::MaxSIOp>(loc_, a, c); }
+
+  // Elements [begin, end) row by row: SIMD columns and a scalar tail in each row.
+  void emit_rows(mlir::Value begin, mlir::Value end, int lanes) {
+    ir::Shape outer_shape(k_.space.begin(), k_.space.end() - 1);
+    mlir::Value width = max_i64(dim(k_.space.back()), i64(1));  // (an empty row has no elements)
+    mlir::Value first = b_.create<mlir::arith::DivSIOp>(loc_, begin, width);
+    mlir::Value last = b_.create<mlir::arith::DivSIOp>(loc_, add(end, sub(width, i64(1))), width);
+    loop(first, last, 1, [&](mlir::Value row) {
+      std::vector<mlir::Value> outer = delinearize(row, outer_shape);
+      mlir::Value row_start = mul(row, width);
+      mlir::Value from = max_i64(sub(begin, row_start), i64(0));
+      mlir::Value to = min_i64(sub(end, row_start), width);
+      mlir::Value vector_end = from;
+      if (lanes > 1) {
+        vector_end = add(from, mul(b_.create<mlir::arith::DivSIOp>(loc_, sub(to, from), i64(lanes)), i64(lanes)));
+        loop(from, vector_end, lanes, [&](mlir::Value c) { emit_lanes(outer, row_start, c, lanes); });
+      }
+      loop(vector_end, to, 1, [&](mlir::Value c) { emit_lanes(outer, row_start, c, 1); });
+    });
+  }
+
+  // Elements [begin, end) with strided operands: the partial rows at either end element by
+  // element, the whole rows between in tiles of kTile rows x kTile columns.
+  static constexpr int64_t kTile = 16;
+  void emit_tiled(mlir::Value begin, mlir::Value end) {
+    ir::Shape outer_shape(k_.space.begin(), k_.space.end() - 1);
+    mlir::Value width = max_i64(dim(k_.space.back()), i64(1));
+    mlir::Value full_first = b_.create<mlir::arith::DivSIOp>(loc_, add(begin, sub(width, i64(1))), width);
+    mlir::Value full_last = max_i64(b_.create<mlir::arith::DivSIOp>(loc_, end, width), full_first);
+    mlir::Value head_end = min_i64(end, mul(full_first, width));
+    mlir::Value tail_begin = max_i64(head_end, mul(full_last, width));
+    loop(begin, head_end, 1, [&](mlir::Value i) { emit_general(i); });
+    loop(full_first, full_last, kTile, [&](mlir::Value row_block) {
+      mlir::Value rows_end = min_i64(add(row_block, i64(kTile)), full_last);
+      loop(i64(0), width, kTile, [&](mlir::Value column_block) {
+        mlir::Value columns_end = min_i64(add(column_block, i64(kTile)), width);
+        loop(row_block, rows_end, 1, [&](mlir::Value row) {
+          std::vector<mlir::Value> outer = delinearize(row, outer_shape);
+          mlir::Value row_start = mul(row, width);
+          loop(column_block, columns_end, 1, [&](mlir::Value c) { emit_element(outer, row_start, c); });
+        });
+      });
+    });
+    loop(tail_begin, end, 1, [&](mlir::Value i) { emit_general(i); });
   }
 
   // ---- reductions: one parallel iteration per row of kept dims ----
@@ -1144,6 +1336,8 @@ class KernelEmitter {
   std::map<NodeId, RowAccess> access_;
   std::map<NodeId, mlir::Value> row_cache_;
   std::map<NodeId, mlir::Value> contiguous_cache_;
+  std::map<NodeId, mlir::Value> lane_cache_;
+  mutable std::map<std::pair<NodeId, int>, Inner> inner_memo_;
 };
 
 std::unique_ptr<mlir::MLIRContext> make_context() {
