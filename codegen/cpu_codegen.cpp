@@ -151,7 +151,7 @@ class KernelEmitter {
     // itself, since the kernel's stores might alias the arrays they come from.
     load_bases();
     if (k_.kind == ir::KernelKind::Matmul) {
-      loop(begin, end, 1, [&](mlir::Value row) { emit_matmul_row(row); });
+      emit_matmul(begin, end);
       b_.create<mlir::func::ReturnOp>(loc_);
       return;
     }
@@ -566,6 +566,7 @@ class KernelEmitter {
         if (axis + 1 == static_cast<int>(n.shape.size()) && !from.empty() && from.back() == n.shape.back())
           return inner_access(n.inputs[0], static_cast<int>(from.size()) - 1);
         return Inner::Unsupported;
+      case OpKind::Matmul: return axis + 1 == static_cast<int>(n.shape.size()) ? Inner::Unit : Inner::Unsupported;
       default: return Inner::Unsupported;
     }
   }
@@ -615,7 +616,9 @@ class KernelEmitter {
     if (it != lane_cache_.end()) return it->second;
     const Node& n = k_.body.node(id);
     mlir::Value v;
-    if (axis < 0 || inner_access(id, axis) == Inner::Constant) {
+    if (n.kind == OpKind::Matmul) {
+      v = matmul_strip_;  // this strip of C (emit_matmul_strips)
+    } else if (axis < 0 || inner_access(id, axis) == Inner::Constant) {
       v = general_value(id, idx0);
       if (lanes > 1) v = b_.create<mlir::vector::BroadcastOp>(loc_, lane_type(scalar_type(n.dtype), lanes), v);
     } else if (n.kind == OpKind::Input || n.kind == OpKind::Constant) {
@@ -1017,19 +1020,104 @@ class KernelEmitter {
 
   // ---- matmul: one parallel iteration per row of C (batch dims and M) ----
 
-  // A straightforward dot product per element of C, operands and prologues read through index
-  // maps, the epilogue applied to each element. Correct for every shape and dtype; the blocked,
-  // packed and vectorized version is the CPU-matmul issue's.
-  void emit_matmul_row(mlir::Value row) {
-    NodeId mm = -1;
+  // Rows [begin, end) of C. Where B's rows can be read as vectors along N (B, its prologue and
+  // the epilogue are contiguous or constant along N: inner_access), kMatmulRows rows of C at a
+  // time share each vector of B: for every `lanes`-wide strip of columns, accumulators for
+  // those rows (f64 or i64 lanes, like the interpreter) take A[i,k] * B[k, strip] over k, and
+  // the epilogue runs on the strip. The columns past the last whole strip, and kernels whose B
+  // is strided (A @ B.T), take one dot product per element.
+  static constexpr int64_t kMatmulRows = 4;
+  void emit_matmul(mlir::Value begin, mlir::Value end) {
+    NodeId mm = matmul_node();
+    const Node& n = k_.body.node(mm);
+    int lanes = std::max(1, k_.schedule.cpu.vector_width);
+    int c_axis = static_cast<int>(k_.space.size()) - 1;
+    bool strips = lanes > 1 && inner_access(n.inputs[1], static_cast<int>(k_.body.node(n.inputs[1]).shape.size()) - 1) <= Inner::Unit;
+    for (const ir::GraphOutput& o : k_.body.outputs)
+      strips = strips && k_.body.node(o.node).shape == k_.space && inner_access(o.node, c_axis) <= Inner::Unit;
+    if (!strips) {
+      loop(begin, end, 1, [&](mlir::Value row) { emit_matmul_columns(row, i64(0)); });
+      return;
+    }
+    // Several rows per block only without batch dims: rows of a block then share B.
+    int64_t block = k_.space.size() == 2 ? kMatmulRows : 1;
+    mlir::Value blocks_end = add(begin, mul(b_.create<mlir::arith::DivSIOp>(loc_, sub(end, begin), i64(block)), i64(block)));
+    loop(begin, blocks_end, block, [&](mlir::Value row) { emit_matmul_strips(row, block, lanes); });
+    loop(blocks_end, end, 1, [&](mlir::Value row) { emit_matmul_strips(row, 1, lanes); });
+  }
+
+  NodeId matmul_node() const {
     for (NodeId id = 0; id < static_cast<NodeId>(k_.body.nodes.size()); ++id)
-      if (k_.body.node(id).kind == OpKind::Matmul) mm = id;
+      if (k_.body.node(id).kind == OpKind::Matmul) return id;
+    throw ir::Error(fail_text("a matmul kernel without a matmul"));
+  }
+
+  void emit_matmul_strips(mlir::Value first_row, int64_t rows, int lanes) {
+    NodeId mm = matmul_node();
+    const Node& n = k_.body.node(mm);
+    const ir::Shape& b_shape = k_.body.node(n.inputs[1]).shape;
+    ir::Shape rows_shape(k_.space.begin(), k_.space.end() - 1);
+    DType acc_type = ir::is_float(n.dtype) ? DType::F64 : DType::I64;
+    bool floating = acc_type == DType::F64;
+    mlir::Value width = dim(k_.space.back());
+    std::vector<std::vector<mlir::Value>> row_idx;
+    for (int64_t q = 0; q < rows; ++q) row_idx.push_back(delinearize(add(first_row, i64(q)), rows_shape));
+    mlir::Value strips_end = mul(b_.create<mlir::arith::DivSIOp>(loc_, width, i64(lanes)), i64(lanes));
+    loop(i64(0), strips_end, lanes, [&](mlir::Value j) {
+      std::vector<mlir::Value> init(rows, constant(acc_type, 0, 0, lanes));
+      auto dot = b_.create<mlir::scf::ForOp>(loc_, i64(0), dim(k_.body.node(n.inputs[0]).shape.back()), i64(1), init);
+      {
+        mlir::OpBuilder::InsertionGuard guard(b_);
+        b_.setInsertionPointToStart(dot.getBody());
+        clear_caches();
+        mlir::Value kk = dot.getInductionVar();
+        // B's row k for row 0's batch (every row of a block has the same batch: no batch dims).
+        std::vector<mlir::Value> b_idx(row_idx[0].begin(), row_idx[0].end() - 1);
+        b_idx.push_back(kk);
+        b_idx.push_back(i64(0));
+        mlir::Value b = cast(lane_value(n.inputs[1], b_idx, static_cast<int>(b_shape.size()) - 1, j, lanes), n.dtype,
+                             acc_type, lanes);
+        std::vector<mlir::Value> next;
+        for (int64_t q = 0; q < rows; ++q) {
+          std::vector<mlir::Value> a_idx = row_idx[q];
+          a_idx.push_back(kk);
+          mlir::Value a = cast(general_value(n.inputs[0], a_idx), n.dtype, acc_type, 1);
+          a = b_.create<mlir::vector::BroadcastOp>(loc_, lane_type(scalar_type(acc_type), lanes), a);
+          mlir::Value acc = dot.getRegionIterArgs()[q];
+          next.push_back(floating ? mlir::Value(b_.create<mlir::arith::AddFOp>(loc_, acc, b_.create<mlir::arith::MulFOp>(loc_, a, b)))
+                                  : add(acc, mul(a, b)));
+        }
+        b_.create<mlir::scf::YieldOp>(loc_, next);
+        clear_caches();
+      }
+      for (int64_t q = 0; q < rows; ++q) {
+        clear_caches();
+        matmul_strip_ = cast(dot.getResult(q), acc_type, n.dtype, lanes);
+        std::vector<mlir::Value> idx0 = row_idx[q];
+        idx0.push_back(i64(0));
+        mlir::Value row_start = mul(add(first_row, i64(q)), width);
+        for (size_t o = 0; o < k_.body.outputs.size(); ++o) {
+          NodeId out = k_.body.outputs[o].node;
+          store(output_slot_[o], k_.body.node(out).dtype, add(row_start, j),
+                lane_value(out, idx0, static_cast<int>(k_.space.size()) - 1, j, lanes), lanes);
+        }
+      }
+      matmul_strip_ = {};
+    });
+    for (int64_t q = 0; q < rows; ++q) emit_matmul_columns(add(first_row, i64(q)), strips_end);
+  }
+
+  // Columns [first_column, N) of one row of C: a dot product per element, operands and
+  // prologues read through index maps, the epilogue applied to each element. Any shape, dtype
+  // and view.
+  void emit_matmul_columns(mlir::Value row, mlir::Value first_column) {
+    NodeId mm = matmul_node();
     const Node& n = k_.body.node(mm);
     const ir::Shape& a_shape = k_.body.node(n.inputs[0]).shape;
     ir::Shape rows(k_.space.begin(), k_.space.end() - 1);
     std::vector<mlir::Value> row_idx = delinearize(row, rows);
     DType acc_type = ir::is_float(n.dtype) ? DType::F64 : DType::I64;
-    auto columns = b_.create<mlir::scf::ForOp>(loc_, i64(0), dim(k_.space.back()), i64(1));
+    auto columns = b_.create<mlir::scf::ForOp>(loc_, first_column, dim(k_.space.back()), i64(1));
     mlir::OpBuilder::InsertionGuard guard(b_);
     b_.setInsertionPointToStart(columns.getBody());
     clear_caches();
@@ -1338,6 +1426,7 @@ class KernelEmitter {
   std::map<NodeId, mlir::Value> contiguous_cache_;
   std::map<NodeId, mlir::Value> lane_cache_;
   mutable std::map<std::pair<NodeId, int>, Inner> inner_memo_;
+  mlir::Value matmul_strip_;  // while emitting a matmul strip's epilogue: the strip of C
 };
 
 std::unique_ptr<mlir::MLIRContext> make_context() {
