@@ -160,6 +160,11 @@ class KernelEmitter {
       b_.create<mlir::func::ReturnOp>(loc_);
       return;
     }
+    if (columns_form()) {
+      emit_columns(begin, end, std::max(1, k_.schedule.cpu.vector_width));
+      b_.create<mlir::func::ReturnOp>(loc_);
+      return;
+    }
     if (k_.kind == ir::KernelKind::Reduction || k_.kind == ir::KernelKind::RowWise) {
       loop(begin, end, 1, [&](mlir::Value row) { emit_reduction_row(row); });
       b_.create<mlir::func::ReturnOp>(loc_);
@@ -1016,6 +1021,128 @@ class KernelEmitter {
     for (NodeId in : k_.body.node(id).inputs)
       if (depends_on(in, reduce)) return true;
     return false;
+  }
+
+  // ---- reductions over leading axes: SIMD across the kept innermost dim ----
+  // sum(x, axis=0) of [R, C]: lanes are adjacent outputs (columns), each reduced down its
+  // column; every element is read once, a vector at a time. For Reduction kernels whose reduced
+  // axes lead, whose reductions are independent, built-in and read operands contiguous or
+  // constant along the innermost dim, and whose outputs are reductions or elementwise functions
+  // of reductions only.
+
+  bool columns_form() const {
+    if (k_.kind != ir::KernelKind::Reduction || split_reduction(k_) || k_.space.size() < 2) return false;
+    for (size_t i = 0; i < k_.axes.size(); ++i)
+      if (k_.axes[i] != static_cast<int>(i)) return false;
+    if (k_.axes.empty() || k_.axes.size() >= k_.space.size()) return false;
+    int last = static_cast<int>(k_.space.size()) - 1;
+    std::vector<bool> from_reduces(k_.body.nodes.size(), false);
+    for (NodeId id = 0; id < static_cast<NodeId>(k_.body.nodes.size()); ++id) {
+      const Node& n = k_.body.node(id);
+      if (n.kind == OpKind::Reduce) {
+        if (n.as<ir::ReduceAttrs>().kind == ir::ReduceKind::Custom || inner_access(n.inputs[0], last) > Inner::Unit ||
+            !(k_.body.node(n.inputs[0]).shape == k_.space))
+          return false;
+        for (NodeId other : reduce_nodes())
+          if (other != id && depends_on(id, other)) return false;
+        from_reduces[id] = true;
+      } else if (n.kind == OpKind::Elementwise) {
+        bool all = !n.inputs.empty();
+        for (NodeId in : n.inputs) all = all && from_reduces[in];
+        from_reduces[id] = all;
+      }
+    }
+    ir::Dim kept = ir::num_elements(kept_dims());
+    for (const ir::GraphOutput& o : k_.body.outputs)
+      if (!from_reduces[o.node] || !(ir::num_elements(k_.body.node(o.node).shape) == kept)) return false;
+    return true;
+  }
+
+  static constexpr int kColumnVectors = 4;
+  void emit_columns(mlir::Value begin, mlir::Value end, int lanes) {
+    ir::Shape kept = kept_dims();
+    ir::Shape outer_shape(kept.begin(), kept.end() - 1);
+    mlir::Value width = max_i64(dim(kept.back()), i64(1));
+    mlir::Value first = b_.create<mlir::arith::DivSIOp>(loc_, begin, width);
+    mlir::Value last = b_.create<mlir::arith::DivSIOp>(loc_, add(end, sub(width, i64(1))), width);
+    loop(first, last, 1, [&](mlir::Value row) {
+      std::vector<mlir::Value> outer = delinearize(row, outer_shape);
+      mlir::Value row_start = mul(row, width);
+      mlir::Value from = max_i64(sub(begin, row_start), i64(0));
+      mlir::Value to = min_i64(sub(end, row_start), width);
+      mlir::Value vector_end = from;
+      if (lanes > 1) {
+        // Blocks of kColumnVectors vectors, then single vectors, then single columns.
+        int64_t block = lanes * kColumnVectors;
+        mlir::Value block_end = add(from, mul(b_.create<mlir::arith::DivSIOp>(loc_, sub(to, from), i64(block)), i64(block)));
+        loop(from, block_end, block, [&](mlir::Value c) { emit_column_lanes(outer, row_start, c, lanes, kColumnVectors); });
+        vector_end = add(block_end, mul(b_.create<mlir::arith::DivSIOp>(loc_, sub(to, block_end), i64(lanes)), i64(lanes)));
+        loop(block_end, vector_end, lanes, [&](mlir::Value c) { emit_column_lanes(outer, row_start, c, lanes); });
+      }
+      loop(vector_end, to, 1, [&](mlir::Value c) { emit_column_lanes(outer, row_start, c, 1); });
+    });
+  }
+
+  // Outputs at kept positions [row_start + c, + lanes * vectors): every reduction down its
+  // columns, `vectors` adjacent vectors at a time (a row then supplies whole cache lines).
+  void emit_column_lanes(const std::vector<mlir::Value>& outer, mlir::Value row_start, mlir::Value c, int lanes,
+                         int vectors = 1) {
+    std::vector<NodeId> ids = reduce_nodes();
+    int last = static_cast<int>(k_.space.size()) - 1;
+    std::vector<mlir::Value> init;
+    for (int v = 0; v < vectors; ++v)
+      for (NodeId id : ids) init.push_back(accumulator_identity(id, lanes));
+    ir::Dim column_length = ir::num_elements(reduced_dims());
+    auto down = b_.create<mlir::scf::ForOp>(loc_, i64(0), dim(column_length), i64(1), init);
+    {
+      mlir::OpBuilder::InsertionGuard guard(b_);
+      b_.setInsertionPointToStart(down.getBody());
+      std::vector<mlir::Value> kept0 = outer;
+      kept0.push_back(i64(0));
+      std::vector<mlir::Value> next;
+      for (int v = 0; v < vectors; ++v) {
+        clear_caches();
+        std::vector<mlir::Value> idx0 = full_index(kept0, delinearize(down.getInductionVar(), reduced_dims()));
+        mlir::Value column = add(c, i64(static_cast<int64_t>(v) * lanes));
+        for (size_t q = 0; q < ids.size(); ++q) {
+          mlir::Value x = to_accumulator(ids[q], lane_value(k_.body.node(ids[q]).inputs[0], idx0, last, column, lanes), lanes);
+          next.push_back(combine(ids[q], down.getRegionIterArgs()[v * ids.size() + q], x));
+        }
+      }
+      b_.create<mlir::scf::YieldOp>(loc_, next);
+      clear_caches();
+    }
+    for (int v = 0; v < vectors; ++v) {
+      std::map<NodeId, mlir::Value> values;
+      for (size_t q = 0; q < ids.size(); ++q) {
+        NodeId id = ids[q];
+        const Node& n = k_.body.node(id);
+        mlir::Value acc = down.getResult(v * ids.size() + q);
+        DType acc_type = accumulator_type(id);
+        if (n.as<ir::ReduceAttrs>().kind == ir::ReduceKind::Mean) {
+          mlir::Value count = b_.create<mlir::arith::SIToFPOp>(loc_, b_.getF64Type(), dim(column_length));
+          if (lanes > 1) count = b_.create<mlir::vector::BroadcastOp>(loc_, lane_type(b_.getF64Type(), lanes), count);
+          acc = b_.create<mlir::arith::DivFOp>(loc_, acc, count);
+        }
+        values[id] = acc_type == n.dtype ? acc : cast(acc, acc_type, n.dtype, lanes);
+      }
+      // The epilogue: elementwise functions of the reductions (columns_form()).
+      for (NodeId id = 0; id < static_cast<NodeId>(k_.body.nodes.size()); ++id) {
+        const Node& n = k_.body.node(id);
+        if (n.kind != OpKind::Elementwise || values.count(id)) continue;
+        std::vector<mlir::Value> args;
+        for (NodeId in : n.inputs) {
+          if (!values.count(in)) break;
+          args.push_back(values.at(in));
+        }
+        if (args.size() == n.inputs.size()) values[id] = scalar_fn(n.as<ir::ElementwiseAttrs>().body, args, lanes);
+      }
+      mlir::Value column = add(c, i64(static_cast<int64_t>(v) * lanes));
+      for (size_t o = 0; o < k_.body.outputs.size(); ++o) {
+        NodeId out = k_.body.outputs[o].node;
+        store(output_slot_[o], k_.body.node(out).dtype, add(row_start, column), values.at(out), lanes);
+      }
+    }
   }
 
   // ---- matmul: one parallel iteration per row of C (batch dims and M) ----
