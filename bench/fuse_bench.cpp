@@ -3,7 +3,11 @@
 // follows.
 //
 //   fuse_bench [--benchmark_filter=REGEX] [--benchmark_repetitions=N] [--benchmark_*...]
+//   fuse_bench --compile-once=WORKLOAD   (used by the cold-process rows) compile in this fresh
+//                                        process and print the seconds it took
 #include <benchmark/benchmark.h>
+#include <spawn.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -23,6 +27,8 @@
 #include "frontends/compile.h"
 #include "frontends/expr/compile.h"
 #include "runtime/thread_pool.h"
+
+extern char** environ;
 
 namespace fuse::bench {
 namespace {
@@ -70,6 +76,12 @@ const std::vector<Workload>& workloads() {
   return all;
 }
 
+const Workload& find_workload(const std::string& name) {
+  for (const Workload& w : workloads())
+    if (w.name == name) return w;
+  throw ir::Error("no workload named '" + name + "'");
+}
+
 ir::Graph load_graph(const Workload& w) {
   std::string path = std::string(FUSE_SOURCE_DIR) + "/" + w.file;
   std::ifstream in(path, std::ios::binary);
@@ -84,6 +96,14 @@ ir::Graph load_graph(const Workload& w) {
 CompileOptions options(bool fused) {
   CompileOptions o;
   o.pipeline.fusion.enabled = fused;
+  return o;
+}
+
+/// `o` with the compile cache bypassed, so that a latency row times compiling, not a lookup.
+/// CompileOptions::use_cache comes with the compile cache; until then every compile compiles.
+template <class Options>
+Options without_cache(Options o) {
+  if constexpr (requires { o.use_cache = false; }) o.use_cache = false;
   return o;
 }
 
@@ -238,7 +258,92 @@ void run_workload(benchmark::State& state, const Workload& w, bool fused) {
   state.counters["interp"] = kernels - v->exe.compiled_kernel_count();
 }
 
+// ---- Compile latency ----
+
+int count_ops(const ir::Graph& g) {
+  return static_cast<int>(std::count_if(g.nodes.begin(), g.nodes.end(),
+                                        [](const ir::Node& n) { return n.kind != ir::OpKind::Input; }));
+}
+
+/// Seconds of one fused, uncached compile of `w`'s graph (the graph is parsed beforehand).
+double time_compile(const Workload& w) {
+  ir::Graph g = load_graph(w);
+  Clock::time_point start = Clock::now();
+  runtime::Executable exe = compile(g, without_cache(options(true)));
+  return since(start);
+}
+
+struct ChildResult {
+  double compile_seconds;  // as the child timed its compile
+  double process_seconds;  // spawn to exit, as this process saw it
+};
+
+/// Runs `fuse_bench --compile-once=NAME` in a fresh process.
+ChildResult compile_in_child(const Workload& w) {
+  int pipe_fds[2];
+  if (pipe(pipe_fds) != 0) throw ir::Error("pipe failed");
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, pipe_fds[1], STDOUT_FILENO);
+  posix_spawn_file_actions_addclose(&actions, pipe_fds[0]);
+  std::string flag = "--compile-once=" + w.name;
+  char exe[] = "/proc/self/exe";
+  char* argv[] = {exe, flag.data(), nullptr};
+  Clock::time_point start = Clock::now();
+  pid_t pid;
+  int spawn_error = posix_spawn(&pid, exe, &actions, nullptr, argv, environ);
+  posix_spawn_file_actions_destroy(&actions);
+  close(pipe_fds[1]);
+  if (spawn_error != 0) {
+    close(pipe_fds[0]);
+    throw ir::Error(std::string("posix_spawn failed: ") + std::strerror(spawn_error));
+  }
+  std::string out;
+  char buf[256];
+  for (ssize_t got; (got = read(pipe_fds[0], buf, sizeof buf)) > 0;) out.append(buf, got);
+  close(pipe_fds[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  double process_seconds = since(start);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || out.empty())
+    throw ir::Error("the --compile-once child for " + w.name + " failed");
+  return {std::stod(out), process_seconds};
+}
+
+void compile_cold(benchmark::State& state, const Workload& w) {
+  double process_seconds = 0;
+  for (auto _ : state) {
+    try {
+      ChildResult r = compile_in_child(w);
+      state.SetIterationTime(r.compile_seconds);
+      process_seconds += r.process_seconds;
+    } catch (const std::exception& e) {
+      state.SkipWithError(e.what());
+      break;
+    }
+  }
+  state.counters["process_ms"] = benchmark::Counter(1e3 * process_seconds, benchmark::Counter::kAvgIterations);
+  state.counters["ops"] = count_ops(load_graph(w));
+}
+
+void compile_warm(benchmark::State& state, const Workload& w) {
+  ir::Graph g = load_graph(w);
+  std::optional<runtime::Executable> exe;
+  try {
+    exe.emplace(compile(g, without_cache(options(true))));  // warm-up: the first compile sets up LLVM
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+    return;
+  }
+  exe.reset();  // the JIT's teardown stays out of the timing (rows run one iteration)
+  for (auto _ : state) exe.emplace(compile(g, without_cache(options(true))));
+  state.counters["ops"] = count_ops(g);
+  state.counters["kernels"] = static_cast<double>(exe->program().kernels.size());
+}
+
 // ---- Registration ----
+
+constexpr int kColdRepetitions = 5;  // each spawns a process that loads LLVM: keep it short
 
 void register_benchmarks() {
   auto row = [](benchmark::internal::Benchmark* b) {
@@ -251,6 +356,15 @@ void register_benchmarks() {
   for (const Workload& w : workloads()) {
     row(benchmark::RegisterBenchmark((w.name + "/fused").c_str(), run_workload, w, true))->UseRealTime();
     row(benchmark::RegisterBenchmark((w.name + "/unfused").c_str(), run_workload, w, false))->UseRealTime();
+  }
+  for (const Workload& w : workloads()) {
+    row(benchmark::RegisterBenchmark(("compile/" + w.name + "/cold").c_str(), compile_cold, w))
+        ->UseManualTime()
+        ->Repetitions(kColdRepetitions);
+    row(benchmark::RegisterBenchmark(("compile/" + w.name + "/warm").c_str(), compile_warm, w))->UseRealTime();
+    // Disk-cache hit: register "compile/NAME/disk" here when codegen has a disk cache (a child
+    // compiling with use_cache = true after an earlier child filled the cache); the summary
+    // prints n/a until such a row exists.
   }
 }
 
@@ -364,6 +478,25 @@ void print_run_table(const MedianReporter& rep) {
   if (rows.size() > 1) print_table(rows);
 }
 
+void print_latency_table(const MedianReporter& rep) {
+  std::vector<std::vector<std::string>> rows = {
+      {"workload", "graph ops", "kernels", "cold ms", "cold process ms", "warm ms", "disk-cache hit ms"}};
+  for (const Workload& w : workloads()) {
+    const Run* cold = rep.find("compile/" + w.name + "/cold");
+    const Run* warm = rep.find("compile/" + w.name + "/warm");
+    if (!cold && !warm) continue;
+    const Run* any = cold ? cold : warm;
+    rows.push_back({w.name, format("%.0f", rep.counter(*any, "ops")),
+                    warm ? format("%.0f", rep.counter(*warm, "kernels")) : "",
+                    cold ? format("%.1f", rep.seconds(*cold) * 1e3) : rep.missing("compile/" + w.name + "/cold"),
+                    cold ? format("%.0f", rep.counter(*cold, "process_ms")) : "",
+                    warm ? format("%.1f", rep.seconds(*warm) * 1e3) : rep.missing("compile/" + w.name + "/warm"),
+                    // Filled from "compile/NAME/disk" once codegen has a disk cache.
+                    "n/a"});
+  }
+  if (rows.size() > 1) print_table(rows);
+}
+
 std::string load_average() {
   std::ifstream in("/proc/loadavg");
   std::string one, five, fifteen;
@@ -382,15 +515,25 @@ void print_summary(const MedianReporter& rep, const std::string& load_before) {
               "(best %.1f, median %.1f GB/s)\n\n",
               l.triad_cached.best, l.triad_cached.median, l.read.best, l.read.median);
   print_run_table(rep);
+  std::printf("\ncompile latency, fused, uncached (medians):\n\n");
+  print_latency_table(rep);
 }
 
 }  // namespace
+
+int compile_once(const std::string& name) {
+  std::printf("%.9f\n", time_compile(find_workload(name)));
+  return 0;
+}
 
 }  // namespace fuse::bench
 
 int main(int argc, char** argv) {
   using namespace fuse::bench;
   try {
+    if (argc == 2 && std::string_view(argv[1]).starts_with("--compile-once="))
+      return compile_once(std::string(argv[1]).substr(std::strlen("--compile-once=")));
+
     // Defaults the command line can override (a later flag wins).
     std::string repetitions = "--benchmark_repetitions=21", aggregates = "--benchmark_report_aggregates_only=true";
     std::vector<char*> args = {argv[0], repetitions.data(), aggregates.data()};
