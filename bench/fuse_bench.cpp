@@ -215,24 +215,21 @@ struct Variant {
   ir::TensorMap outputs;  // preallocated by the warm-up run, reused by every timed run
 };
 
-/// One workload's graph and inputs and its compiled variants. One at a time is kept, so that a
-/// run needs the memory of its largest workload only; rows of a workload run one after another.
+/// One workload's inputs and its compiled variants, made on first use and kept for the whole run:
+/// the repetitions of all rows are interleaved (see main), so any row may come next.
 struct Prepared {
-  const Workload* workload;
   ir::TensorMap inputs;
   std::optional<Variant> variants[2];  // [fused]
 };
 
 // Not a function-local static: main() releases it before exit, because a JIT destroyed by the
 // exit handlers outlives LLVM's own statics and crashes.
-std::unique_ptr<Prepared> g_prepared;
+std::map<const Workload*, Prepared> g_prepared;
 
 Prepared& prepared(const Workload& w) {
-  if (!g_prepared || g_prepared->workload != &w) {
-    g_prepared.reset();
-    g_prepared = std::make_unique<Prepared>(Prepared{&w, make_inputs(load_graph(w), w), {}});
-  }
-  return *g_prepared;
+  auto it = g_prepared.find(&w);
+  if (it == g_prepared.end()) it = g_prepared.emplace(&w, Prepared{make_inputs(load_graph(w), w), {}}).first;
+  return it->second;
 }
 
 void run_workload(benchmark::State& state, const Workload& w, bool fused) {
@@ -361,11 +358,12 @@ void register_benchmarks() {
     row(benchmark::RegisterBenchmark(("compile/" + w.name + "/cold").c_str(), compile_cold, w))
         ->UseManualTime()
         ->Repetitions(kColdRepetitions);
-    row(benchmark::RegisterBenchmark(("compile/" + w.name + "/warm").c_str(), compile_warm, w))->UseRealTime();
-    // Disk-cache hit: register "compile/NAME/disk" here when codegen has a disk cache (a child
-    // compiling with use_cache = true after an earlier child filled the cache); the summary
-    // prints n/a until such a row exists.
   }
+  for (const Workload& w : workloads())
+    row(benchmark::RegisterBenchmark(("compile/" + w.name + "/warm").c_str(), compile_warm, w))->UseRealTime();
+  // Disk-cache hit: register "compile/NAME/disk" rows here when codegen has a disk cache (a child
+  // compiling with use_cache = true after an earlier child filled the cache); the summary prints
+  // n/a until such rows exist.
 }
 
 // ---- Reporting ----
@@ -373,13 +371,14 @@ void register_benchmarks() {
 using Run = benchmark::BenchmarkReporter::Run;
 
 /// The console reporter, showing one row per benchmark (the median over the repetitions, with
-/// their spread as cv%) and keeping those rows for the summary.
+/// their spread as cv%) in the order they were registered, and keeping those rows for the summary.
+/// Rows are held back until the end: with interleaved repetitions they all finish near the end
+/// anyway, in random order.
 class MedianReporter : public benchmark::ConsoleReporter {
  public:
   explicit MedianReporter(OutputOptions o) : ConsoleReporter(o) {}
 
   void ReportRuns(const std::vector<Run>& runs) override {
-    std::vector<Run> shown;
     for (const Run& r : runs) {
       bool median = r.run_type == Run::RT_Aggregate && r.aggregate_name == "median";
       if (!median && !(r.run_type == Run::RT_Iteration && r.repetitions <= 1) && !r.error_occurred) continue;
@@ -388,9 +387,15 @@ class MedianReporter : public benchmark::ConsoleReporter {
         if (cv.run_type == Run::RT_Aggregate && cv.aggregate_name == "cv")
           row.counters["cv%"] = 100 * cv.real_accumulated_time;
       medians_[r.run_name.function_name] = row;
-      shown.push_back(row);
     }
-    if (!shown.empty()) ConsoleReporter::ReportRuns(shown);
+  }
+
+  void Finalize() override {
+    std::vector<Run> rows;
+    for (const auto& [name, row] : medians_) rows.push_back(row);
+    std::sort(rows.begin(), rows.end(), [](const Run& a, const Run& b) { return a.family_index < b.family_index; });
+    if (!rows.empty()) ConsoleReporter::ReportRuns(rows);
+    ConsoleReporter::Finalize();
   }
 
   /// The median row of `name`; null when it did not run or failed.
@@ -534,9 +539,13 @@ int main(int argc, char** argv) {
     if (argc == 2 && std::string_view(argv[1]).starts_with("--compile-once="))
       return compile_once(std::string(argv[1]).substr(std::strlen("--compile-once=")));
 
-    // Defaults the command line can override (a later flag wins).
-    std::string repetitions = "--benchmark_repetitions=21", aggregates = "--benchmark_report_aggregates_only=true";
-    std::vector<char*> args = {argv[0], repetitions.data(), aggregates.data()};
+    // Defaults the command line can override (a later flag wins). Interleaving the repetitions
+    // of all rows in random order spreads the load of other processes over every row alike, so
+    // that fused and unfused are compared under the same conditions.
+    std::string defaults[] = {"--benchmark_repetitions=21", "--benchmark_report_aggregates_only=true",
+                              "--benchmark_enable_random_interleaving=true"};
+    std::vector<char*> args = {argv[0]};
+    for (std::string& flag : defaults) args.push_back(flag.data());
     args.insert(args.end(), argv + 1, argv + argc);
     int count = static_cast<int>(args.size());
     benchmark::Initialize(&count, args.data());
@@ -548,7 +557,7 @@ int main(int argc, char** argv) {
     MedianReporter reporter(isatty(STDOUT_FILENO) ? benchmark::ConsoleReporter::OO_Defaults
                                                   : benchmark::ConsoleReporter::OO_Tabular);
     benchmark::RunSpecifiedBenchmarks(&reporter);
-    g_prepared.reset();
+    g_prepared.clear();
     print_summary(reporter, load_before);
     benchmark::Shutdown();
     return 0;
