@@ -147,8 +147,10 @@ double total_bytes(const ir::TensorMap& arrays) {
 
 // ---- The bandwidth limit ----
 
-// Much larger than any last-level cache: 3 arrays of 256 MB.
-constexpr int64_t kStreamFloats = int64_t{64} << 20;
+// 3 arrays of 128 MB: 4x the 32 MB L3, STREAM's rule. No larger: a trial (8-12 ms) should last
+// about as long as a workload's run, since on a shared machine a long trial is more likely to
+// share the cores or the memory with someone than a short one, and its best rate is lower.
+constexpr int64_t kStreamFloats = int64_t{32} << 20;
 
 Stream& stream() {
   static Stream s(kStreamFloats);
