@@ -1,0 +1,601 @@
+// fuse_bench: fuse's CPU backend, fused and unfused, against the machine's memory bandwidth, in
+// one run (bench/README.md). Google Benchmark times every row; a summary table of the medians
+// follows.
+//
+//   fuse_bench [--benchmark_filter=REGEX] [--benchmark_repetitions=N] [--benchmark_*...]
+//   fuse_bench --compile-once=WORKLOAD   (used by the cold-process rows) compile in this fresh
+//                                        process and print the seconds it took
+#include <benchmark/benchmark.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <numbers>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "bench/stream.h"
+#include "frontends/compile.h"
+#include "frontends/expr/compile.h"
+#include "runtime/thread_pool.h"
+
+extern char** environ;
+
+namespace fuse::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+// ---- Workloads ----
+
+struct Range {
+  float lo, hi;
+};
+
+struct Workload {
+  std::string name;
+  std::string file;  // .expr, relative to the source tree
+  ir::SymbolBindings dims;
+  double target_percent;  // the goal for the fused run, in % of the bandwidth limit
+  // Input values where uniform [-1, 1) would be unrealistic (a sigma near 0 makes the PDF
+  // underflow); the others are uniform in [-1, 1).
+  std::map<std::string, Range> ranges;
+};
+
+constexpr int64_t k10M = 10'000'000, k100M = 100'000'000;
+constexpr float kPi = std::numbers::pi_v<float>;
+
+const std::vector<Workload>& workloads() {
+  static const std::vector<Workload> all = {
+      {"add_10M", "examples/add.expr", {{"N", 1000}, {"M", 10'000}}, 85, {}},
+      {"add_vectors_10M", "bench/add_vectors.expr", {{"N", k10M}}, 85, {}},
+      {"hypot_10M", "examples/hypot.expr", {{"N", k10M}}, 85, {}},
+      {"gaussian_pdf_10M", "examples/gaussian_pdf.expr", {{"N", k10M}}, 85, {{"sigma", {0.5f, 1.5f}}}},
+      {"polar_distance_10M", "examples/polar_distance.expr", {{"N", k10M}}, 60,
+       {{"r1", {0, 1}}, {"r2", {0, 1}}, {"theta1", {-kPi, kPi}}, {"theta2", {-kPi, kPi}}}},
+      {"hidden_layer_10M", "examples/hidden_layer.expr", {{"N", k10M}}, 85, {{"greyscales", {0, 255}}}},
+      {"sum_10M", "bench/sum.expr", {{"N", k10M}}, 90, {}},
+      {"sum_100M", "bench/sum.expr", {{"N", k100M}}, 90, {}},
+      {"max_10M", "bench/max.expr", {{"N", k10M}}, 90, {}},
+      {"max_100M", "bench/max.expr", {{"N", k100M}}, 90, {}},
+      {"softmax_4096x4096", "examples/softmax.expr", {{"N", 4096}, {"M", 4096}}, 75, {}},
+      {"layernorm_4096x4096", "examples/layernorm.expr", {{"N", 4096}, {"D", 4096}}, 75, {{"gamma", {0.5f, 1.5f}}}},
+      {"transpose_4096x4096", "bench/transpose.expr", {{"N", 4096}, {"M", 4096}}, 50, {}},
+  };
+  return all;
+}
+
+const Workload& find_workload(const std::string& name) {
+  for (const Workload& w : workloads())
+    if (w.name == name) return w;
+  throw ir::Error("no workload named '" + name + "'");
+}
+
+ir::Graph load_graph(const Workload& w) {
+  std::string path = std::string(FUSE_SOURCE_DIR) + "/" + w.file;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw ir::Error("cannot read '" + path + "'");
+  std::ostringstream source;
+  source << in.rdbuf();
+  expr::CompileResult result = expr::compile_expr(source.str(), path);
+  if (!result.graph) throw ir::Error(expr::format_diagnostics(result.errors, source.str()));
+  return std::move(*result.graph);
+}
+
+CompileOptions options(bool fused) {
+  CompileOptions o;
+  o.pipeline.fusion.enabled = fused;
+  return o;
+}
+
+/// `o` with the compile cache bypassed, so that a latency row times compiling, not a lookup.
+/// CompileOptions::use_cache comes with the compile cache; until then every compile compiles.
+template <class Options>
+Options without_cache(Options o) {
+  if constexpr (requires { o.use_cache = false; }) o.use_cache = false;
+  return o;
+}
+
+uint64_t splitmix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+/// Uniform values in [r.lo, r.hi) from a counter-based hash, so threads can fill slices alone.
+void fill_uniform(ir::HostArray& a, Range r, uint64_t seed) {
+  float* p = a.as<float>();
+  runtime::ThreadPool::global().parallel_for(0, a.size(), 1 << 16, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) {
+      float u = static_cast<float>(splitmix64(seed * 0x9E3779B97F4A7C15ull + i) >> 40) * 0x1p-24f;
+      p[i] = r.lo + (r.hi - r.lo) * u;
+    }
+  });
+}
+
+ir::TensorMap make_inputs(const ir::Graph& g, const Workload& w) {
+  ir::TensorMap inputs;
+  uint64_t seed = 1;
+  for (ir::NodeId id : g.input_nodes()) {
+    const ir::Node& n = g.node(id);
+    const std::string& name = n.as<ir::InputAttrs>().name;
+    if (n.dtype != ir::DType::F32) throw ir::Error(w.name + ": input '" + name + "' is not f32");
+    ir::HostArray a(n.dtype, ir::evaluate(n.shape, w.dims));
+    auto range = w.ranges.find(name);
+    fill_uniform(a, range == w.ranges.end() ? Range{-1, 1} : range->second, seed++);
+    inputs[name] = std::move(a);
+  }
+  return inputs;
+}
+
+double total_bytes(const ir::TensorMap& arrays) {
+  double bytes = 0;
+  for (const auto& [name, a] : arrays) bytes += static_cast<double>(a.bytes.size());
+  return bytes;
+}
+
+// ---- The bandwidth limit ----
+
+// 3 arrays of 128 MB: 4x the 32 MB L3, STREAM's rule. No larger: a trial (8-12 ms) should last
+// about as long as a workload's run, since on a shared machine a long trial is more likely to
+// share the cores or the memory with someone than a short one, and its best rate is lower.
+constexpr int64_t kStreamFloats = int64_t{32} << 20;
+
+Stream& stream() {
+  static Stream s(kStreamFloats);
+  return s;
+}
+
+struct StreamKernel {
+  const char* name;
+  double (Stream::*run)();  // returns the bytes it counts
+};
+const StreamKernel kStreamKernels[] = {
+    {"copy_nt", &Stream::copy},
+    {"triad_nt", &Stream::triad},
+    {"triad_stores", &Stream::triad_cached_stores},  // for comparison, not part of the limit
+    {"read", &Stream::read},                         // for comparison, not part of the limit
+};
+constexpr int kCopy = 0, kTriad = 1, kNumStreamKernels = std::size(kStreamKernels);
+
+// The GB/s of every trial of each kernel: the start-up trials, then one per repetition of its
+// stream/* row (interleaved with all other rows, so spread over the whole run).
+std::vector<double> g_stream_gbs[kNumStreamKernels];
+
+/// Runs kernel k once and records its rate. Returns the bytes it counted.
+double stream_trial(int k) {
+  Clock::time_point start = Clock::now();
+  double bytes = (stream().*kStreamKernels[k].run)();
+  g_stream_gbs[k].push_back(bytes / since(start) / 1e9);
+  return bytes;
+}
+
+/// Start-up trials, so that there is a limit even when a filter leaves out the stream/* rows.
+void measure_stream() {
+  constexpr int kTrials = 21;
+  for (const StreamKernel& k : kStreamKernels) (stream().*k.run)();  // warm-up
+  // Interleaved, so that a burst of load from other processes slows every kernel alike.
+  for (int t = 0; t < kTrials; ++t)
+    for (int k = 0; k < kNumStreamKernels; ++k) stream_trial(k);
+}
+
+double best_gbs(int k) { return *std::max_element(g_stream_gbs[k].begin(), g_stream_gbs[k].end()); }
+
+double median_gbs(int k) {
+  std::vector<double> v = g_stream_gbs[k];
+  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+  return v[v.size() / 2];
+}
+
+/// The bandwidth limit: STREAM's own figure, the best rate (other processes on the machine can
+/// only slow a trial down), of copy or triad, over every trial of the run.
+double limit_gbs() { return std::max(best_gbs(kCopy), best_gbs(kTriad)); }
+
+/// MB and GB/s for `bytes` moved per iteration in `seconds` (the timed loop; plain counters, since
+/// Google Benchmark's rate counters print as "x/s"). % of the limit is in the summary: the limit
+/// is known only at the end.
+void report_bytes(benchmark::State& state, double bytes, double seconds) {
+  state.SetBytesProcessed(static_cast<int64_t>(bytes) * state.iterations());
+  state.counters["MB"] = bytes / 1e6;
+  state.counters["GB/s"] = bytes * static_cast<double>(state.iterations()) / seconds / 1e9;
+}
+
+void run_stream(benchmark::State& state, int k) {
+  double bytes = 0;
+  Clock::time_point start = Clock::now();
+  for (auto _ : state) bytes = stream_trial(k);
+  report_bytes(state, bytes, since(start));
+}
+
+// ---- Running compiled workloads ----
+
+struct Variant {
+  runtime::Executable exe;
+  ir::TensorMap outputs;  // preallocated by the warm-up run, reused by every timed run
+};
+
+/// One workload's inputs and its compiled variants, made on first use and kept for the whole run:
+/// the repetitions of all rows are interleaved (see main), so any row may come next.
+struct Prepared {
+  ir::TensorMap inputs;
+  std::optional<Variant> variants[2];  // [fused]
+};
+
+// Not a function-local static: main() releases it before exit, because a JIT destroyed by the
+// exit handlers outlives LLVM's own statics and crashes.
+std::map<const Workload*, Prepared> g_prepared;
+
+Prepared& prepared(const Workload& w) {
+  auto it = g_prepared.find(&w);
+  if (it == g_prepared.end()) it = g_prepared.emplace(&w, Prepared{make_inputs(load_graph(w), w), {}}).first;
+  return it->second;
+}
+
+void run_workload(benchmark::State& state, const Workload& w, bool fused) {
+  Prepared* p;
+  Variant* v;
+  try {
+    p = &prepared(w);
+    std::optional<Variant>& slot = p->variants[fused];
+    if (!slot) {
+      slot.emplace(Variant{compile(load_graph(w), options(fused)), {}});
+      slot->exe.run(p->inputs, slot->outputs);  // warm-up: first touches of the outputs, caches
+    }
+    v = &*slot;
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+    return;
+  }
+  Clock::time_point start = Clock::now();
+  for (auto _ : state) v->exe.run(p->inputs, v->outputs);
+  report_bytes(state, total_bytes(p->inputs) + total_bytes(v->outputs), since(start));
+  int kernels = static_cast<int>(v->exe.program().kernels.size());
+  state.counters["kernels"] = kernels;
+  state.counters["interp"] = kernels - v->exe.compiled_kernel_count();
+}
+
+// ---- Compile latency ----
+
+int count_ops(const ir::Graph& g) {
+  return static_cast<int>(std::count_if(g.nodes.begin(), g.nodes.end(),
+                                        [](const ir::Node& n) { return n.kind != ir::OpKind::Input; }));
+}
+
+/// Seconds of one fused, uncached compile of `w`'s graph (the graph is parsed beforehand).
+double time_compile(const Workload& w) {
+  ir::Graph g = load_graph(w);
+  Clock::time_point start = Clock::now();
+  runtime::Executable exe = compile(g, without_cache(options(true)));
+  return since(start);
+}
+
+struct ChildResult {
+  double compile_seconds;  // as the child timed its compile
+  double process_seconds;  // spawn to exit, as this process saw it
+};
+
+/// Runs `fuse_bench --compile-once=NAME` in a fresh process.
+ChildResult compile_in_child(const Workload& w) {
+  int pipe_fds[2];
+  if (pipe(pipe_fds) != 0) throw ir::Error("pipe failed");
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, pipe_fds[1], STDOUT_FILENO);
+  posix_spawn_file_actions_addclose(&actions, pipe_fds[0]);
+  std::string flag = "--compile-once=" + w.name;
+  char exe[] = "/proc/self/exe";
+  char* argv[] = {exe, flag.data(), nullptr};
+  Clock::time_point start = Clock::now();
+  pid_t pid;
+  int spawn_error = posix_spawn(&pid, exe, &actions, nullptr, argv, environ);
+  posix_spawn_file_actions_destroy(&actions);
+  close(pipe_fds[1]);
+  if (spawn_error != 0) {
+    close(pipe_fds[0]);
+    throw ir::Error(std::string("posix_spawn failed: ") + std::strerror(spawn_error));
+  }
+  std::string out;
+  char buf[256];
+  for (ssize_t got; (got = read(pipe_fds[0], buf, sizeof buf)) > 0;) out.append(buf, got);
+  close(pipe_fds[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  double process_seconds = since(start);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || out.empty())
+    throw ir::Error("the --compile-once child for " + w.name + " failed");
+  return {std::stod(out), process_seconds};
+}
+
+void compile_cold(benchmark::State& state, const Workload& w) {
+  double process_seconds = 0;
+  for (auto _ : state) {
+    try {
+      ChildResult r = compile_in_child(w);
+      state.SetIterationTime(r.compile_seconds);
+      process_seconds += r.process_seconds;
+    } catch (const std::exception& e) {
+      state.SkipWithError(e.what());
+      break;
+    }
+  }
+  state.counters["process_ms"] = benchmark::Counter(1e3 * process_seconds, benchmark::Counter::kAvgIterations);
+  state.counters["ops"] = count_ops(load_graph(w));
+}
+
+void compile_warm(benchmark::State& state, const Workload& w) {
+  ir::Graph g = load_graph(w);
+  std::optional<runtime::Executable> exe;
+  try {
+    exe.emplace(compile(g, without_cache(options(true))));  // warm-up: the first compile sets up LLVM
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+    return;
+  }
+  exe.reset();  // the JIT's teardown stays out of the timing (rows run one iteration)
+  for (auto _ : state) exe.emplace(compile(g, without_cache(options(true))));
+  state.counters["ops"] = count_ops(g);
+  state.counters["kernels"] = static_cast<double>(exe->program().kernels.size());
+}
+
+// ---- Registration ----
+
+constexpr int kColdRepetitions = 5;  // each spawns a process that loads LLVM: keep it short
+
+void register_benchmarks() {
+  auto row = [](benchmark::internal::Benchmark* b) {
+    // "min" besides the default mean, median, stddev and cv: the best repetition.
+    return b->Iterations(1)->Unit(benchmark::kMillisecond)->ComputeStatistics("min", [](const std::vector<double>& v) {
+      return *std::min_element(v.begin(), v.end());
+    });
+  };
+  for (int k = 0; k < kNumStreamKernels; ++k)
+    row(benchmark::RegisterBenchmark((std::string("stream/") + kStreamKernels[k].name).c_str(), run_stream, k))
+        ->UseRealTime();
+  for (const Workload& w : workloads()) {
+    row(benchmark::RegisterBenchmark((w.name + "/fused").c_str(), run_workload, w, true))->UseRealTime();
+    row(benchmark::RegisterBenchmark((w.name + "/unfused").c_str(), run_workload, w, false))->UseRealTime();
+  }
+  for (const Workload& w : workloads()) {
+    row(benchmark::RegisterBenchmark(("compile/" + w.name + "/cold").c_str(), compile_cold, w))
+        ->UseManualTime()
+        ->Repetitions(kColdRepetitions);
+  }
+  for (const Workload& w : workloads())
+    row(benchmark::RegisterBenchmark(("compile/" + w.name + "/warm").c_str(), compile_warm, w))->UseRealTime();
+  // Disk-cache hit: register "compile/NAME/disk" rows here when codegen has a disk cache (a child
+  // compiling with use_cache = true after an earlier child filled the cache); the summary prints
+  // n/a until such rows exist.
+}
+
+// ---- Reporting ----
+
+using Run = benchmark::BenchmarkReporter::Run;
+
+/// The console reporter, showing one row per benchmark (the median over the repetitions, with
+/// their spread as cv% and the best as best_ms) in the order they were registered, and keeping
+/// those rows for the summary.
+/// Rows are held back until the end: with interleaved repetitions they all finish near the end
+/// anyway, in random order.
+class MedianReporter : public benchmark::ConsoleReporter {
+ public:
+  explicit MedianReporter(OutputOptions o) : ConsoleReporter(o) {}
+
+  void ReportRuns(const std::vector<Run>& runs) override {
+    for (const Run& r : runs) {
+      bool median = r.run_type == Run::RT_Aggregate && r.aggregate_name == "median";
+      if (!median && !(r.run_type == Run::RT_Iteration && r.repetitions <= 1) && !r.error_occurred) continue;
+      Run row = r;
+      for (const Run& a : runs) {
+        if (a.run_type != Run::RT_Aggregate) continue;
+        if (a.aggregate_name == "cv") row.counters["cv%"] = 100 * a.real_accumulated_time;
+        if (a.aggregate_name == "min") row.counters["best_ms"] = 1e3 * seconds(a);
+      }
+      medians_[r.run_name.function_name] = row;
+    }
+  }
+
+  void Finalize() override {
+    std::vector<Run> rows;
+    for (const auto& [name, row] : medians_) rows.push_back(row);
+    std::sort(rows.begin(), rows.end(), [](const Run& a, const Run& b) { return a.family_index < b.family_index; });
+    if (!rows.empty()) ConsoleReporter::ReportRuns(rows);
+    ConsoleReporter::Finalize();
+  }
+
+  /// The median row of `name`; null when it did not run or failed.
+  const Run* find(const std::string& name) const {
+    auto it = medians_.find(name);
+    return it == medians_.end() || it->second.error_occurred ? nullptr : &it->second;
+  }
+  /// What the summary shows in place of a missing row: "failed", or "-" when it was filtered out.
+  std::string missing(const std::string& name) const { return medians_.count(name) ? "failed" : "-"; }
+  static double seconds(const Run& r) {
+    return r.GetAdjustedRealTime() / benchmark::GetTimeUnitMultiplier(r.time_unit);
+  }
+  /// The best repetition's seconds (the run itself when there was one repetition).
+  double best_seconds(const Run& r) const {
+    auto it = r.counters.find("best_ms");
+    return it == r.counters.end() ? seconds(r) : it->second.value / 1e3;
+  }
+  double counter(const Run& r, const std::string& name) const {
+    auto it = r.counters.find(name);
+    return it == r.counters.end() ? 0 : it->second.value;
+  }
+
+ private:
+  std::map<std::string, Run> medians_;
+};
+
+std::string cpu_model() {
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);)
+    if (line.starts_with("model name")) return line.substr(line.find(':') + 2);
+  return "unknown CPU";
+}
+
+std::string format(const char* fmt, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, fmt, v);
+  return buf;
+}
+
+/// Prints a Markdown table with aligned columns: readable here, and pasted as is into
+/// bench/README.md.
+void print_table(const std::vector<std::vector<std::string>>& rows) {
+  std::vector<size_t> width(rows[0].size(), 0);
+  for (const auto& row : rows)
+    for (size_t c = 0; c < row.size(); ++c) width[c] = std::max(width[c], row[c].size());
+  for (size_t r = 0; r < rows.size(); ++r) {
+    std::string line = "|";
+    for (size_t c = 0; c < rows[r].size(); ++c) {
+      std::string pad(width[c] - rows[r][c].size(), ' ');
+      line += " " + (c == 0 ? rows[r][c] + pad : pad + rows[r][c]) + " |";
+    }
+    std::printf("%s\n", line.c_str());
+    if (r == 0) {
+      line = "|";
+      for (size_t c = 0; c < width.size(); ++c) line += (c == 0 ? " :" : " ") + std::string(width[c] - 1, '-') + (c == 0 ? " |" : ": |");
+      std::printf("%s\n", line.c_str());
+    }
+  }
+}
+
+void print_run_table(const MedianReporter& rep) {
+  std::vector<std::vector<std::string>> rows = {{"workload", "MB", "fused ms", "GB/s", "% limit", "best %",
+                                                 "unfused ms", "GB/s", "% limit", "speedup", "target", "kernels",
+                                                 "interp"}};
+  for (const Workload& w : workloads()) {
+    const std::string names[2] = {w.name + "/fused", w.name + "/unfused"};
+    const Run* f = rep.find(names[0]);
+    const Run* u = rep.find(names[1]);
+    if (!f && !u) continue;
+    double mb = rep.counter(f ? *f : *u, "MB");
+    // From the median time, so that each row's numbers agree.
+    auto gbs = [&](double seconds) { return mb / 1e3 / seconds; };
+    auto percent = [&](double seconds) { return 100 * gbs(seconds) / limit_gbs(); };
+    std::vector<std::string> row = {w.name, format("%.1f", mb)};
+    if (f) {
+      row.insert(row.end(), {format("%.2f", rep.seconds(*f) * 1e3), format("%.1f", gbs(rep.seconds(*f))),
+                             format("%.0f%%", percent(rep.seconds(*f))), format("%.0f%%", percent(rep.best_seconds(*f)))});
+    } else {
+      row.insert(row.end(), {rep.missing(names[0]), "", "", ""});
+    }
+    if (u) {
+      row.insert(row.end(), {format("%.2f", rep.seconds(*u) * 1e3), format("%.1f", gbs(rep.seconds(*u))),
+                             format("%.0f%%", percent(rep.seconds(*u)))});
+    } else {
+      row.insert(row.end(), {rep.missing(names[1]), "", ""});
+    }
+    row.push_back(f && u ? format("%.2fx", rep.seconds(*u) / rep.seconds(*f)) : "");
+    std::string verdict;
+    if (f) {
+      verdict = percent(rep.seconds(*f)) >= w.target_percent        ? " met"
+                : percent(rep.best_seconds(*f)) >= w.target_percent ? " best only"
+                                                                     : " missed";
+    }
+    row.push_back(format(">= %.0f%%", w.target_percent) + verdict);
+    auto both = [&](const char* counter) {
+      return (f ? format("%.0f", rep.counter(*f, counter)) : "-") + " / " +
+             (u ? format("%.0f", rep.counter(*u, counter)) : "-");
+    };
+    row.push_back(both("kernels"));
+    row.push_back(both("interp"));
+    rows.push_back(row);
+  }
+  if (rows.size() > 1) print_table(rows);
+}
+
+void print_latency_table(const MedianReporter& rep) {
+  std::vector<std::vector<std::string>> rows = {
+      {"workload", "graph ops", "kernels", "cold ms", "cold process ms", "warm ms", "disk-cache hit ms"}};
+  for (const Workload& w : workloads()) {
+    const Run* cold = rep.find("compile/" + w.name + "/cold");
+    const Run* warm = rep.find("compile/" + w.name + "/warm");
+    if (!cold && !warm) continue;
+    const Run* any = cold ? cold : warm;
+    rows.push_back({w.name, format("%.0f", rep.counter(*any, "ops")),
+                    warm ? format("%.0f", rep.counter(*warm, "kernels")) : "",
+                    cold ? format("%.1f", rep.seconds(*cold) * 1e3) : rep.missing("compile/" + w.name + "/cold"),
+                    cold ? format("%.0f", rep.counter(*cold, "process_ms")) : "",
+                    warm ? format("%.1f", rep.seconds(*warm) * 1e3) : rep.missing("compile/" + w.name + "/warm"),
+                    // Filled from "compile/NAME/disk" once codegen has a disk cache.
+                    "n/a"});
+  }
+  if (rows.size() > 1) print_table(rows);
+}
+
+std::string load_average() {
+  std::ifstream in("/proc/loadavg");
+  std::string one, five, fifteen;
+  in >> one >> five >> fifteen;
+  return one + " " + five + " " + fifteen;
+}
+
+void print_summary(const MedianReporter& rep, const std::string& load_before) {
+  std::printf("\nCPU: %s, %d threads; load average %s before the run, %s after\n", cpu_model().c_str(),
+              runtime::ThreadPool::global().num_threads(), load_before.c_str(), load_average().c_str());
+  std::printf("bandwidth limit: %.1f GB/s, the best rate of STREAM copy or triad (non-temporal %s stores, "
+              "%zu trials each over the run)\n",
+              limit_gbs(), stream().isa(), g_stream_gbs[kCopy].size());
+  std::printf("STREAM GB/s, best / median:");
+  for (int k = 0; k < kNumStreamKernels; ++k)
+    std::printf("%s %s %.1f / %.1f", k ? "," : "", kStreamKernels[k].name, best_gbs(k), median_gbs(k));
+  std::printf(" (triad_stores: ordinary stores; read: a sum)\n\n");
+  print_run_table(rep);
+  std::printf("\ncompile latency, fused, uncached (medians):\n\n");
+  print_latency_table(rep);
+}
+
+}  // namespace
+
+int compile_once(const std::string& name) {
+  std::printf("%.9f\n", time_compile(find_workload(name)));
+  return 0;
+}
+
+}  // namespace fuse::bench
+
+int main(int argc, char** argv) {
+  using namespace fuse::bench;
+  try {
+    if (argc == 2 && std::string_view(argv[1]).starts_with("--compile-once="))
+      return compile_once(std::string(argv[1]).substr(std::strlen("--compile-once=")));
+
+    // Defaults the command line can override (a later flag wins). Interleaving the repetitions
+    // of all rows in random order spreads the load of other processes over every row alike, so
+    // that fused and unfused are compared under the same conditions.
+    std::string defaults[] = {"--benchmark_repetitions=31", "--benchmark_report_aggregates_only=true",
+                              "--benchmark_enable_random_interleaving=true"};
+    std::vector<char*> args = {argv[0]};
+    for (std::string& flag : defaults) args.push_back(flag.data());
+    args.insert(args.end(), argv + 1, argv + argc);
+    int count = static_cast<int>(args.size());
+    benchmark::Initialize(&count, args.data());
+    if (benchmark::ReportUnrecognizedArguments(count, args.data())) return 1;
+
+    std::string load_before = load_average();
+    measure_stream();
+    register_benchmarks();
+    MedianReporter reporter(isatty(STDOUT_FILENO) ? benchmark::ConsoleReporter::OO_Defaults
+                                                  : benchmark::ConsoleReporter::OO_Tabular);
+    benchmark::RunSpecifiedBenchmarks(&reporter);
+    g_prepared.clear();
+    print_summary(reporter, load_before);
+    benchmark::Shutdown();
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "fuse_bench: %s\n", e.what());
+    return 1;
+  }
+}
