@@ -28,8 +28,17 @@
 
 namespace fuse::codegen {
 
+namespace {
+// Set once exit() has begun. LLVM's own static objects may already be gone then, so a JIT
+// still alive (an Executable in a static) is left to the operating system, not torn down.
+std::atomic<bool> g_exiting{false};
+}  // namespace
+
 struct CpuModule::Engine {
   std::unique_ptr<llvm::orc::LLJIT> jit;
+  ~Engine() {
+    if (g_exiting) (void)jit.release();
+  }
 };
 
 CpuModule::~CpuModule() = default;
@@ -50,9 +59,10 @@ struct MemoryCache {
   std::mutex mutex;
   std::map<std::string, std::shared_ptr<const CpuModule>> modules;  // by key
 };
+// Never destroyed: its modules would outlive LLVM's statics at exit (see g_exiting).
 MemoryCache& memory_cache() {
-  static MemoryCache c;
-  return c;
+  static MemoryCache* c = new MemoryCache;
+  return *c;
 }
 
 void initialize_native_target() {
@@ -304,6 +314,10 @@ struct ModuleLoader {
     }
     module->engine_ = std::make_unique<CpuModule::Engine>();
     module->engine_->jit = std::move(*jit);
+    // Registered after the first JIT exists, so it runs before the destructors of the static
+    // objects that LLVM created up to then (exit runs them in reverse order).
+    static std::once_flag exit_hook;
+    std::call_once(exit_hook, [] { std::atexit([] { g_exiting = true; }); });
     return module;
   }
 };
