@@ -172,11 +172,7 @@ class KernelEmitter {
     }
     int lanes = contiguous() ? std::max(1, k_.schedule.cpu.vector_width) : 0;
     if (lanes > 1) {
-      // Main loop over whole vectors, then a scalar tail.
-      mlir::Value count = b_.create<mlir::arith::DivSIOp>(loc_, sub(end, begin), i64(lanes));
-      mlir::Value vector_end = add(begin, mul(count, i64(lanes)));
-      loop(begin, vector_end, lanes, [&](mlir::Value i) { emit_contiguous(i, lanes); });
-      loop(vector_end, end, 1, [&](mlir::Value i) { emit_contiguous(i, 1); });
+      emit_contiguous_loops(begin, end, lanes);  // whole vectors, then a scalar tail
     } else if (lanes == 1) {
       loop(begin, end, 1, [&](mlir::Value i) { emit_contiguous(i, 1); });
     } else if (Inner inner = kernel_inner_access(); inner == Inner::Constant || inner == Inner::Unit) {
@@ -339,10 +335,12 @@ class KernelEmitter {
     return b_.create<mlir::arith::ConstantOp>(loc_, attr);
   }
 
-  void store(int slot, DType t, mlir::Value offset, mlir::Value v, int lanes) {
+  // `streaming`: a non-temporal store (the address must be 64-byte aligned), which writes
+  // around the caches instead of first reading the line it overwrites.
+  void store(int slot, DType t, mlir::Value offset, mlir::Value v, int lanes, bool streaming = false) {
     if (t == DType::Bool) v = b_.create<mlir::arith::ExtUIOp>(loc_, lane_type(b_.getI8Type(), lanes), v);
-    unsigned align = static_cast<unsigned>(ir::dtype_size(t));
-    b_.create<mlir::LLVM::StoreOp>(loc_, v, element_address(slot, t, offset), align);
+    unsigned align = streaming ? 64 : static_cast<unsigned>(ir::dtype_size(t));
+    b_.create<mlir::LLVM::StoreOp>(loc_, v, element_address(slot, t, offset), align, false, streaming);
   }
 
   // A dim's value: factor * the symbols' sizes (computed once, at the function's entry).
@@ -420,10 +418,59 @@ class KernelEmitter {
 
   // ---- the two loop forms ----
 
-  void emit_contiguous(mlir::Value base, int lanes) {
+  void emit_contiguous(mlir::Value base, int lanes, bool streaming = false) {
     for (size_t o = 0; o < k_.body.outputs.size(); ++o) {
       const Node& n = k_.body.node(k_.body.outputs[o].node);
-      store(output_slot_[o], n.dtype, base, contiguous_value(k_.body.outputs[o].node, base, lanes), lanes);
+      store(output_slot_[o], n.dtype, base, contiguous_value(k_.body.outputs[o].node, base, lanes), lanes, streaming);
+    }
+  }
+
+  // Kernels moving more than this many bytes write their output with non-temporal stores: the
+  // output could not stay in the caches anyway (larger than a typical L3 share), and streaming
+  // it saves reading every line before it is overwritten (a third of an add's traffic).
+  static constexpr int64_t kStreamingBytes = int64_t{32} << 20;
+
+  // The contiguous SIMD loop over [begin, end), with non-temporal stores when the kernel is large
+  // and has one output: scalar iterations until the output is 64-byte aligned, aligned streaming
+  // vectors, a scalar tail.
+  void emit_contiguous_loops(mlir::Value begin, mlir::Value end, int lanes) {
+    auto plain = [&] {
+      mlir::Value count = b_.create<mlir::arith::DivSIOp>(loc_, sub(end, begin), i64(lanes));
+      mlir::Value vector_end = add(begin, mul(count, i64(lanes)));
+      loop(begin, vector_end, lanes, [&](mlir::Value i) { emit_contiguous(i, lanes); });
+      loop(vector_end, end, 1, [&](mlir::Value i) { emit_contiguous(i, 1); });
+    };
+    if (k_.body.outputs.size() != 1) return plain();
+    int64_t bytes_per_element = 0;
+    for (const Node& n : k_.body.nodes)
+      if (n.kind == OpKind::Input && n.shape == k_.space) bytes_per_element += static_cast<int64_t>(ir::dtype_size(n.dtype));
+    DType out_type = k_.body.node(k_.body.outputs[0].node).dtype;
+    int64_t out_size = static_cast<int64_t>(ir::dtype_size(out_type));
+    bytes_per_element += out_size;
+    mlir::Value total = dim(ir::num_elements(k_.space));
+    mlir::Value large = b_.create<mlir::arith::CmpIOp>(loc_, mlir::arith::CmpIPredicate::sgt, mul(total, i64(bytes_per_element)),
+                                                       i64(kStreamingBytes));
+    mlir::Value address = b_.create<mlir::LLVM::PtrToIntOp>(loc_, i64_type(), base_[output_slot_[0]]);
+    mlir::Value misalignment = b_.create<mlir::arith::RemUIOp>(loc_, add(address, mul(begin, i64(out_size))), i64(64));
+    mlir::Value peel = b_.create<mlir::arith::DivUIOp>(
+        loc_, b_.create<mlir::arith::RemUIOp>(loc_, sub(i64(64), misalignment), i64(64)), i64(out_size));
+    mlir::Value aligned_begin = add(begin, peel);
+    // Elements are aligned to their size (the runtime's buffers are), so peeling can align.
+    mlir::Value element_aligned = b_.create<mlir::arith::CmpIOp>(
+        loc_, mlir::arith::CmpIPredicate::eq, b_.create<mlir::arith::RemUIOp>(loc_, address, i64(out_size)), i64(0));
+    mlir::Value room = b_.create<mlir::arith::CmpIOp>(loc_, mlir::arith::CmpIPredicate::sle, add(aligned_begin, i64(lanes)), end);
+    mlir::Value streaming = b_.create<mlir::arith::AndIOp>(loc_, b_.create<mlir::arith::AndIOp>(loc_, large, element_aligned), room);
+    auto branch = b_.create<mlir::scf::IfOp>(loc_, streaming, /*withElseRegion=*/true);
+    {
+      mlir::OpBuilder::InsertionGuard guard(b_);
+      b_.setInsertionPointToStart(&branch.getThenRegion().front());
+      mlir::Value count = b_.create<mlir::arith::DivSIOp>(loc_, sub(end, aligned_begin), i64(lanes));
+      mlir::Value vector_end = add(aligned_begin, mul(count, i64(lanes)));
+      loop(begin, aligned_begin, 1, [&](mlir::Value i) { emit_contiguous(i, 1); });
+      loop(aligned_begin, vector_end, lanes, [&](mlir::Value i) { emit_contiguous(i, lanes, true); });
+      loop(vector_end, end, 1, [&](mlir::Value i) { emit_contiguous(i, 1); });
+      b_.setInsertionPointToStart(&branch.getElseRegion().front());
+      plain();
     }
   }
 
@@ -865,7 +912,7 @@ class KernelEmitter {
 
   // ---- one reduction over a range of its row ----
   // accumulate() folds elements [from, to) of the row into an accumulator of the interpreter's
-  // accumulation type: floats (and every mean) in f64, integers in i64 (wrapping to the result's
+  // accumulation type: floats (and every mean) in f64 (max/min in the float's own type: exact), integers in i64 (wrapping to the result's
   // width at the end), any/all in i1, user combiners in the node's dtype. finish() turns an
   // accumulator into the result (mean's division, the cast). A row is one range; a split
   // reduction combines the accumulators of several ranges with combine().
@@ -876,6 +923,8 @@ class KernelEmitter {
     DType in = k_.body.node(n.inputs[0]).dtype;
     if (r.kind == ir::ReduceKind::Custom) return n.dtype;
     if (r.kind == ir::ReduceKind::Any || r.kind == ir::ReduceKind::All) return DType::Bool;
+    // Max and min of floats are exact in their own type (and f32 lanes are twice as many).
+    if (ir::is_float(in) && (r.kind == ir::ReduceKind::Max || r.kind == ir::ReduceKind::Min)) return in;
     return ir::is_float(in) || r.kind == ir::ReduceKind::Mean ? DType::F64 : DType::I64;
   }
 
@@ -900,7 +949,7 @@ class KernelEmitter {
   // acc (op) x, both already of the accumulator type (scalars or vectors alike).
   mlir::Value combine(NodeId id, mlir::Value acc, mlir::Value x) {
     const ir::ReduceAttrs& r = k_.body.node(id).as<ir::ReduceAttrs>();
-    bool floating = accumulator_type(id) == DType::F64;
+    bool floating = ir::is_float(accumulator_type(id));
     switch (r.kind) {
       case ir::ReduceKind::Custom: return scalar_fn(r.combiner, {acc, x}, 1);
       case ir::ReduceKind::Any: return b_.create<mlir::arith::OrIOp>(loc_, acc, x);
@@ -934,7 +983,7 @@ class KernelEmitter {
   // The horizontal (across lanes) form of a reduction's combine.
   mlir::vector::CombiningKind lane_combining_kind(NodeId id) {
     using Kind = mlir::vector::CombiningKind;
-    bool floating = accumulator_type(id) == DType::F64;
+    bool floating = ir::is_float(accumulator_type(id));
     switch (k_.body.node(id).as<ir::ReduceAttrs>().kind) {
       case ir::ReduceKind::Prod: return Kind::MUL;
       case ir::ReduceKind::Max: return floating ? Kind::MAXIMUMF : Kind::MAXSI;

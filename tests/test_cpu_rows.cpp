@@ -77,3 +77,17 @@ TEST_CASE("transposes and permutes run tiled", "[cpu][rows][transpose]") {
   check(g, {{"A", 3}, {"B", 17}, {"C", 33}});
   check(g, {{"A", 2}, {"B", 300}, {"C", 1001}});
 }
+
+TEST_CASE("kernels larger than the caches stream their output (non-temporal stores)", "[cpu][streaming]") {
+  // Over 32 MB moved: the aligned middle of each thread's range is written with streaming
+  // stores, after scalar iterations up to a 64-byte boundary (outputs need not be aligned).
+  for (DType t : {DType::F32, DType::F64, DType::Bool, DType::I32}) {
+    INFO(ir::dtype_name(t));
+    Graph g;
+    Tensor x = g.input("x", t, {sym("N")});
+    Tensor y = g.input("y", t, {sym("N")});
+    if (t == DType::Bool) g.output("z", logical_or(x, logical_not(y)));
+    else g.output("z", x * y + x);
+    check(g, {{"N", 4'000'003}});
+  }
+}
