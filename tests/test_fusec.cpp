@@ -644,3 +644,30 @@ TEST_CASE("the disk cache survives a process restart", "[fusec][cache]") {
   CHECK(uncached.err.find("0 disk hits, 1 compilations") != std::string::npos);
   INFO(first.err << second.err << uncached.err);
 }
+
+TEST_CASE("--emit=mlir, llvm, asm and obj print each stage of the CPU backend", "[fusec][codegen]") {
+  std::string file = kExamples + "hypot.expr";
+  Result mlir = fusec(file + " --emit=mlir");
+  CHECK(mlir.status == 0);
+  CHECK(mlir.out.find("func.func @k0_elementwise") != std::string::npos);
+  Result llvm = fusec(file + " --emit=llvm");
+  CHECK(llvm.out.find("define void @k0_elementwise") != std::string::npos);
+  Result assembly = fusec(file + " --emit=asm");
+  CHECK(assembly.status == 0);
+  CHECK(assembly.out.find("k0_elementwise:") != std::string::npos);
+  Result to_stdout = fusec(file + " --emit=obj");
+  CHECK(to_stdout.status == 1);
+  CHECK(to_stdout.err.find("--emit=obj is binary: write it to a file with -o FILE") != std::string::npos);
+  fs::path object = scratch("emit_obj") / "hypot.o";
+  CHECK(fusec(file + " --emit=obj -o " + object.string()).status == 0);
+  CHECK(read_file(object).substr(0, 4) == "\x7f" "ELF");
+}
+
+TEST_CASE("--fast-math compiles with LLVM's fast flags and stays within tolerance", "[fusec][codegen]") {
+  Result llvm = fusec(kExamples + "hypot.expr --emit=llvm --fast-math");
+  CHECK(llvm.out.find("fmul fast") != std::string::npos);
+  CHECK(fusec(kExamples + "hypot.expr --emit=llvm").out.find(" fast ") == std::string::npos);
+  Result run = fusec("run " + kExamples + "polar_distance.expr --random --dim N=100003 --fast-math --check");
+  INFO(run.out << run.err);
+  CHECK(run.status == 0);
+}
