@@ -111,7 +111,7 @@ bool split_reduction(const ir::Kernel& k) {
     if (std::find(k.axes.begin(), k.axes.end(), static_cast<int>(d)) == k.axes.end()) rows = rows * k.space[d];
   if (!(rows == ir::Dim(1))) return false;
   for (const ir::GraphOutput& o : k.body.outputs)
-    if (k.body.node(o.node).shape == k.space && !(ir::num_elements(k.space) == ir::Dim(1))) return false;
+    if (!(ir::num_elements(k.body.node(o.node).shape) == ir::Dim(1))) return false;
   std::vector<bool> after_reduce(k.body.nodes.size(), false);
   bool any = false;
   for (NodeId id = 0; id < static_cast<NodeId>(k.body.nodes.size()); ++id) {
@@ -822,6 +822,15 @@ class KernelEmitter {
         });
         continue;
       }
+      if (!(ir::num_elements(n.shape) == ir::num_elements(kept_dims()))) {
+        // Laid out like the space in another shape (a generator's output, never downstream of
+        // the reduction): element by element at its row-major position.
+        loop(i64(0), dim(row_length), 1, [&](mlir::Value j) {
+          mlir::Value linear = linearize(full_index(kept, delinearize(j, reduced_dims())), k_.space);
+          store(output_slot_[o], n.dtype, linear, general_value(out, delinearize(linear, n.shape)), 1);
+        });
+        continue;
+      }
       // A reduced-space output: element `row` (cpu_compiles() keeps rows in order up to here).
       store(output_slot_[o], n.dtype, row, general_value(out, delinearize(row, n.shape)), 1);
     }
@@ -1382,6 +1391,26 @@ class KernelEmitter {
   mlir::Value cmpi(mlir::arith::CmpIPredicate p, mlir::Value a, mlir::Value c) { return b_.create<mlir::arith::CmpIOp>(loc_, p, a, c); }
   mlir::Value select(mlir::Value c, mlir::Value a, mlir::Value d) { return b_.create<mlir::arith::SelectOp>(loc_, c, a, d); }
 
+  // `fast`, an f32 result, except in lanes where `test` `predicate` `bound` holds (inputs the
+  // fast path gets wrong): there `slow` of test's input in f64, rounded to f32. The slow path
+  // runs only when some lane needs it. Other dtypes and fast math take `fast` as it is.
+  template <class Slow>
+  mlir::Value patch_f32(DType operand, mlir::Value test, mlir::Value fast, mlir::arith::CmpFPredicate predicate, double bound,
+                        Slow slow, int lanes) {
+    if (operand != DType::F32 || options_.fast_math) return fast;
+    mlir::Value mask = cmpf(predicate, test, constant(DType::F32, bound, 0, lanes));
+    mlir::Value any = lanes > 1 ? b_.create<mlir::vector::ReductionOp>(loc_, mlir::vector::CombiningKind::OR, mask).getResult()
+                                : mask;
+    auto branch = b_.create<mlir::scf::IfOp>(loc_, mlir::TypeRange{fast.getType()}, any, /*withElseRegion=*/true);
+    mlir::OpBuilder::InsertionGuard guard(b_);
+    b_.setInsertionPointToStart(&branch.getThenRegion().front());
+    mlir::Value exact = cast(slow(cast(test, DType::F32, DType::F64, lanes)), DType::F64, DType::F32, lanes);
+    b_.create<mlir::scf::YieldOp>(loc_, select(mask, exact, fast));
+    b_.setInsertionPointToStart(&branch.getElseRegion().front());
+    b_.create<mlir::scf::YieldOp>(loc_, fast);
+    return branch.getResult(0);
+  }
+
   // One op with the exact semantics of ir::evaluate_scalar_op.
   mlir::Value scalar_op(ScalarOp op, DType operand, DType result, const std::vector<mlir::Value>& a, int lanes) {
     using mlir::arith::CmpFPredicate;
@@ -1398,23 +1427,44 @@ class KernelEmitter {
       switch (op) {
         case ScalarOp::Neg: return b_.create<mlir::arith::NegFOp>(loc_, x);
         case ScalarOp::Abs: return b_.create<mlir::math::AbsFOp>(loc_, x);
-        case ScalarOp::Exp: return b_.create<mlir::math::ExpOp>(loc_, x);
+        case ScalarOp::Exp:
+          // MLIR's f32 exp flushes results below FLT_MIN to 0: those lanes take the f64 path.
+          return patch_f32(operand, x, b_.create<mlir::math::ExpOp>(loc_, x), CmpFPredicate::OLT, -87.33654,
+                           [&](mlir::Value x64) { return b_.create<mlir::math::ExpOp>(loc_, x64); }, lanes);
         case ScalarOp::Exp2: return b_.create<mlir::math::Exp2Op>(loc_, x);
-        case ScalarOp::Log: return b_.create<mlir::math::LogOp>(loc_, x);
-        case ScalarOp::Log2: return b_.create<mlir::math::Log2Op>(loc_, x);
+        case ScalarOp::Log:
+          // MLIR's f32 log and log2 read a subnormal x as if its exponent were -126.
+          return patch_f32(operand, x, b_.create<mlir::math::LogOp>(loc_, x), CmpFPredicate::OLT, 1.17549435e-38,
+                           [&](mlir::Value x64) { return b_.create<mlir::math::LogOp>(loc_, x64); }, lanes);
+        case ScalarOp::Log2:
+          return patch_f32(operand, x, b_.create<mlir::math::Log2Op>(loc_, x), CmpFPredicate::OLT, 1.17549435e-38,
+                           [&](mlir::Value x64) { return b_.create<mlir::math::Log2Op>(loc_, x64); }, lanes);
         case ScalarOp::Sqrt: return b_.create<mlir::math::SqrtOp>(loc_, x);
         case ScalarOp::Rsqrt: return b_.create<mlir::arith::DivFOp>(loc_, one(operand), b_.create<mlir::math::SqrtOp>(loc_, x));
         case ScalarOp::Sin:
-          return operand == DType::F32 && !options_.fast_math ? sin_cos_f32(x, true, lanes)
-                                                               : mlir::Value(b_.create<mlir::math::SinOp>(loc_, x));
-        case ScalarOp::Cos:
-          return operand == DType::F32 && !options_.fast_math ? sin_cos_f32(x, false, lanes)
-                                                               : mlir::Value(b_.create<mlir::math::CosOp>(loc_, x));
+        case ScalarOp::Cos: {
+          bool want_sin = op == ScalarOp::Sin;
+          auto libm = [&](mlir::Value x64) -> mlir::Value {
+            return want_sin ? mlir::Value(b_.create<mlir::math::SinOp>(loc_, x64)) : mlir::Value(b_.create<mlir::math::CosOp>(loc_, x64));
+          };
+          if (operand != DType::F32 || options_.fast_math) return libm(x);
+          // The f64 reduction by pi/2 is exact up to |x| ~ 1e5 (tested); beyond, f64 libm.
+          mlir::Value magnitude = b_.create<mlir::math::AbsFOp>(loc_, x);
+          mlir::Value r = patch_f32(operand, magnitude, sin_cos_f32(x, want_sin, lanes), CmpFPredicate::UGT, 1e5,
+                                    [&](mlir::Value) { return libm(cast(x, DType::F32, DType::F64, lanes)); }, lanes);
+          // sin(-0) is -0.
+          return want_sin ? select(cmpf(CmpFPredicate::OEQ, x, zero(operand)), x, r) : r;
+        }
         case ScalarOp::Tan: return b_.create<mlir::math::TanOp>(loc_, x);
         case ScalarOp::Tanh: return b_.create<mlir::math::TanhOp>(loc_, x);
         case ScalarOp::Sigmoid: {
-          mlir::Value e = b_.create<mlir::math::ExpOp>(loc_, b_.create<mlir::arith::NegFOp>(loc_, x));
-          return b_.create<mlir::arith::DivFOp>(loc_, one(operand), b_.create<mlir::arith::AddFOp>(loc_, one(operand), e));
+          auto sigmoid = [&](mlir::Value v, DType t) -> mlir::Value {
+            mlir::Value e = b_.create<mlir::math::ExpOp>(loc_, b_.create<mlir::arith::NegFOp>(loc_, v));
+            return b_.create<mlir::arith::DivFOp>(loc_, one(t), b_.create<mlir::arith::AddFOp>(loc_, one(t), e));
+          };
+          // In f32, exp(-x) overflows below x = -88.7 while the result is still a subnormal.
+          return patch_f32(operand, x, sigmoid(x, operand), CmpFPredicate::OLT, -87.0,
+                           [&](mlir::Value x64) { return sigmoid(x64, DType::F64); }, lanes);
         }
         case ScalarOp::Relu: return b_.create<mlir::arith::MaximumFOp>(loc_, x, zero(operand));
         case ScalarOp::Floor: return b_.create<mlir::math::FloorOp>(loc_, x);

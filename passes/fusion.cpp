@@ -133,6 +133,22 @@ class Partitioner {
     return reaches(id, gs, [&](const Node& n) { return n.kind == OpKind::BroadcastTo && n.shape == full; });
   }
 
+  // Whether every broadcast back to `full` downstream of `id` in the group puts the reduced
+  // value at the row it was computed for: the operand's non-1 dims land on kept (not reduced)
+  // axes. x + sum(x, 1) on a square x broadcasts the row sums along the rows (NumPy aligns
+  // trailing dims), which a row-at-a-time kernel cannot compute.
+  bool broadcast_back_aligned(NodeId id, const GroupState& gs, const Shape& full, const std::vector<int>& axes) const {
+    return !reaches(id, gs, [&](const Node& n) {
+      if (n.kind != OpKind::BroadcastTo || !(n.shape == full)) return false;
+      const Shape& from = node(n.inputs[0]).shape;
+      size_t offset = full.size() - from.size();
+      for (size_t p = 0; p < from.size(); ++p)
+        if (!(from[p] == ir::Dim(1)) && std::find(axes.begin(), axes.end(), static_cast<int>(p + offset)) != axes.end())
+          return true;  // misaligned
+      return false;
+    });
+  }
+
   bool feeds_matmul(NodeId id, const GroupState& gs) const {
     return reaches(id, gs, [](const Node& n) { return n.kind == OpKind::Matmul; });
   }
@@ -188,6 +204,8 @@ class Partitioner {
       bool row_use = broadcast_back_downstream(id, gs, in);
       bool trailing = trailing_axes(r.axes, static_cast<int>(in.size()));
       if (G.kind == KernelKind::Matmul) return "a reduction does not fuse with a matmul";
+      if (row_use && !broadcast_back_aligned(id, gs, in, r.axes))
+        return "its result is broadcast back along the reduced axes (each row would need other rows' results)";
       if (G.kind == KernelKind::Elementwise) {
         if (row_use) {
           if (!(G.space == in)) return "its result is broadcast into a different space " + ir::shape_str(G.space);

@@ -645,7 +645,7 @@ TEST_CASE("the disk cache survives a process restart", "[fusec][cache]") {
   INFO(first.err << second.err << uncached.err);
 }
 
-TEST_CASE("--emit=mlir, llvm, asm and obj print each stage of the CPU backend", "[fusec][codegen]") {
+TEST_CASE("emit mlir, llvm, asm and obj: each stage of the CPU backend", "[fusec][codegen]") {
   std::string file = kExamples + "hypot.expr";
   Result mlir = fusec(file + " --emit=mlir");
   CHECK(mlir.status == 0);
@@ -663,7 +663,7 @@ TEST_CASE("--emit=mlir, llvm, asm and obj print each stage of the CPU backend", 
   CHECK(read_file(object).substr(0, 4) == "\x7f" "ELF");
 }
 
-TEST_CASE("--fast-math compiles with LLVM's fast flags and stays within tolerance", "[fusec][codegen]") {
+TEST_CASE("fast math compiles with LLVM fast flags and stays within tolerance", "[fusec][codegen]") {
   Result llvm = fusec(kExamples + "hypot.expr --emit=llvm --fast-math");
   CHECK(llvm.out.find("fmul fast") != std::string::npos);
   CHECK(fusec(kExamples + "hypot.expr --emit=llvm").out.find(" fast ") == std::string::npos);
