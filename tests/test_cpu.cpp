@@ -116,10 +116,11 @@ TEST_CASE("transcendentals match the interpreter within a few ulps", "[cpu][accu
 namespace {
 
 // Random graphs (tests/random_graph.h) compiled for the CPU against the interpreter:
-// FUSE_CPU_RANDOM_GRAPHS seeds (default 2000; 200 in the sanitizer build, where each JIT
-// compilation is several times slower), in four shards that CTest runs in parallel. Floats within
-// 1e-5 relative + 1e-5 absolute: bodies chain transcendentals (sin(exp(x)), tan(tanh(x))) and
-// products that grow, beyond what the per-op tolerances of test_cpu_examples model.
+// FUSE_CPU_RANDOM_GRAPHS seeds (default 2000; 200 in the sanitizer build, where each graph takes
+// twice as long and the point is memory errors), in four shards that CTest runs in parallel.
+// Floats within 1e-5 relative + 1e-5 absolute: bodies chain transcendentals (sin(exp(x)),
+// tan(tanh(x))) and products that grow, beyond what the per-op tolerances of test_cpu_examples
+// model. Seeds that fail because of known backend bugs are listed at the [!mayfail] tests below.
 int random_graph_count() {
   const char* env = std::getenv("FUSE_CPU_RANDOM_GRAPHS");
   if (env && *env) return std::atoi(env);
@@ -128,13 +129,19 @@ int random_graph_count() {
 
 constexpr int kShards = 4;
 
+// Seeds whose graphs amplify rounding beyond 1e-5, with the tolerance they get instead. 8890:
+// a layernorm over 3 values of log2(sigmoid(...) + 0.5) whose variance is 1.5e-8; rsqrt(var +
+// 1e-5) = 316 turns the 1-ulp differences of f32 log2 (6e-8) into 3.7e-5.
+double random_graph_tolerance(uint64_t seed) { return seed == 8890 ? 1e-4 : 1e-5; }
+
 // "" when the compiled case of `seed` matches the interpreter, else what differs and the graph.
 std::string check_random_seed(uint64_t seed) {
   testing::RandomCase c = testing::random_case(seed);
   try {
     ir::TensorMap expected = ir::interpret(c.graph, c.inputs);
     runtime::Executable exe = compile(c.graph);
-    std::string mismatch = testing::compare_outputs(expected, exe.run(c.inputs), 1e-5, 1e-5);
+    double tolerance = random_graph_tolerance(seed);
+    std::string mismatch = testing::compare_outputs(expected, exe.run(c.inputs), tolerance, tolerance);
     if (mismatch.empty()) return "";
     return c.description + "\n" + mismatch + "\n" + ir::print_graph(c.graph) + ir::print_program(exe.program());
   } catch (const std::exception& e) {
@@ -161,10 +168,10 @@ void check_random_shard(int shard) {
 
 }  // namespace
 
-TEST_CASE("random graphs on the CPU match the interpreter, shard 1 of 4", "[cpu][random]") { check_random_shard(0); }
-TEST_CASE("random graphs on the CPU match the interpreter, shard 2 of 4", "[cpu][random]") { check_random_shard(1); }
-TEST_CASE("random graphs on the CPU match the interpreter, shard 3 of 4", "[cpu][random]") { check_random_shard(2); }
-TEST_CASE("random graphs on the CPU match the interpreter, shard 4 of 4", "[cpu][random]") { check_random_shard(3); }
+TEST_CASE("random graphs on the CPU match the interpreter: shard 1 of 4", "[cpu][random]") { check_random_shard(0); }
+TEST_CASE("random graphs on the CPU match the interpreter: shard 2 of 4", "[cpu][random]") { check_random_shard(1); }
+TEST_CASE("random graphs on the CPU match the interpreter: shard 3 of 4", "[cpu][random]") { check_random_shard(2); }
+TEST_CASE("random graphs on the CPU match the interpreter: shard 4 of 4", "[cpu][random]") { check_random_shard(3); }
 
 TEST_CASE("reductions and row-wise kernels are compiled and match the interpreter", "[cpu][reduce]") {
   for (int64_t cols : {1, 7, 17, 1023}) {
@@ -352,4 +359,82 @@ TEST_CASE("matmuls with empty, unit and odd dims, and transposed operands", "[cp
     INFO(ir::dtype_name(t));
     check_against_interpreter(g, sizes, 1e-5, 1e-5);
   }
+}
+
+// BUG (CPU codegen, row-wise kernels): a reduction's result without keepdims, broadcast back by
+// NumPy's trailing alignment, is read as the current row's value. On a square x,
+// `x + sum(x, 1)` means y[i, j] = x[i, j] + s[j], but the compiled row-wise kernel computes
+// x[i, j] + s[i] (KernelEmitter::general_value returns reduced_ for a Reduce node whatever index
+// the broadcast_to maps to). The Program itself is right (interpret_program agrees with the graph).
+// Random graph seeds 3256 and 7593 (of 10^4) hit it. Tagged [!mayfail] until the backend is fixed.
+TEST_CASE("a reduction without keepdims broadcast along the trailing axis of a square matrix",
+          "[cpu][reduce][!mayfail]") {
+  Graph g;
+  Tensor x = g.input("x", DType::F32, {sym("N"), sym("N")});
+  g.output("plus_row_sums", x + sum(x, 1));  // NumPy: s[j] added to column j
+  g.output("centered", x - mean(x, -1));
+  Tensor e = exp(x - max(x, 1));
+  g.output("softmax_no_keepdims", e / sum(e, 1));
+  ir::TensorMap inputs{{"x", HostArray::from<float>({3, 3}, {1, 2, 3, 10, 20, 30, 100, 200, 300})}};
+  ir::TensorMap expected = ir::interpret(g.ir(), inputs);
+  CHECK(expected.at("plus_row_sums").to_doubles() == std::vector<double>{7, 62, 603, 16, 80, 630, 106, 260, 900});
+  runtime::Executable exe = compile(g);
+  ir::TensorMap actual = exe.run(inputs);
+  // Compiled today: plus_row_sums = [7, 8, 9, 70, 80, 90, 700, 800, 900].
+  CHECK(actual.at("plus_row_sums").to_doubles() == expected.at("plus_row_sums").to_doubles());
+  CHECK(testing::compare_outputs(expected, actual, 1e-6, 1e-6) == "");
+  for (uint64_t seed : {3256, 7593}) {
+    INFO("random graph seed " << seed);
+    CHECK(check_random_seed(seed) == "");
+  }
+}
+
+// BUG (CPU codegen, f32 sin/cos): beyond |x| of about 1e12 the f64 two-part pi/2 reduction loses
+// the result, and from about 9e15 the quadrant is forced to 0 with the argument unreduced, so
+// values far outside [-1, 1] and infinities come out (test_cpu_accuracy's known findings have the
+// sweep). Random graph seeds 4289 and 5022 (of 10^4) take cos of an i64 near 2^63 cast to f32.
+// Tagged [!mayfail] until the backend is fixed.
+TEST_CASE("f32 sin and cos of huge arguments", "[cpu][!mayfail]") {
+  Graph g;
+  Tensor x = g.input("x", DType::F32, {sym("N")});
+  g.output("sin", sin(x));
+  g.output("cos", cos(x));
+  ir::TensorMap inputs{{"x", HostArray::from<float>({3}, {1e12f, 1e19f, 9.2233720e18f})}};
+  ir::TensorMap expected = ir::interpret(g.ir(), inputs);
+  ir::TensorMap actual = compile(g).run(inputs);
+  // Compiled today: sin(1e19f) = -3.48e27 where the interpreter gives 0.578.
+  CHECK(testing::compare_outputs(expected, actual, 2e-6, 1e-6) == "");
+  for (uint64_t seed : {4289, 5022}) {
+    INFO("random graph seed " << seed);
+    CHECK(check_random_seed(seed) == "");
+  }
+}
+
+// BUG (CPU codegen, row-wise kernels): an output that is not downstream of the reduction but is
+// shaped unlike the kernel's space is stored as a reduced-space output, one element per row
+// (emit_reduction_row). Fusion puts a generator used by the epilogue into the row-wise kernel
+// when the reduction covers every axis (one row); the generator's own output then gets only its
+// element 0: here r = [0.8987, 0, 0] where rand gives [0.8987, 0.9629, 0.3867]. The Program is
+// right (interpret_program agrees). Random graph seeds 7203 and 7273 (of 10^4) hit it. Tagged
+// [!mayfail] until the backend is fixed.
+TEST_CASE("a generator output in a row-wise kernel that reduces every axis", "[cpu][reduce][!mayfail]") {
+  Graph g;
+  Tensor x = g.input("x", DType::F32, {1, 3});
+  Tensor m = max(x, {0, 1}, true);
+  Tensor r = g.rand({3}, 814);
+  g.output("y", x - m + r);
+  g.output("r", r);
+  ir::TensorMap inputs{{"x", HostArray::from<float>({1, 3}, {1, 2, 3})}};
+  runtime::Executable exe = compile(g);
+  REQUIRE(exe.program().kernels.size() == 1);
+  CHECK(testing::compare_outputs(ir::interpret(g.ir(), inputs), exe.run(inputs), 0, 0) == "");
+  for (uint64_t seed : {7203, 7273}) {
+    INFO("random graph seed " << seed);
+    CHECK(check_random_seed(seed) == "");
+  }
+}
+
+TEST_CASE("random graphs with rounding amplified beyond 1e-5 pass at their own tolerance", "[cpu][random]") {
+  CHECK(random_graph_tolerance(8890) == 1e-4);
+  CHECK(check_random_seed(8890) == "");
 }

@@ -1,10 +1,10 @@
 // Accuracy of every float op the CPU backend compiles, in ulps of the reference interpreter:
 // for each unary float op (and pow) and each float dtype, a one-op graph is compiled and run on
-// 2^20 inputs (dense grids over the op's interesting ranges, random bit patterns over the whole
-// finite range, and the special values 0, -0, denormals, +-inf, NaN, the largest finite values)
-// and compared element by element with ir::interpret. NaN must give NaN, infinities the same
-// infinity, zeros the same sign; everything else must lie within the op's ulp bound. The measured
-// maxima are printed (WARN) and tabled in docs/testing.md.
+// 2^20 inputs (2^18 under the sanitizers): dense grids over the op's interesting ranges, random
+// bit patterns over the whole finite range, and the special values 0, -0, subnormals, +-inf, NaN
+// and the largest finite values; each compared with ir::interpret. NaN must give NaN, infinities
+// the same infinity, zeros the same sign; everything else must lie within the op's ulp bound. The
+// measured maxima are printed (WARN) and tabled in docs/testing.md.
 #include <catch2/catch.hpp>
 
 #include <bit>
@@ -84,7 +84,7 @@ std::vector<T> special_values() {
   return v;
 }
 
-/// 2^20 inputs: the special values first and last (so that they go through the SIMD loop and
+/// `count` inputs: the special values first and last (so that they go through the SIMD loop and
 /// its scalar tail), random finite bit patterns, and the grids.
 template <class T>
 std::vector<T> sweep_inputs(const Sweep& s, int64_t count, uint64_t seed) {
@@ -234,6 +234,9 @@ Measured run_op(ScalarOp op, const std::vector<std::vector<T>>& args) {
   return m;
 }
 
+/// Values per sweep: the sanitizer build checks memory, not accuracy, and runs several times slower.
+constexpr int64_t kSweepSize = FUSE_SANITIZED ? 1 << 18 : 1 << 20;
+
 /// One op's sweeps and ulp bounds (in every region but the known findings) for f32 and f64.
 struct OpAccuracy {
   ScalarOp op;
@@ -293,7 +296,7 @@ uint64_t bound_of(ScalarOp op, DType t) {
 /// which negative x needs), paired at random; plus every pair of special values.
 template <class T>
 std::vector<std::vector<T>> pow_inputs() {
-  int64_t count = 1 << 20;
+  int64_t count = kSweepSize;
   std::vector<T> x = sweep_inputs<T>({{{0, 4, 2}, {-4, 4, 1}}, true}, count, 2);
   std::vector<T> y = sweep_inputs<T>({{{-8, 8, 2}, {-2, 2, 1}}, false}, count, 3);
   testing::detail::Rng rng(4);
@@ -367,7 +370,7 @@ template <class T>
 Measured measure_op(ScalarOp op) {
   if (op == ScalarOp::Pow) return run_op<T>(op, pow_inputs<T>());
   for (const OpAccuracy& a : unary_ops())
-    if (a.op == op) return run_op<T>(op, {sweep_inputs<T>(sizeof(T) == 4 ? a.f32 : a.f64, 1 << 20, 1)});
+    if (a.op == op) return run_op<T>(op, {sweep_inputs<T>(sizeof(T) == 4 ? a.f32 : a.f64, kSweepSize, 1)});
   FAIL("no sweep for " << ir::scalar_op_name(op));
   return {};
 }
