@@ -50,15 +50,21 @@ std::vector<std::string> input_symbols(const ir::Graph& g) {
   return {names.begin(), names.end()};
 }
 
-/// The sizes every graph runs at: small odd ones (7, 17, 5, ... by symbol), then each symbol in
-/// turn at 1023 with the others small, so that long rows, many rows, long reductions and long
-/// matmul dims each get their turn without the interpreter taking 1023^3 steps.
+/// The sizes every graph runs at: small odd ones (7, 17, 5, ... by symbol); every symbol at 9
+/// (square shapes, where a value broadcast along the wrong axis still has the right shape); then
+/// each symbol in turn at 1023 with the others small, so that long rows, many rows, long
+/// reductions and long matmul dims each get their turn without the interpreter taking 1023^3 steps.
 std::vector<ir::SymbolBindings> size_sets(const ir::Graph& g) {
   static const int64_t small[] = {7, 17, 5, 11, 3, 13, 9, 15};
   std::vector<std::string> symbols = input_symbols(g);
   ir::SymbolBindings base;
   for (size_t i = 0; i < symbols.size(); ++i) base[symbols[i]] = small[i % std::size(small)];
   std::vector<ir::SymbolBindings> sets = {base};
+  if (symbols.size() > 1) {
+    ir::SymbolBindings square = base;
+    for (auto& [name, size] : square) size = 9;
+    sets.push_back(square);
+  }
   for (const std::string& s : symbols) {
     ir::SymbolBindings large = base;
     large[s] = 1023;
