@@ -262,7 +262,7 @@ TEST_CASE("preallocated outputs are reused across runs", "[cpu]") {
 TEST_CASE("reductions and row-wise kernels at 0 and 1 rows or columns, odd and long rows", "[cpu][reduce]") {
   const std::vector<std::pair<int64_t, int64_t>> sizes = {{0, 0},  {0, 7},    {7, 0},    {1, 0},  {0, 1},
                                                           {1, 1},  {1, 17},   {17, 1},   {1, 15}, {15, 1023},
-                                                          {1023, 1}, {1023, 17}, {1, 1000003}};
+                                                          {1023, 1}, {1023, 17}};
   for (DType t : {DType::F32, DType::F64, DType::I32}) {
     Graph g;
     Tensor x = g.input("x", t, {sym("R"), sym("C")});
@@ -284,6 +284,7 @@ TEST_CASE("reductions and row-wise kernels at 0 and 1 rows or columns, odd and l
     g.output("absmax", reduce([](Scalar a, Scalar v) { return maximum(a, abs(v)); }, x, 0, {1}));
     std::vector<ir::SymbolBindings> bindings;
     for (auto [r, c] : sizes) bindings.push_back({{"R", r}, {"C", c}});
+    if (t == DType::F32) bindings.push_back({{"R", 1}, {"C", 1000003}});  // one long row (once: the interpreter is slow)
     INFO(ir::dtype_name(t));
     check_against_interpreter(g, bindings, 1e-5, 1e-6);
   }
