@@ -2,6 +2,11 @@
 // dtype, odd sizes, and random graphs.
 #include <catch2/catch.hpp>
 
+#include <chrono>
+#include <cstdlib>
+#include <iostream>
+
+#include "codegen/cpu_codegen.h"
 #include "frontends/compile.h"
 #include "ir/printer.h"
 #include "random_graph.h"
@@ -15,16 +20,29 @@ ir::TensorMap inputs_of(const ir::Graph& g, const ir::SymbolBindings& sizes, uin
 }
 
 // Compiled results must equal the interpreter's: exactly for integers and bools; floats within
-// a few ulps (polynomial transcendentals) plus an absolute floor for values near zero.
+// a few ulps (polynomial transcendentals) plus an absolute floor for values near zero. The graph
+// is compiled once and run at each of `sizes` (one compiled kernel serves every size); every
+// kernel the backend compiles must run as machine code.
+void check_against_interpreter(const Graph& g, const std::vector<ir::SymbolBindings>& sizes, double rtol = 2e-6,
+                               double atol = 1e-6) {
+  runtime::Executable exe = compile(g);
+  INFO(ir::print_program(exe.program()));
+  int compiles = 0;
+  for (const ir::Kernel& k : exe.program().kernels) compiles += codegen::cpu_compiles(k);
+  CHECK(exe.compiled_kernel_count() == compiles);
+  for (const ir::SymbolBindings& s : sizes) {
+    std::string at;
+    for (const auto& [name, size] : s) at += " " + name + "=" + std::to_string(size);
+    INFO("at" << at);
+    ir::TensorMap inputs = inputs_of(g.ir(), s, 7);
+    ir::TensorMap expected = ir::interpret(g.ir(), inputs);
+    CHECK(testing::compare_outputs(expected, exe.run(inputs), rtol, atol) == "");
+  }
+}
+
 void check_against_interpreter(const Graph& g, const ir::SymbolBindings& sizes, double rtol = 2e-6,
                                double atol = 1e-6) {
-  ir::TensorMap inputs = inputs_of(g.ir(), sizes, 7);
-  ir::TensorMap expected = ir::interpret(g.ir(), inputs);
-  runtime::Executable exe = compile(g);
-  ir::TensorMap actual = exe.run(inputs);
-  std::string mismatch = testing::compare_outputs(expected, actual, rtol, atol);
-  INFO(ir::print_program(exe.program()));
-  CHECK(mismatch == "");
+  check_against_interpreter(g, std::vector<ir::SymbolBindings>{sizes}, rtol, atol);
 }
 
 }  // namespace
@@ -95,22 +113,65 @@ TEST_CASE("transcendentals match the interpreter within a few ulps", "[cpu][accu
   check_against_interpreter(g, {{"N", 4099}}, 5e-6, 1e-6);
 }
 
-TEST_CASE("random graphs on the CPU match the interpreter", "[cpu][random]") {
-  int count = 0, failures = 0;
-  for (uint64_t seed = 0; seed < 300; ++seed) {
-    testing::RandomCase c = testing::random_case(seed);
+namespace {
+
+// Random graphs (tests/random_graph.h) compiled for the CPU against the interpreter:
+// FUSE_CPU_RANDOM_GRAPHS seeds (default 2000; 200 in the sanitizer build, where each graph takes
+// twice as long and the point is memory errors), in four shards that CTest runs in parallel.
+// Floats within 1e-5 relative + 1e-5 absolute: bodies chain transcendentals (sin(exp(x)),
+// tan(tanh(x))) and products that grow, beyond what the per-op tolerances of test_cpu_examples
+// model. Seeds that fail because of known backend bugs are listed at the [!mayfail] tests below.
+int random_graph_count() {
+  const char* env = std::getenv("FUSE_CPU_RANDOM_GRAPHS");
+  if (env && *env) return std::atoi(env);
+  return FUSE_SANITIZED ? 200 : 2000;
+}
+
+constexpr int kShards = 4;
+
+// Seeds whose graphs amplify rounding beyond 1e-5, with the tolerance they get instead. 8890:
+// a layernorm over 3 values of log2(sigmoid(...) + 0.5) whose variance is 1.5e-8; rsqrt(var +
+// 1e-5) = 316 turns the 1-ulp differences of f32 log2 (6e-8) into 3.7e-5.
+double random_graph_tolerance(uint64_t seed) { return seed == 8890 ? 1e-4 : 1e-5; }
+
+// "" when the compiled case of `seed` matches the interpreter, else what differs and the graph.
+std::string check_random_seed(uint64_t seed) {
+  testing::RandomCase c = testing::random_case(seed);
+  try {
     ir::TensorMap expected = ir::interpret(c.graph, c.inputs);
     runtime::Executable exe = compile(c.graph);
-    std::string mismatch = testing::compare_outputs(expected, exe.run(c.inputs), 1e-5, 1e-5);
-    ++count;
-    if (!mismatch.empty()) {
-      ++failures;
-      UNSCOPED_INFO("seed " << seed << ": " << mismatch << "\n" << ir::print_graph(c.graph));
-    }
+    double tolerance = random_graph_tolerance(seed);
+    std::string mismatch = testing::compare_outputs(expected, exe.run(c.inputs), tolerance, tolerance);
+    if (mismatch.empty()) return "";
+    return c.description + "\n" + mismatch + "\n" + ir::print_graph(c.graph) + ir::print_program(exe.program());
+  } catch (const std::exception& e) {
+    return c.description + "\nthrew: " + e.what() + "\n" + ir::print_graph(c.graph);
   }
-  CHECK(failures == 0);
-  CHECK(count == 300);
 }
+
+// Shard `shard` of the seeds 0 .. random_graph_count() - 1; reports at most 5 failures.
+void check_random_shard(int shard) {
+  int count = random_graph_count();
+  uint64_t first = static_cast<uint64_t>(count) * shard / kShards, end = static_cast<uint64_t>(count) * (shard + 1) / kShards;
+  auto start = std::chrono::steady_clock::now();
+  int failures = 0;
+  for (uint64_t seed = first; seed < end; ++seed) {
+    std::string failure = check_random_seed(seed);
+    if (failure.empty()) continue;
+    if (++failures <= 5) FAIL_CHECK(failure);
+  }
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::cout << "cpu random graphs: seeds " << first << ".." << end << " (FUSE_CPU_RANDOM_GRAPHS=" << count << "), "
+            << failures << " failing, " << seconds << " s\n";
+  CHECK(failures == 0);
+}
+
+}  // namespace
+
+TEST_CASE("random graphs on the CPU match the interpreter: shard 1 of 4", "[cpu][random]") { check_random_shard(0); }
+TEST_CASE("random graphs on the CPU match the interpreter: shard 2 of 4", "[cpu][random]") { check_random_shard(1); }
+TEST_CASE("random graphs on the CPU match the interpreter: shard 3 of 4", "[cpu][random]") { check_random_shard(2); }
+TEST_CASE("random graphs on the CPU match the interpreter: shard 4 of 4", "[cpu][random]") { check_random_shard(3); }
 
 TEST_CASE("reductions and row-wise kernels are compiled and match the interpreter", "[cpu][reduce]") {
   for (int64_t cols : {1, 7, 17, 1023}) {
@@ -196,4 +257,185 @@ TEST_CASE("preallocated outputs are reused across runs", "[cpu]") {
   inputs["x"] = HostArray::from<float>({4}, {1, 1, 1, 1});  // a new size: no recompilation
   exe.run(inputs, outputs);
   CHECK(outputs.at("y").to_doubles() == std::vector<double>{2, 2, 2, 2});
+}
+
+TEST_CASE("reductions and row-wise kernels at 0 and 1 rows or columns, odd and long rows", "[cpu][reduce]") {
+  const std::vector<std::pair<int64_t, int64_t>> sizes = {{0, 0},  {0, 7},    {7, 0},    {1, 0},  {0, 1},
+                                                          {1, 1},  {1, 17},   {17, 1},   {1, 15}, {15, 1023},
+                                                          {1023, 1}, {1023, 17}};
+  for (DType t : {DType::F32, DType::F64, DType::I32}) {
+    Graph g;
+    Tensor x = g.input("x", t, {sym("R"), sym("C")});
+    if (ir::is_float(t)) {
+      Tensor e = exp(x - max(x, -1, true));
+      g.output("softmax", e / sum(e, -1, true));
+      Tensor xc = x - mean(x, -1, true);
+      g.output("layernorm", xc * rsqrt(mean(xc * xc, -1, true) + 1e-5));
+      Tensor m = max(x, -1, true);
+      g.output("logsumexp", log(sum(exp(x - m), -1, true)) + m);
+    }
+    g.output("row_sum", sum(x, -1));
+    g.output("row_max", max(x, 1, true));
+    g.output("col_min", min(x, 0));
+    g.output("col_prod", prod(x, 0, true));
+    g.output("mean", mean(x));
+    g.output("any", any(x > 0, 1));
+    g.output("all", all(x > -1, 0));
+    g.output("absmax", reduce([](Scalar a, Scalar v) { return maximum(a, abs(v)); }, x, 0, {1}));
+    std::vector<ir::SymbolBindings> bindings;
+    for (auto [r, c] : sizes) bindings.push_back({{"R", r}, {"C", c}});
+    if (t == DType::F32) bindings.push_back({{"R", 1}, {"C", 1000003}});  // one long row (once: the interpreter is slow)
+    INFO(ir::dtype_name(t));
+    check_against_interpreter(g, bindings, 1e-5, 1e-6);
+  }
+}
+
+TEST_CASE("reductions of transposed, permuted, reshaped and broadcast inputs", "[cpu][reduce][views]") {
+  Graph g;
+  Tensor x = g.input("x", DType::F32, {sym("N"), sym("M")});
+  Tensor v = g.input("v", DType::F32, {sym("M")});
+  Tensor x3 = g.input("x3", DType::F32, {3, sym("N"), sym("M")});
+  Tensor t = transpose(x);  // [M, N]
+  g.output("row_sum_t", sum(t, -1));
+  g.output("col_max_t", max(t, 0, true));
+  Tensor e = exp(t - max(t, -1, true));
+  g.output("softmax_t", e / sum(e, -1, true));
+  g.output("mean_flat_t", mean(reshape(t, {-1})));
+  g.output("sum_broadcast", sum(broadcast_to(v, {sym("N"), sym("M")}) * x, 0));
+  g.output("sum_permuted", sum(permute(x3, {2, 0, 1}), -1));
+  g.output("max_permuted", max(permute(x3, {1, 2, 0}), {0, 1}));
+  check_against_interpreter(g, {{{"N", 7}, {"M", 1023}}, {{"N", 1023}, {"M", 7}}, {{"N", 1}, {"M", 17}},
+                               {{"N", 17}, {"M", 1}}, {{"N", 0}, {"M", 5}}, {{"N", 5}, {"M", 0}}},
+                            1e-5, 1e-6);
+}
+
+TEST_CASE("row and column vectors broadcast into matrices at odd sizes", "[cpu][views]") {
+  for (DType t : {DType::F32, DType::I64}) {
+    Graph g;
+    Tensor a = g.input("a", t, {sym("R"), sym("C")});
+    Tensor row = g.input("row", t, {sym("C")});
+    Tensor col = g.input("col", t, {sym("R"), 1});
+    Tensor one_row = g.input("one_row", t, {1, sym("C")});
+    Tensor s = g.input("s", t);
+    g.output("a_plus_row", a + row);      // [7, 1023] + [1023]
+    g.output("outer", col + one_row);     // [1023, 1] + [1, 7]
+    g.output("outer_t", transpose(col * one_row));
+    g.output("mixed", a * col - one_row + s);
+    g.output("where", where(a > row, a, col));
+    g.output("row_to_3d", broadcast_to(row, {3, sym("R"), sym("C")}) + a);
+    std::vector<ir::SymbolBindings> sizes;
+    for (auto [r, c] : std::vector<std::pair<int64_t, int64_t>>{{7, 1023}, {1023, 7}, {1, 1}, {1, 17}, {17, 1}, {0, 17}, {17, 0}})
+      sizes.push_back({{"R", r}, {"C", c}});
+    INFO(ir::dtype_name(t));
+    check_against_interpreter(g, sizes);
+  }
+}
+
+TEST_CASE("reshapes, expand_dims and squeezes of non-contiguous data at odd sizes", "[cpu][views]") {
+  Graph g;
+  Tensor x = g.input("x", DType::F32, {sym("N"), 6});
+  Tensor x3 = g.input("x3", DType::I32, {sym("N"), 5, 4});
+  Tensor t = transpose(x);  // [6, N]
+  g.output("flat", reshape(t, {-1}) + 1.0);
+  g.output("refactored", reshape(t, {3, -1}) * 2.0);
+  g.output("refactored_sum", sum(reshape(t, {2, -1}), 1));
+  g.output("expanded", expand_dims(squeeze(expand_dims(t, 1), 1), 0) + 0.5);
+  g.output("permuted_flat", reshape(permute(x3, {2, 0, 1}), {4, -1}) * 3);
+  g.output("permuted_squeezed", squeeze(reshape(permute(x3, {1, 2, 0}), {1, 20, -1}), 0));
+  check_against_interpreter(g, {{{"N", 0}}, {{"N", 1}}, {{"N", 7}}, {{"N", 1023}}});
+}
+
+TEST_CASE("matmuls with empty, unit and odd dims, and transposed operands", "[cpu][matmul]") {
+  for (DType t : {DType::F32, DType::I64}) {
+    Graph g;
+    Tensor a = g.input("a", t, {sym("M"), sym("K")});
+    Tensor b = g.input("b", t, {sym("K"), sym("N")});
+    Tensor bt = g.input("bt", t, {sym("N"), sym("K")});
+    g.output("ab", matmul(a, b));
+    g.output("a_bt", matmul(a, transpose(bt)) + 1);
+    g.output("bt_at", matmul(bt, transpose(a)));
+    std::vector<ir::SymbolBindings> sizes;
+    for (auto [m, k, n] : std::vector<std::array<int64_t, 3>>{{0, 3, 4}, {3, 0, 4}, {3, 4, 0}, {1, 1023, 1}, {1023, 1, 1}, {1, 1, 1023}, {17, 15, 7}})
+      sizes.push_back({{"M", m}, {"K", k}, {"N", n}});
+    INFO(ir::dtype_name(t));
+    check_against_interpreter(g, sizes, 1e-5, 1e-5);
+  }
+}
+
+// BUG (CPU codegen, row-wise kernels): a reduction's result without keepdims, broadcast back by
+// NumPy's trailing alignment, is read as the current row's value. On a square x,
+// `x + sum(x, 1)` means y[i, j] = x[i, j] + s[j], but the compiled row-wise kernel computes
+// x[i, j] + s[i] (KernelEmitter::general_value returns reduced_ for a Reduce node whatever index
+// the broadcast_to maps to). The Program itself is right (interpret_program agrees with the graph).
+// Random graph seeds 3256 and 7593 (of 10^4) hit it. Tagged [!mayfail] until the backend is fixed.
+TEST_CASE("a reduction without keepdims broadcast along the trailing axis of a square matrix",
+          "[cpu][reduce][!mayfail]") {
+  Graph g;
+  Tensor x = g.input("x", DType::F32, {sym("N"), sym("N")});
+  g.output("plus_row_sums", x + sum(x, 1));  // NumPy: s[j] added to column j
+  g.output("centered", x - mean(x, -1));
+  Tensor e = exp(x - max(x, 1));
+  g.output("softmax_no_keepdims", e / sum(e, 1));
+  ir::TensorMap inputs{{"x", HostArray::from<float>({3, 3}, {1, 2, 3, 10, 20, 30, 100, 200, 300})}};
+  ir::TensorMap expected = ir::interpret(g.ir(), inputs);
+  CHECK(expected.at("plus_row_sums").to_doubles() == std::vector<double>{7, 62, 603, 16, 80, 630, 106, 260, 900});
+  runtime::Executable exe = compile(g);
+  ir::TensorMap actual = exe.run(inputs);
+  // Compiled today: plus_row_sums = [7, 8, 9, 70, 80, 90, 700, 800, 900].
+  CHECK(actual.at("plus_row_sums").to_doubles() == expected.at("plus_row_sums").to_doubles());
+  CHECK(testing::compare_outputs(expected, actual, 1e-6, 1e-6) == "");
+  for (uint64_t seed : {3256, 7593}) {
+    INFO("random graph seed " << seed);
+    CHECK(check_random_seed(seed) == "");
+  }
+}
+
+// BUG (CPU codegen, f32 sin/cos): beyond |x| of about 1e12 the f64 two-part pi/2 reduction loses
+// the result, and from about 9e15 the quadrant is forced to 0 with the argument unreduced, so
+// values far outside [-1, 1] and infinities come out (test_cpu_accuracy's known findings have the
+// sweep). Random graph seeds 4289 and 5022 (of 10^4) take cos of an i64 near 2^63 cast to f32.
+// Tagged [!mayfail] until the backend is fixed.
+TEST_CASE("f32 sin and cos of huge arguments", "[cpu][!mayfail]") {
+  Graph g;
+  Tensor x = g.input("x", DType::F32, {sym("N")});
+  g.output("sin", sin(x));
+  g.output("cos", cos(x));
+  ir::TensorMap inputs{{"x", HostArray::from<float>({3}, {1e12f, 1e19f, 9.2233720e18f})}};
+  ir::TensorMap expected = ir::interpret(g.ir(), inputs);
+  ir::TensorMap actual = compile(g).run(inputs);
+  // Compiled today: sin(1e19f) = -3.48e27 where the interpreter gives 0.578.
+  CHECK(testing::compare_outputs(expected, actual, 2e-6, 1e-6) == "");
+  for (uint64_t seed : {4289, 5022}) {
+    INFO("random graph seed " << seed);
+    CHECK(check_random_seed(seed) == "");
+  }
+}
+
+// BUG (CPU codegen, row-wise kernels): an output that is not downstream of the reduction but is
+// shaped unlike the kernel's space is stored as a reduced-space output, one element per row
+// (emit_reduction_row). Fusion puts a generator used by the epilogue into the row-wise kernel
+// when the reduction covers every axis (one row); the generator's own output then gets only its
+// element 0: here r = [0.8987, 0, 0] where rand gives [0.8987, 0.9629, 0.3867]. The Program is
+// right (interpret_program agrees). Random graph seeds 7203 and 7273 (of 10^4) hit it. Tagged
+// [!mayfail] until the backend is fixed.
+TEST_CASE("a generator output in a row-wise kernel that reduces every axis", "[cpu][reduce][!mayfail]") {
+  Graph g;
+  Tensor x = g.input("x", DType::F32, {1, 3});
+  Tensor m = max(x, {0, 1}, true);
+  Tensor r = g.rand({3}, 814);
+  g.output("y", x - m + r);
+  g.output("r", r);
+  ir::TensorMap inputs{{"x", HostArray::from<float>({1, 3}, {1, 2, 3})}};
+  runtime::Executable exe = compile(g);
+  REQUIRE(exe.program().kernels.size() == 1);
+  CHECK(testing::compare_outputs(ir::interpret(g.ir(), inputs), exe.run(inputs), 0, 0) == "");
+  for (uint64_t seed : {7203, 7273}) {
+    INFO("random graph seed " << seed);
+    CHECK(check_random_seed(seed) == "");
+  }
+}
+
+TEST_CASE("random graphs with rounding amplified beyond 1e-5 pass at their own tolerance", "[cpu][random]") {
+  CHECK(random_graph_tolerance(8890) == 1e-4);
+  CHECK(check_random_seed(8890) == "");
 }
