@@ -664,7 +664,11 @@ class KernelEmitter {
   // Value of `id` at columns [c, c + lanes) of the row whose index (with the innermost index 0
   // on `axis`) is `idx0`. Only for nodes whose inner_access is Constant or Unit.
   mlir::Value lane_value(NodeId id, const std::vector<mlir::Value>& idx0, int axis, mlir::Value c, int lanes) {
-    auto it = lane_cache_.find(id);
+    // Keyed by index too: one node can be read at several indices (x broadcast two ways).
+    std::vector<const void*> key{reinterpret_cast<const void*>(static_cast<intptr_t>(id)),
+                                 reinterpret_cast<const void*>(static_cast<intptr_t>(axis)), c.getAsOpaquePointer()};
+    for (mlir::Value v : idx0) key.push_back(v.getAsOpaquePointer());
+    auto it = lane_cache_.find(key);
     if (it != lane_cache_.end()) return it->second;
     const Node& n = k_.body.node(id);
     mlir::Value v;
@@ -682,7 +686,7 @@ class KernelEmitter {
     } else {  // a view
       v = lane_value(n.inputs[0], operand_index(n, idx0), operand_axis(n, axis), c, lanes);
     }
-    lane_cache_[id] = v;
+    lane_cache_[key] = v;
     return v;
   }
 
@@ -1650,7 +1654,7 @@ class KernelEmitter {
   std::map<NodeId, RowAccess> access_;
   std::map<NodeId, mlir::Value> row_cache_;
   std::map<NodeId, mlir::Value> contiguous_cache_;
-  std::map<NodeId, mlir::Value> lane_cache_;
+  std::map<std::vector<const void*>, mlir::Value> lane_cache_;
   mutable std::map<std::pair<NodeId, int>, Inner> inner_memo_;
   mlir::Value matmul_strip_;  // while emitting a matmul strip's epilogue: the strip of C
 };

@@ -1,6 +1,6 @@
 // The CPU backend against the reference interpreter: elementwise, views, generators, every
 // dtype, sizes 0, 1, odd and 10^6+3, random graphs, and the backend bugs found so far (the
-// [!mayfail] cases at the end, each with its reproducer).
+// regression tests at the end, each with its reproducer).
 #include <catch2/catch.hpp>
 
 #include <chrono>
@@ -121,7 +121,7 @@ namespace {
 // twice as long and the point is memory errors), in four shards that CTest runs in parallel.
 // Floats within 1e-5 relative + 1e-5 absolute: bodies chain transcendentals (sin(exp(x)),
 // tan(tanh(x))) and products that grow, beyond what the per-op tolerances of test_cpu_examples
-// model. Seeds that fail because of known backend bugs are listed at the [!mayfail] tests below.
+// model. Seeds that once found backend bugs are rerun by the regression tests below.
 int random_graph_count() {
   const char* env = std::getenv("FUSE_CPU_RANDOM_GRAPHS");
   if (env && *env) return std::atoi(env);
@@ -362,14 +362,14 @@ TEST_CASE("matmuls with empty, unit and odd dims, and transposed operands", "[cp
   }
 }
 
-// BUG (CPU codegen, row-wise kernels): a reduction's result without keepdims, broadcast back by
+// Found (CPU codegen, row-wise kernels; fixed in fusion): a reduction's result without keepdims, broadcast back by
 // NumPy's trailing alignment, is read as the current row's value. On a square x,
 // `x + sum(x, 1)` means y[i, j] = x[i, j] + s[j], but the compiled row-wise kernel computes
 // x[i, j] + s[i] (KernelEmitter::general_value returns reduced_ for a Reduce node whatever index
 // the broadcast_to maps to). The Program itself is right (interpret_program agrees with the graph).
-// Random graph seeds 3256 and 7593 (of 10^4) hit it. Tagged [!mayfail] until the backend is fixed.
+// Random graph seeds 3256 and 7593 (of 10^4) hit it. Fusion now keeps such a reduction in its own kernel.
 TEST_CASE("a reduction without keepdims broadcast along the trailing axis of a square matrix",
-          "[cpu][reduce][!mayfail]") {
+          "[cpu][reduce]") {
   Graph g;
   Tensor x = g.input("x", DType::F32, {sym("N"), sym("N")});
   g.output("plus_row_sums", x + sum(x, 1));  // NumPy: s[j] added to column j
@@ -381,7 +381,7 @@ TEST_CASE("a reduction without keepdims broadcast along the trailing axis of a s
   CHECK(expected.at("plus_row_sums").to_doubles() == std::vector<double>{7, 62, 603, 16, 80, 630, 106, 260, 900});
   runtime::Executable exe = compile(g);
   ir::TensorMap actual = exe.run(inputs);
-  // Compiled today: plus_row_sums = [7, 8, 9, 70, 80, 90, 700, 800, 900].
+  // Compiled before the fix: plus_row_sums = [7, 8, 9, 70, 80, 90, 700, 800, 900].
   CHECK(actual.at("plus_row_sums").to_doubles() == expected.at("plus_row_sums").to_doubles());
   CHECK(testing::compare_outputs(expected, actual, 1e-6, 1e-6) == "");
   for (uint64_t seed : {3256, 7593}) {
@@ -390,12 +390,11 @@ TEST_CASE("a reduction without keepdims broadcast along the trailing axis of a s
   }
 }
 
-// BUG (CPU codegen, f32 sin/cos): beyond |x| of about 1e12 the f64 two-part pi/2 reduction loses
+// Found (CPU codegen, f32 sin/cos; fixed: lanes beyond |x| = 1e5 take f64 libm): beyond |x| of about 1e12 the f64 two-part pi/2 reduction loses
 // the result, and from about 9e15 the quadrant is forced to 0 with the argument unreduced, so
 // values far outside [-1, 1] and infinities come out (test_cpu_accuracy's known findings have the
 // sweep). Random graph seeds 4289 and 5022 (of 10^4) take cos of an i64 near 2^63 cast to f32.
-// Tagged [!mayfail] until the backend is fixed.
-TEST_CASE("f32 sin and cos of huge arguments", "[cpu][!mayfail]") {
+TEST_CASE("f32 sin and cos of huge arguments", "[cpu]") {
   Graph g;
   Tensor x = g.input("x", DType::F32, {sym("N")});
   g.output("sin", sin(x));
@@ -403,7 +402,7 @@ TEST_CASE("f32 sin and cos of huge arguments", "[cpu][!mayfail]") {
   ir::TensorMap inputs{{"x", HostArray::from<float>({3}, {1e12f, 1e19f, 9.2233720e18f})}};
   ir::TensorMap expected = ir::interpret(g.ir(), inputs);
   ir::TensorMap actual = compile(g).run(inputs);
-  // Compiled today: sin(1e19f) = -3.48e27 where the interpreter gives 0.578.
+  // Compiled before the fix: sin(1e19f) = -3.48e27 where the interpreter gives 0.578.
   CHECK(testing::compare_outputs(expected, actual, 2e-6, 1e-6) == "");
   for (uint64_t seed : {4289, 5022}) {
     INFO("random graph seed " << seed);
@@ -411,14 +410,14 @@ TEST_CASE("f32 sin and cos of huge arguments", "[cpu][!mayfail]") {
   }
 }
 
-// BUG (CPU codegen, row-wise kernels): an output that is not downstream of the reduction but is
+// Found (CPU codegen, row-wise kernels; fixed): an output that is not downstream of the reduction but is
 // shaped unlike the kernel's space is stored as a reduced-space output, one element per row
 // (emit_reduction_row). Fusion puts a generator used by the epilogue into the row-wise kernel
 // when the reduction covers every axis (one row); the generator's own output then gets only its
 // element 0: here r = [0.8987, 0, 0] where rand gives [0.8987, 0.9629, 0.3867]. The Program is
 // right (interpret_program agrees). Random graph seeds 7203 and 7273 (of 10^4) hit it. Tagged
 // [!mayfail] until the backend is fixed.
-TEST_CASE("a generator output in a row-wise kernel that reduces every axis", "[cpu][reduce][!mayfail]") {
+TEST_CASE("a generator output in a row-wise kernel that reduces every axis", "[cpu][reduce]") {
   Graph g;
   Tensor x = g.input("x", DType::F32, {1, 3});
   Tensor m = max(x, {0, 1}, true);

@@ -323,28 +323,9 @@ struct Finding {
   unsigned checks;
   const char* bug;
 };
-const std::vector<Finding> kKnownFindings = {
-    {ScalarOp::Exp, DType::F32, kSubnormal, kUlps,
-     "f32 exp flushes subnormal results to 0: exp(-87.683235f) is 8.3110297e-39, compiled 0 "
-     "(every x in [-103.97, -87.34]; MLIR's polynomial exp)"},
-    {ScalarOp::Sigmoid, DType::F32, kSubnormal, kUlps,
-     "f32 sigmoid is 0 where the result is subnormal and x < -88.72: exp(-x) overflows to inf in f32 "
-     "(sigmoid(-88.723015f) is 2.9382202e-39, compiled 0; the interpreter computes in f64)"},
-    {ScalarOp::Log, DType::F32, kSubnormal, kUlps,
-     "f32 log of a subnormal x is computed as if its exponent were -126: log(1.4e-45f) is -103.27893, "
-     "compiled -87.336548 = log(FLT_MIN) (MLIR's polynomial log ignores subnormal inputs)"},
-    {ScalarOp::Log2, DType::F32, kSubnormal, kUlps,
-     "f32 log2 of a subnormal x is computed as if its exponent were -126: log2(1.4e-45f) is -149, compiled -126"},
-    {ScalarOp::Sin, DType::F32, kNormal, kZeroSign, "f32 sin(-0) is +0 (the fdlibm-style reduction adds +0), the interpreter gives -0"},
-    {ScalarOp::Sin, DType::F32, kHuge, kUlps | kNanInf,
-     "f32 sin beyond |x| = 1e5: 2 ulp at 1e10, wrong digits from about 1e12 (sin(1e12f) = -0.0208029766, "
-     "compiled -0.0207854267), and from about 1e16 values outside [-1, 1] and infinities "
-     "(sin(1e19f) = 0.578, compiled -3.48e27; sin(1e30f) = -0.791, compiled -inf): the two-part pi/2 "
-     "reduction in f64 is not exact there"},
-    {ScalarOp::Cos, DType::F32, kHuge, kUlps | kNanInf,
-     "f32 cos beyond |x| = 1e5, as sin: cos(1e12f) = 0.999783576, compiled 0.999783933; "
-     "cos(3.6e19f) = 0.0193, compiled -inf"},
-};
+// Empty since the fixes (f32 exp/log/log2/sigmoid with subnormal results or arguments, f32
+// sin/cos beyond |x| = 1e5, sin(-0)); a new finding goes here with its reproducer.
+const std::vector<Finding> kKnownFindings = {};
 
 /// The finding that covers these checks, if any.
 const Finding* known_finding(ScalarOp op, DType t, Region r, Check c) {
@@ -417,14 +398,5 @@ TEST_CASE("float ops: compiled f32 and f64 within their ulp bounds of the interp
   }
 }
 
-// The checks kKnownFindings takes out of the test above, so that each bug stays visible.
-TEST_CASE("float ops: known findings", "[cpu][accuracy][!mayfail]") {
-  for (const Finding& f : kKnownFindings) {
-    SECTION(std::string(ir::scalar_op_name(f.op)) + " " + std::string(ir::dtype_name(f.dtype)) + ", " +
-            kRegionNames[f.region]) {
-      INFO(f.bug);
-      Measured m = f.dtype == DType::F32 ? measure_op<float>(f.op) : measure_op<double>(f.op);
-      check_region(f.op, f.dtype, f.region, m.regions[f.region], bound_of(f.op, f.dtype), f.checks);
-    }
-  }
-}
+// (A finding in kKnownFindings gets a [!mayfail] test case here that runs the checks it takes
+// out of the test above, so that the bug stays visible until it is fixed.)
