@@ -434,13 +434,13 @@ class KernelEmitter {
   // and has one output: scalar iterations until the output is 64-byte aligned, aligned streaming
   // vectors, a scalar tail.
   void emit_contiguous_loops(mlir::Value begin, mlir::Value end, int lanes) {
-    auto plain = [&] {
+    if (k_.body.outputs.size() != 1) {
       mlir::Value count = b_.create<mlir::arith::DivSIOp>(loc_, sub(end, begin), i64(lanes));
       mlir::Value vector_end = add(begin, mul(count, i64(lanes)));
       loop(begin, vector_end, lanes, [&](mlir::Value i) { emit_contiguous(i, lanes); });
       loop(vector_end, end, 1, [&](mlir::Value i) { emit_contiguous(i, 1); });
-    };
-    if (k_.body.outputs.size() != 1) return plain();
+      return;
+    }
     int64_t bytes_per_element = 0;
     for (const Node& n : k_.body.nodes)
       if (n.kind == OpKind::Input && n.shape == k_.space) bytes_per_element += static_cast<int64_t>(ir::dtype_size(n.dtype));
@@ -460,18 +460,25 @@ class KernelEmitter {
         loc_, mlir::arith::CmpIPredicate::eq, b_.create<mlir::arith::RemUIOp>(loc_, address, i64(out_size)), i64(0));
     mlir::Value room = b_.create<mlir::arith::CmpIOp>(loc_, mlir::arith::CmpIPredicate::sle, add(aligned_begin, i64(lanes)), end);
     mlir::Value streaming = b_.create<mlir::arith::AndIOp>(loc_, b_.create<mlir::arith::AndIOp>(loc_, large, element_aligned), room);
-    auto branch = b_.create<mlir::scf::IfOp>(loc_, streaming, /*withElseRegion=*/true);
-    {
-      mlir::OpBuilder::InsertionGuard guard(b_);
-      b_.setInsertionPointToStart(&branch.getThenRegion().front());
-      mlir::Value count = b_.create<mlir::arith::DivSIOp>(loc_, sub(end, aligned_begin), i64(lanes));
-      mlir::Value vector_end = add(aligned_begin, mul(count, i64(lanes)));
-      loop(begin, aligned_begin, 1, [&](mlir::Value i) { emit_contiguous(i, 1); });
-      loop(aligned_begin, vector_end, lanes, [&](mlir::Value i) { emit_contiguous(i, lanes, true); });
-      loop(vector_end, end, 1, [&](mlir::Value i) { emit_contiguous(i, 1); });
-      b_.setInsertionPointToStart(&branch.getElseRegion().front());
-      plain();
-    }
+    // One copy of the loops (compile time): the peel is empty when not streaming, and each
+    // vector store picks its kind on the loop-invariant flag.
+    aligned_begin = select(streaming, aligned_begin, begin);
+    mlir::Value count = b_.create<mlir::arith::DivSIOp>(loc_, sub(end, aligned_begin), i64(lanes));
+    mlir::Value vector_end = add(aligned_begin, mul(count, i64(lanes)));
+    loop(begin, aligned_begin, 1, [&](mlir::Value i) { emit_contiguous(i, 1); });
+    loop(aligned_begin, vector_end, lanes, [&](mlir::Value i) {
+      for (size_t o = 0; o < k_.body.outputs.size(); ++o) {
+        const Node& n = k_.body.node(k_.body.outputs[o].node);
+        mlir::Value v = contiguous_value(k_.body.outputs[o].node, i, lanes);
+        auto branch = b_.create<mlir::scf::IfOp>(loc_, streaming, /*withElseRegion=*/true);
+        mlir::OpBuilder::InsertionGuard guard(b_);
+        b_.setInsertionPointToStart(&branch.getThenRegion().front());
+        store(output_slot_[o], n.dtype, i, v, lanes, true);
+        b_.setInsertionPointToStart(&branch.getElseRegion().front());
+        store(output_slot_[o], n.dtype, i, v, lanes, false);
+      }
+    });
+    loop(vector_end, end, 1, [&](mlir::Value i) { emit_contiguous(i, 1); });
   }
 
   mlir::Value contiguous_value(NodeId id, mlir::Value base, int lanes) {
@@ -1396,11 +1403,12 @@ class KernelEmitter {
   mlir::Value select(mlir::Value c, mlir::Value a, mlir::Value d) { return b_.create<mlir::arith::SelectOp>(loc_, c, a, d); }
 
   // `fast`, an f32 result, except in lanes where `test` `predicate` `bound` holds (inputs the
-  // fast path gets wrong): there `slow` of test's input in f64, rounded to f32. The slow path
+  // fast path gets wrong): there `slow` of `argument` (default: test) in f64, rounded to f32. The slow path
   // runs only when some lane needs it. Other dtypes and fast math take `fast` as it is.
   template <class Slow>
   mlir::Value patch_f32(DType operand, mlir::Value test, mlir::Value fast, mlir::arith::CmpFPredicate predicate, double bound,
-                        Slow slow, int lanes) {
+                        Slow slow, int lanes, mlir::Value argument = {}) {
+    if (!argument) argument = test;  // what `slow` takes, when it is not what is tested
     if (operand != DType::F32 || options_.fast_math) return fast;
     mlir::Value mask = cmpf(predicate, test, constant(DType::F32, bound, 0, lanes));
     mlir::Value any = lanes > 1 ? b_.create<mlir::vector::ReductionOp>(loc_, mlir::vector::CombiningKind::OR, mask).getResult()
@@ -1408,7 +1416,21 @@ class KernelEmitter {
     auto branch = b_.create<mlir::scf::IfOp>(loc_, mlir::TypeRange{fast.getType()}, any, /*withElseRegion=*/true);
     mlir::OpBuilder::InsertionGuard guard(b_);
     b_.setInsertionPointToStart(&branch.getThenRegion().front());
-    mlir::Value exact = cast(slow(cast(test, DType::F32, DType::F64, lanes)), DType::F64, DType::F32, lanes);
+    mlir::Value exact;
+    if (lanes == 1) {
+      exact = cast(slow(cast(argument, DType::F32, DType::F64, 1)), DType::F64, DType::F32, 1);
+    } else {
+      // Lane by lane in a loop: one call site instead of one per lane (compile time).
+      auto each = b_.create<mlir::scf::ForOp>(loc_, i64(0), i64(lanes), i64(1), mlir::ValueRange{fast});
+      mlir::OpBuilder::InsertionGuard inner(b_);
+      b_.setInsertionPointToStart(each.getBody());
+      mlir::Value lane = each.getInductionVar();
+      mlir::Value x = b_.create<mlir::vector::ExtractElementOp>(loc_, argument, lane);
+      mlir::Value y = cast(slow(cast(x, DType::F32, DType::F64, 1)), DType::F64, DType::F32, 1);
+      b_.create<mlir::scf::YieldOp>(loc_, b_.create<mlir::vector::InsertElementOp>(loc_, y, each.getRegionIterArgs()[0], lane).getResult());
+      b_.setInsertionPointAfter(each);
+      exact = each.getResult(0);
+    }
     b_.create<mlir::scf::YieldOp>(loc_, select(mask, exact, fast));
     b_.setInsertionPointToStart(&branch.getElseRegion().front());
     b_.create<mlir::scf::YieldOp>(loc_, fast);
@@ -1455,20 +1477,21 @@ class KernelEmitter {
           // The f64 reduction by pi/2 is exact up to |x| ~ 1e5 (tested); beyond, f64 libm.
           mlir::Value magnitude = b_.create<mlir::math::AbsFOp>(loc_, x);
           mlir::Value r = patch_f32(operand, magnitude, sin_cos_f32(x, want_sin, lanes), CmpFPredicate::UGT, 1e5,
-                                    [&](mlir::Value) { return libm(cast(x, DType::F32, DType::F64, lanes)); }, lanes);
+                                    libm, lanes, /*argument=*/x);
           // sin(-0) is -0.
           return want_sin ? select(cmpf(CmpFPredicate::OEQ, x, zero(operand)), x, r) : r;
         }
         case ScalarOp::Tan: return b_.create<mlir::math::TanOp>(loc_, x);
         case ScalarOp::Tanh: return b_.create<mlir::math::TanhOp>(loc_, x);
         case ScalarOp::Sigmoid: {
-          auto sigmoid = [&](mlir::Value v, DType t) -> mlir::Value {
+          auto sigmoid = [&](mlir::Value v, DType t, int n) -> mlir::Value {
             mlir::Value e = b_.create<mlir::math::ExpOp>(loc_, b_.create<mlir::arith::NegFOp>(loc_, v));
-            return b_.create<mlir::arith::DivFOp>(loc_, one(t), b_.create<mlir::arith::AddFOp>(loc_, one(t), e));
+            mlir::Value one_t = constant(t, 1, 1, n);
+            return b_.create<mlir::arith::DivFOp>(loc_, one_t, b_.create<mlir::arith::AddFOp>(loc_, one_t, e));
           };
           // In f32, exp(-x) overflows below x = -88.7 while the result is still a subnormal.
-          return patch_f32(operand, x, sigmoid(x, operand), CmpFPredicate::OLT, -87.0,
-                           [&](mlir::Value x64) { return sigmoid(x64, DType::F64); }, lanes);
+          return patch_f32(operand, x, sigmoid(x, operand, lanes), CmpFPredicate::OLT, -87.0,
+                           [&](mlir::Value x64) { return sigmoid(x64, DType::F64, 1); }, lanes);
         }
         case ScalarOp::Relu: return b_.create<mlir::arith::MaximumFOp>(loc_, x, zero(operand));
         case ScalarOp::Floor: return b_.create<mlir::math::FloorOp>(loc_, x);
