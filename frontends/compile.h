@@ -14,6 +14,14 @@ struct CompileOptions {
   bool use_cache = true;
 };
 
+/// Where compiled code runs: this machine's CPU. (The CUDA backend is its own issue; it will
+/// add Target::cuda(device).)
+struct Target {
+  enum class Kind { Cpu };
+  Kind kind = Kind::Cpu;
+  static Target cpu() { return {}; }
+};
+
 /// Compiles for the CPU: the passes, then MLIR -> LLVM -> machine code for every kernel the CPU
 /// backend handles (codegen::cpu_compiles: all but reductions/matmuls whose epilogue reorders
 /// elements, which run in the reference interpreter until the backend covers them).
@@ -22,6 +30,11 @@ runtime::Executable compile(const ir::Graph& g, const CompileOptions& options = 
 /// turns on fast math in the code generator too).
 runtime::Executable compile_program(ir::Program program, const CompileOptions& options = {});
 inline runtime::Executable compile(const Graph& g, const CompileOptions& options = {}) {
+  return compile(g.ir(), options);
+}
+/// The same, naming the target: `fuse::compile(graph, Target::cpu(), options)`.
+inline runtime::Executable compile(const Graph& g, const Target& target, const CompileOptions& options = {}) {
+  (void)target;  // only the CPU so far
   return compile(g.ir(), options);
 }
 

@@ -178,3 +178,13 @@ TEST_CASE("an unwritable cache directory only costs time", "[cpu][cache]") {
   check_runs(exe, g, 33);
   fs::remove(cache.dir);
 }
+
+TEST_CASE("compile names its target", "[cpu][api]") {
+  Graph g;
+  gaussian(g, 2.5066282746f);
+  CompileOptions options;
+  options.pipeline.fusion.enabled = false;
+  runtime::Executable exe = compile(g, Target::cpu(), options);
+  CHECK(exe.program().kernels.size() > 1);  // the options reached the passes
+  check_runs(exe, g, 100);
+}
