@@ -143,6 +143,7 @@ class KernelEmitter {
 
   void emit(mlir::func::FuncOp func) {
     mlir::Block* entry = func.addEntryBlock();
+    entry_ = entry;
     b_.setInsertionPointToStart(entry);
     buffers_ = entry->getArgument(0);
     symbols_arg_ = entry->getArgument(1);
@@ -189,6 +190,7 @@ class KernelEmitter {
   // and writes the outputs (a single element each).
   void emit_split_finish(mlir::func::FuncOp func) {
     mlir::Block* entry = func.addEntryBlock();
+    entry_ = entry;
     b_.setInsertionPointToStart(entry);
     buffers_ = entry->getArgument(0);
     symbols_arg_ = entry->getArgument(1);
@@ -348,6 +350,10 @@ class KernelEmitter {
     std::string key = d.str();
     auto cached = dims_.find(key);
     if (cached != dims_.end()) return cached->second;
+    // At the function's entry, wherever it is first asked for: it is cached for every later use
+    // (it depends only on the symbols argument).
+    mlir::OpBuilder::InsertionGuard guard(b_);
+    b_.setInsertionPointToStart(entry_);
     mlir::Value v = i64(d.factor);
     for (const std::string& s : d.symbols) {
       mlir::Value address = b_.create<mlir::LLVM::GEPOp>(loc_, ptr_type(), i64_type(), symbols_arg_,
@@ -1230,7 +1236,8 @@ class KernelEmitter {
     int c_axis = static_cast<int>(k_.space.size()) - 1;
     bool strips = lanes > 1 && inner_access(n.inputs[1], static_cast<int>(k_.body.node(n.inputs[1]).shape.size()) - 1) <= Inner::Unit;
     for (const ir::GraphOutput& o : k_.body.outputs)
-      strips = strips && k_.body.node(o.node).shape == k_.space && inner_access(o.node, c_axis) <= Inner::Unit;
+      strips = strips && k_.body.node(o.node).shape == k_.space && inner_access(o.node, c_axis) <= Inner::Unit &&
+               strip_safe(o.node, c_axis, mm);
     if (!strips) {
       loop(begin, end, 1, [&](mlir::Value row) { emit_matmul_columns(row, i64(0)); });
       return;
@@ -1240,6 +1247,23 @@ class KernelEmitter {
     mlir::Value blocks_end = add(begin, mul(b_.create<mlir::arith::DivSIOp>(loc_, sub(end, begin), i64(block)), i64(block)));
     loop(begin, blocks_end, block, [&](mlir::Value row) { emit_matmul_strips(row, block, lanes); });
     loop(blocks_end, end, 1, [&](mlir::Value row) { emit_matmul_strips(row, 1, lanes); });
+  }
+
+  // Whether the epilogue reads the matmul only along its columns (a strip of C is one vector),
+  // not through a view that makes it constant along them (expand_dims on the last axis).
+  bool strip_safe(NodeId id, int axis, NodeId mm) const {
+    if (!depends_on(id, mm)) return true;
+    if (id == mm) return axis + 1 == static_cast<int>(k_.body.node(mm).shape.size());
+    if (axis < 0) return false;
+    const Node& n = k_.body.node(id);
+    if (n.kind == OpKind::Elementwise) {
+      for (NodeId in : n.inputs)
+        if (!strip_safe(in, axis, mm)) return false;
+      return true;
+    }
+    bool view = n.kind == OpKind::BroadcastTo || n.kind == OpKind::Permute || n.kind == OpKind::ExpandDims ||
+                n.kind == OpKind::Squeeze || n.kind == OpKind::Reshape;
+    return view && strip_safe(n.inputs[0], operand_axis(n, axis), mm);
   }
 
   NodeId matmul_node() const {
@@ -1679,7 +1703,8 @@ class KernelEmitter {
   std::map<NodeId, mlir::Value> contiguous_cache_;
   std::map<std::vector<const void*>, mlir::Value> lane_cache_;
   mutable std::map<std::pair<NodeId, int>, Inner> inner_memo_;
-  mlir::Value matmul_strip_;  // while emitting a matmul strip's epilogue: the strip of C
+  mlir::Value matmul_strip_;
+  mlir::Block* entry_ = nullptr;  // the function's entry block  // while emitting a matmul strip's epilogue: the strip of C
 };
 
 std::unique_ptr<mlir::MLIRContext> make_context() {
