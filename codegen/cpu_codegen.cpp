@@ -326,9 +326,23 @@ class KernelEmitter {
   mlir::Value load(int slot, DType t, mlir::Value offset, int lanes) {
     mlir::Value address = element_address(slot, t, offset);
     unsigned align = static_cast<unsigned>(ir::dtype_size(t));
-    mlir::Value v = b_.create<mlir::LLVM::LoadOp>(loc_, lane_type(memory_type(t), lanes), address, align);
+    mlir::Value v;
+    if (mask_ && lanes > 1) {
+      // Masked-off lanes read nothing and hold ones: safe operands for every op (x / 1, log 1).
+      mlir::Value ones = t == DType::Bool ? constant_i8(1, lanes) : constant(t, 1, 1, lanes);
+      v = b_.create<mlir::LLVM::MaskedLoadOp>(loc_, lane_type(memory_type(t), lanes), address, mask_,
+                                              mlir::ValueRange{ones}, align);
+    } else {
+      v = b_.create<mlir::LLVM::LoadOp>(loc_, lane_type(memory_type(t), lanes), address, align);
+    }
     if (t == DType::Bool) v = cmpi(mlir::arith::CmpIPredicate::ne, v, zero_i8(lanes));
     return v;
+  }
+
+  mlir::Value constant_i8(int64_t value, int lanes) {
+    mlir::TypedAttr attr = b_.getIntegerAttr(b_.getI8Type(), value);
+    if (lanes > 1) attr = mlir::DenseElementsAttr::get(mlir::cast<mlir::ShapedType>(lane_type(b_.getI8Type(), lanes)), attr);
+    return b_.create<mlir::arith::ConstantOp>(loc_, attr);
   }
 
   mlir::Value zero_i8(int lanes) {
@@ -342,6 +356,10 @@ class KernelEmitter {
   void store(int slot, DType t, mlir::Value offset, mlir::Value v, int lanes, bool streaming = false) {
     if (t == DType::Bool) v = b_.create<mlir::arith::ExtUIOp>(loc_, lane_type(b_.getI8Type(), lanes), v);
     unsigned align = streaming ? 64 : static_cast<unsigned>(ir::dtype_size(t));
+    if (mask_ && lanes > 1 && !streaming) {
+      b_.create<mlir::LLVM::MaskedStoreOp>(loc_, v, element_address(slot, t, offset), mask_, align);
+      return;
+    }
     b_.create<mlir::LLVM::StoreOp>(loc_, v, element_address(slot, t, offset), align, false, streaming);
   }
 
@@ -439,52 +457,61 @@ class KernelEmitter {
   // The contiguous SIMD loop over [begin, end), with non-temporal stores when the kernel is large
   // and has one output: scalar iterations until the output is 64-byte aligned, aligned streaming
   // vectors, a scalar tail.
+  // The contiguous loop over [begin, end) as one loop of whole vectors: the first and last
+  // iterations load and store under a lane mask (masked-off lanes touch no memory), so the body
+  // is emitted once, with no scalar copy for the tails (compile time). A large kernel with one
+  // output starts at the 64-byte boundary below `begin` and writes its whole vectors with
+  // non-temporal stores.
   void emit_contiguous_loops(mlir::Value begin, mlir::Value end, int lanes) {
-    if (k_.body.outputs.size() != 1) {
-      mlir::Value count = b_.create<mlir::arith::DivSIOp>(loc_, sub(end, begin), i64(lanes));
-      mlir::Value vector_end = add(begin, mul(count, i64(lanes)));
-      loop(begin, vector_end, lanes, [&](mlir::Value i) { emit_contiguous(i, lanes); });
-      loop(vector_end, end, 1, [&](mlir::Value i) { emit_contiguous(i, 1); });
-      return;
+    mlir::Value streaming = b_.create<mlir::arith::ConstantIntOp>(loc_, 0, 1);
+    mlir::Value first = begin;
+    if (k_.body.outputs.size() == 1) {
+      int64_t bytes_per_element = 0;
+      for (const Node& n : k_.body.nodes)
+        if (n.kind == OpKind::Input && n.shape == k_.space) bytes_per_element += static_cast<int64_t>(ir::dtype_size(n.dtype));
+      DType out_type = k_.body.node(k_.body.outputs[0].node).dtype;
+      int64_t out_size = static_cast<int64_t>(ir::dtype_size(out_type));
+      bytes_per_element += out_size;
+      mlir::Value total = dim(ir::num_elements(k_.space));
+      mlir::Value large = cmpi(mlir::arith::CmpIPredicate::sgt, mul(total, i64(bytes_per_element)), i64(kStreamingBytes));
+      mlir::Value address = b_.create<mlir::LLVM::PtrToIntOp>(loc_, i64_type(), base_[output_slot_[0]]);
+      mlir::Value misalignment = b_.create<mlir::arith::RemUIOp>(loc_, add(address, mul(begin, i64(out_size))), i64(64));
+      // Elements are aligned to their size (the runtime's buffers are), so a boundary is an element.
+      mlir::Value element_aligned =
+          cmpi(mlir::arith::CmpIPredicate::eq, b_.create<mlir::arith::RemUIOp>(loc_, address, i64(out_size)), i64(0));
+      streaming = b_.create<mlir::arith::AndIOp>(loc_, large, element_aligned);
+      mlir::Value back = b_.create<mlir::arith::DivUIOp>(loc_, misalignment, i64(out_size));
+      first = select(streaming, sub(begin, back), begin);
     }
-    int64_t bytes_per_element = 0;
-    for (const Node& n : k_.body.nodes)
-      if (n.kind == OpKind::Input && n.shape == k_.space) bytes_per_element += static_cast<int64_t>(ir::dtype_size(n.dtype));
-    DType out_type = k_.body.node(k_.body.outputs[0].node).dtype;
-    int64_t out_size = static_cast<int64_t>(ir::dtype_size(out_type));
-    bytes_per_element += out_size;
-    mlir::Value total = dim(ir::num_elements(k_.space));
-    mlir::Value large = b_.create<mlir::arith::CmpIOp>(loc_, mlir::arith::CmpIPredicate::sgt, mul(total, i64(bytes_per_element)),
-                                                       i64(kStreamingBytes));
-    mlir::Value address = b_.create<mlir::LLVM::PtrToIntOp>(loc_, i64_type(), base_[output_slot_[0]]);
-    mlir::Value misalignment = b_.create<mlir::arith::RemUIOp>(loc_, add(address, mul(begin, i64(out_size))), i64(64));
-    mlir::Value peel = b_.create<mlir::arith::DivUIOp>(
-        loc_, b_.create<mlir::arith::RemUIOp>(loc_, sub(i64(64), misalignment), i64(64)), i64(out_size));
-    mlir::Value aligned_begin = add(begin, peel);
-    // Elements are aligned to their size (the runtime's buffers are), so peeling can align.
-    mlir::Value element_aligned = b_.create<mlir::arith::CmpIOp>(
-        loc_, mlir::arith::CmpIPredicate::eq, b_.create<mlir::arith::RemUIOp>(loc_, address, i64(out_size)), i64(0));
-    mlir::Value room = b_.create<mlir::arith::CmpIOp>(loc_, mlir::arith::CmpIPredicate::sle, add(aligned_begin, i64(lanes)), end);
-    mlir::Value streaming = b_.create<mlir::arith::AndIOp>(loc_, b_.create<mlir::arith::AndIOp>(loc_, large, element_aligned), room);
-    // One copy of the loops (compile time): the peel is empty when not streaming, and each
-    // vector store picks its kind on the loop-invariant flag.
-    aligned_begin = select(streaming, aligned_begin, begin);
-    mlir::Value count = b_.create<mlir::arith::DivSIOp>(loc_, sub(end, aligned_begin), i64(lanes));
-    mlir::Value vector_end = add(aligned_begin, mul(count, i64(lanes)));
-    loop(begin, aligned_begin, 1, [&](mlir::Value i) { emit_contiguous(i, 1); });
-    loop(aligned_begin, vector_end, lanes, [&](mlir::Value i) {
+    mlir::Type lane_index = mlir::VectorType::get({lanes}, b_.getI64Type());
+    std::vector<mlir::Attribute> iota;
+    for (int l = 0; l < lanes; ++l) iota.push_back(b_.getI64IntegerAttr(l));
+    mlir::Value lane_numbers = b_.create<mlir::arith::ConstantOp>(
+        loc_, mlir::DenseElementsAttr::get(mlir::cast<mlir::ShapedType>(lane_index), iota));
+    loop(first, end, lanes, [&](mlir::Value i) {
+      mlir::Value lo = max_i64(sub(begin, i), i64(0));
+      mlir::Value hi = min_i64(sub(end, i), i64(lanes));
+      auto splat = [&](mlir::Value v) { return b_.create<mlir::vector::BroadcastOp>(loc_, lane_index, v).getResult(); };
+      mask_ = b_.create<mlir::arith::AndIOp>(loc_, cmpi(mlir::arith::CmpIPredicate::sge, lane_numbers, splat(lo)),
+                                             cmpi(mlir::arith::CmpIPredicate::slt, lane_numbers, splat(hi)));
+      mlir::Value whole = b_.create<mlir::arith::AndIOp>(loc_, cmpi(mlir::arith::CmpIPredicate::eq, lo, i64(0)),
+                                                         cmpi(mlir::arith::CmpIPredicate::eq, hi, i64(lanes)));
+      mlir::Value stream_now = b_.create<mlir::arith::AndIOp>(loc_, streaming, whole);
       for (size_t o = 0; o < k_.body.outputs.size(); ++o) {
         const Node& n = k_.body.node(k_.body.outputs[o].node);
         mlir::Value v = contiguous_value(k_.body.outputs[o].node, i, lanes);
-        auto branch = b_.create<mlir::scf::IfOp>(loc_, streaming, /*withElseRegion=*/true);
+        auto branch = b_.create<mlir::scf::IfOp>(loc_, stream_now, /*withElseRegion=*/true);
         mlir::OpBuilder::InsertionGuard guard(b_);
         b_.setInsertionPointToStart(&branch.getThenRegion().front());
+        mlir::Value saved = mask_;
+        mask_ = {};
         store(output_slot_[o], n.dtype, i, v, lanes, true);
+        mask_ = saved;
         b_.setInsertionPointToStart(&branch.getElseRegion().front());
         store(output_slot_[o], n.dtype, i, v, lanes, false);
       }
+      mask_ = {};
     });
-    loop(vector_end, end, 1, [&](mlir::Value i) { emit_contiguous(i, 1); });
   }
 
   mlir::Value contiguous_value(NodeId id, mlir::Value base, int lanes) {
@@ -1704,7 +1731,8 @@ class KernelEmitter {
   std::map<std::vector<const void*>, mlir::Value> lane_cache_;
   mutable std::map<std::pair<NodeId, int>, Inner> inner_memo_;
   mlir::Value matmul_strip_;
-  mlir::Block* entry_ = nullptr;  // the function's entry block  // while emitting a matmul strip's epilogue: the strip of C
+  mlir::Block* entry_ = nullptr;  // the function's entry block
+  mlir::Value mask_;              // while set, vector loads and stores are masked by it  // while emitting a matmul strip's epilogue: the strip of C
 };
 
 std::unique_ptr<mlir::MLIRContext> make_context() {
