@@ -464,54 +464,65 @@ class KernelEmitter {
   // non-temporal stores.
   void emit_contiguous_loops(mlir::Value begin, mlir::Value end, int lanes) {
     mlir::Value streaming = b_.create<mlir::arith::ConstantIntOp>(loc_, 0, 1);
-    mlir::Value first = begin;
-    if (k_.body.outputs.size() == 1) {
-      int64_t bytes_per_element = 0;
+    mlir::Value aligned = begin;
+    DType out_type = k_.body.node(k_.body.outputs[0].node).dtype;
+    int64_t out_size = static_cast<int64_t>(ir::dtype_size(out_type));
+    // Streaming needs one output whose vectors span whole 64-byte lines.
+    if (k_.body.outputs.size() == 1 && out_size * lanes >= 64) {
+      int64_t bytes_per_element = out_size;
       for (const Node& n : k_.body.nodes)
         if (n.kind == OpKind::Input && n.shape == k_.space) bytes_per_element += static_cast<int64_t>(ir::dtype_size(n.dtype));
-      DType out_type = k_.body.node(k_.body.outputs[0].node).dtype;
-      int64_t out_size = static_cast<int64_t>(ir::dtype_size(out_type));
-      bytes_per_element += out_size;
       mlir::Value total = dim(ir::num_elements(k_.space));
       mlir::Value large = cmpi(mlir::arith::CmpIPredicate::sgt, mul(total, i64(bytes_per_element)), i64(kStreamingBytes));
       mlir::Value address = b_.create<mlir::LLVM::PtrToIntOp>(loc_, i64_type(), base_[output_slot_[0]]);
-      mlir::Value misalignment = b_.create<mlir::arith::RemUIOp>(loc_, add(address, mul(begin, i64(out_size))), i64(64));
       // Elements are aligned to their size (the runtime's buffers are), so a boundary is an element.
       mlir::Value element_aligned =
           cmpi(mlir::arith::CmpIPredicate::eq, b_.create<mlir::arith::RemUIOp>(loc_, address, i64(out_size)), i64(0));
       streaming = b_.create<mlir::arith::AndIOp>(loc_, large, element_aligned);
-      mlir::Value back = b_.create<mlir::arith::DivUIOp>(loc_, misalignment, i64(out_size));
-      first = select(streaming, sub(begin, back), begin);
+      mlir::Value misalignment = b_.create<mlir::arith::RemUIOp>(loc_, add(address, mul(begin, i64(out_size))), i64(64));
+      mlir::Value peel = b_.create<mlir::arith::DivUIOp>(
+          loc_, b_.create<mlir::arith::RemUIOp>(loc_, sub(i64(64), misalignment), i64(64)), i64(out_size));
+      aligned = select(streaming, min_i64(add(begin, peel), end), begin);  // peel <= lanes
     }
+    // Whole vectors from `aligned` on, unmasked; the elements before it and after the last whole
+    // vector are one masked vector each (no scalar copy of the body: compile time).
+    mlir::Value count = b_.create<mlir::arith::DivSIOp>(loc_, sub(end, aligned), i64(lanes));
+    mlir::Value vector_end = add(aligned, mul(count, i64(lanes)));
     mlir::Type lane_index = mlir::VectorType::get({lanes}, b_.getI64Type());
     std::vector<mlir::Attribute> iota;
     for (int l = 0; l < lanes; ++l) iota.push_back(b_.getI64IntegerAttr(l));
     mlir::Value lane_numbers = b_.create<mlir::arith::ConstantOp>(
         loc_, mlir::DenseElementsAttr::get(mlir::cast<mlir::ShapedType>(lane_index), iota));
-    loop(first, end, lanes, [&](mlir::Value i) {
-      mlir::Value lo = max_i64(sub(begin, i), i64(0));
-      mlir::Value hi = min_i64(sub(end, i), i64(lanes));
+    // Lanes [lo, hi) of the vector at i, under a mask; nothing when the range is empty.
+    auto masked_vector = [&](mlir::Value i, mlir::Value lo, mlir::Value hi) {
+      auto branch = b_.create<mlir::scf::IfOp>(loc_, cmpi(mlir::arith::CmpIPredicate::slt, lo, hi), /*withElseRegion=*/false);
+      mlir::OpBuilder::InsertionGuard guard(b_);
+      b_.setInsertionPointToStart(&branch.getThenRegion().front());
+      clear_caches();
       auto splat = [&](mlir::Value v) { return b_.create<mlir::vector::BroadcastOp>(loc_, lane_index, v).getResult(); };
       mask_ = b_.create<mlir::arith::AndIOp>(loc_, cmpi(mlir::arith::CmpIPredicate::sge, lane_numbers, splat(lo)),
                                              cmpi(mlir::arith::CmpIPredicate::slt, lane_numbers, splat(hi)));
-      mlir::Value whole = b_.create<mlir::arith::AndIOp>(loc_, cmpi(mlir::arith::CmpIPredicate::eq, lo, i64(0)),
-                                                         cmpi(mlir::arith::CmpIPredicate::eq, hi, i64(lanes)));
-      mlir::Value stream_now = b_.create<mlir::arith::AndIOp>(loc_, streaming, whole);
+      emit_contiguous(i, lanes);
+      mask_ = {};
+      clear_caches();
+    };
+    // Before `aligned`: lanes [lanes - (aligned - begin), lanes) of the vector ending there.
+    mlir::Value head = sub(aligned, i64(lanes));
+    masked_vector(head, sub(begin, head), min_i64(i64(lanes), sub(end, head)));
+    loop(aligned, vector_end, lanes, [&](mlir::Value i) {
       for (size_t o = 0; o < k_.body.outputs.size(); ++o) {
         const Node& n = k_.body.node(k_.body.outputs[o].node);
         mlir::Value v = contiguous_value(k_.body.outputs[o].node, i, lanes);
-        auto branch = b_.create<mlir::scf::IfOp>(loc_, stream_now, /*withElseRegion=*/true);
+        auto branch = b_.create<mlir::scf::IfOp>(loc_, streaming, /*withElseRegion=*/true);
         mlir::OpBuilder::InsertionGuard guard(b_);
         b_.setInsertionPointToStart(&branch.getThenRegion().front());
-        mlir::Value saved = mask_;
-        mask_ = {};
         store(output_slot_[o], n.dtype, i, v, lanes, true);
-        mask_ = saved;
         b_.setInsertionPointToStart(&branch.getElseRegion().front());
         store(output_slot_[o], n.dtype, i, v, lanes, false);
       }
-      mask_ = {};
     });
+    // After the last whole vector: lanes [0, end - vector_end), when the head did not cover them.
+    masked_vector(vector_end, max_i64(i64(0), sub(begin, vector_end)), sub(end, vector_end));
   }
 
   mlir::Value contiguous_value(NodeId id, mlir::Value base, int lanes) {
