@@ -442,10 +442,10 @@ class KernelEmitter {
 
   // ---- the two loop forms ----
 
-  void emit_contiguous(mlir::Value base, int lanes, bool streaming = false) {
+  void emit_contiguous(mlir::Value base, int lanes) {
     for (size_t o = 0; o < k_.body.outputs.size(); ++o) {
       const Node& n = k_.body.node(k_.body.outputs[o].node);
-      store(output_slot_[o], n.dtype, base, contiguous_value(k_.body.outputs[o].node, base, lanes), lanes, streaming);
+      store(output_slot_[o], n.dtype, base, contiguous_value(k_.body.outputs[o].node, base, lanes), lanes);
     }
   }
 
@@ -486,8 +486,7 @@ class KernelEmitter {
     }
     // Whole vectors from `aligned` on, unmasked; the elements before it and after the last whole
     // vector are one masked vector each (no scalar copy of the body: compile time).
-    mlir::Value count = b_.create<mlir::arith::DivSIOp>(loc_, sub(end, aligned), i64(lanes));
-    mlir::Value vector_end = add(aligned, mul(count, i64(lanes)));
+    mlir::Value vector_end = whole_steps_end(aligned, end, lanes);
     mlir::Type lane_index = mlir::VectorType::get({lanes}, b_.getI64Type());
     std::vector<mlir::Attribute> iota;
     for (int l = 0; l < lanes; ++l) iota.push_back(b_.getI64IntegerAttr(l));
@@ -762,27 +761,42 @@ class KernelEmitter {
     }
   }
 
+  // The end of the whole steps of `step` from `from` that fit before `to`.
+  mlir::Value whole_steps_end(mlir::Value from, mlir::Value to, int64_t step) {
+    return add(from, mul(b_.create<mlir::arith::DivSIOp>(loc_, sub(to, from), i64(step)), i64(step)));
+  }
+
+  // Flattened positions [begin, end) of rows of `width` (of shape outer_shape x width), row by
+  // row: body(outer index, row start, first column, end column). A thread's range may start or
+  // end in the middle of a row.
+  template <class Body>
+  void for_each_row_piece(mlir::Value begin, mlir::Value end, const ir::Dim& row_width, const ir::Shape& outer_shape,
+                          Body body) {
+    mlir::Value width = max_i64(dim(row_width), i64(1));  // (an empty row has no elements)
+    mlir::Value first = b_.create<mlir::arith::DivSIOp>(loc_, begin, width);
+    mlir::Value last = b_.create<mlir::arith::DivSIOp>(loc_, add(end, sub(width, i64(1))), width);
+    loop(first, last, 1, [&](mlir::Value row) {
+      std::vector<mlir::Value> outer = delinearize(row, outer_shape);
+      mlir::Value row_start = mul(row, width);
+      body(outer, row_start, max_i64(sub(begin, row_start), i64(0)), min_i64(sub(end, row_start), width));
+    });
+  }
+
   mlir::Value min_i64(mlir::Value a, mlir::Value c) { return b_.create<mlir::arith::MinSIOp>(loc_, a, c); }
   mlir::Value max_i64(mlir::Value a, mlir::Value c) { return b_.create<mlir::arith::MaxSIOp>(loc_, a, c); }
 
   // Elements [begin, end) row by row: SIMD columns and a scalar tail in each row.
   void emit_rows(mlir::Value begin, mlir::Value end, int lanes) {
     ir::Shape outer_shape(k_.space.begin(), k_.space.end() - 1);
-    mlir::Value width = max_i64(dim(k_.space.back()), i64(1));  // (an empty row has no elements)
-    mlir::Value first = b_.create<mlir::arith::DivSIOp>(loc_, begin, width);
-    mlir::Value last = b_.create<mlir::arith::DivSIOp>(loc_, add(end, sub(width, i64(1))), width);
-    loop(first, last, 1, [&](mlir::Value row) {
-      std::vector<mlir::Value> outer = delinearize(row, outer_shape);
-      mlir::Value row_start = mul(row, width);
-      mlir::Value from = max_i64(sub(begin, row_start), i64(0));
-      mlir::Value to = min_i64(sub(end, row_start), width);
-      mlir::Value vector_end = from;
-      if (lanes > 1) {
-        vector_end = add(from, mul(b_.create<mlir::arith::DivSIOp>(loc_, sub(to, from), i64(lanes)), i64(lanes)));
-        loop(from, vector_end, lanes, [&](mlir::Value c) { emit_lanes(outer, row_start, c, lanes); });
-      }
-      loop(vector_end, to, 1, [&](mlir::Value c) { emit_lanes(outer, row_start, c, 1); });
-    });
+    for_each_row_piece(begin, end, k_.space.back(), outer_shape,
+                       [&](const std::vector<mlir::Value>& outer, mlir::Value row_start, mlir::Value from, mlir::Value to) {
+                         mlir::Value vector_end = from;
+                         if (lanes > 1) {
+                           vector_end = whole_steps_end(from, to, lanes);
+                           loop(from, vector_end, lanes, [&](mlir::Value c) { emit_lanes(outer, row_start, c, lanes); });
+                         }
+                         loop(vector_end, to, 1, [&](mlir::Value c) { emit_lanes(outer, row_start, c, 1); });
+                       });
   }
 
   // Elements [begin, end) with strided operands: the partial rows at either end element by
@@ -1069,7 +1083,7 @@ class KernelEmitter {
     std::map<NodeId, mlir::Value> result;
     if (!vectorized.empty()) {
       int64_t step = 2 * lanes;
-      mlir::Value vector_end = add(from, mul(b_.create<mlir::arith::DivSIOp>(loc_, sub(to, from), i64(step)), i64(step)));
+      mlir::Value vector_end = whole_steps_end(from, to, step);
       std::vector<mlir::Value> init;
       for (NodeId id : vectorized) init.insert(init.end(), 2, accumulator_identity(id, lanes));
       auto vector_loop = b_.create<mlir::scf::ForOp>(loc_, from, vector_end, i64(step), init);
@@ -1175,25 +1189,20 @@ class KernelEmitter {
   void emit_columns(mlir::Value begin, mlir::Value end, int lanes) {
     ir::Shape kept = kept_dims();
     ir::Shape outer_shape(kept.begin(), kept.end() - 1);
-    mlir::Value width = max_i64(dim(kept.back()), i64(1));
-    mlir::Value first = b_.create<mlir::arith::DivSIOp>(loc_, begin, width);
-    mlir::Value last = b_.create<mlir::arith::DivSIOp>(loc_, add(end, sub(width, i64(1))), width);
-    loop(first, last, 1, [&](mlir::Value row) {
-      std::vector<mlir::Value> outer = delinearize(row, outer_shape);
-      mlir::Value row_start = mul(row, width);
-      mlir::Value from = max_i64(sub(begin, row_start), i64(0));
-      mlir::Value to = min_i64(sub(end, row_start), width);
-      mlir::Value vector_end = from;
-      if (lanes > 1) {
-        // Blocks of kColumnVectors vectors, then single vectors, then single columns.
-        int64_t block = lanes * kColumnVectors;
-        mlir::Value block_end = add(from, mul(b_.create<mlir::arith::DivSIOp>(loc_, sub(to, from), i64(block)), i64(block)));
-        loop(from, block_end, block, [&](mlir::Value c) { emit_column_lanes(outer, row_start, c, lanes, kColumnVectors); });
-        vector_end = add(block_end, mul(b_.create<mlir::arith::DivSIOp>(loc_, sub(to, block_end), i64(lanes)), i64(lanes)));
-        loop(block_end, vector_end, lanes, [&](mlir::Value c) { emit_column_lanes(outer, row_start, c, lanes); });
-      }
-      loop(vector_end, to, 1, [&](mlir::Value c) { emit_column_lanes(outer, row_start, c, 1); });
-    });
+    for_each_row_piece(begin, end, kept.back(), outer_shape,
+                       [&](const std::vector<mlir::Value>& outer, mlir::Value row_start, mlir::Value from, mlir::Value to) {
+                         mlir::Value vector_end = from;
+                         if (lanes > 1) {
+                           // Blocks of kColumnVectors vectors, then single vectors, then single columns.
+                           int64_t block = lanes * kColumnVectors;
+                           mlir::Value block_end = whole_steps_end(from, to, block);
+                           loop(from, block_end, block,
+                                [&](mlir::Value c) { emit_column_lanes(outer, row_start, c, lanes, kColumnVectors); });
+                           vector_end = whole_steps_end(block_end, to, lanes);
+                           loop(block_end, vector_end, lanes, [&](mlir::Value c) { emit_column_lanes(outer, row_start, c, lanes); });
+                         }
+                         loop(vector_end, to, 1, [&](mlir::Value c) { emit_column_lanes(outer, row_start, c, 1); });
+                       });
   }
 
   // Outputs at kept positions [row_start + c, + lanes * vectors): every reduction down its
@@ -1282,7 +1291,7 @@ class KernelEmitter {
     }
     // Several rows per block only without batch dims: rows of a block then share B.
     int64_t block = k_.space.size() == 2 ? kMatmulRows : 1;
-    mlir::Value blocks_end = add(begin, mul(b_.create<mlir::arith::DivSIOp>(loc_, sub(end, begin), i64(block)), i64(block)));
+    mlir::Value blocks_end = whole_steps_end(begin, end, block);
     loop(begin, blocks_end, block, [&](mlir::Value row) { emit_matmul_strips(row, block, lanes); });
     loop(blocks_end, end, 1, [&](mlir::Value row) { emit_matmul_strips(row, 1, lanes); });
   }
