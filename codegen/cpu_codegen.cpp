@@ -1285,6 +1285,10 @@ class KernelEmitter {
     for (const ir::GraphOutput& o : k_.body.outputs)
       strips = strips && k_.body.node(o.node).shape == k_.space && inner_access(o.node, c_axis) <= Inner::Unit &&
                strip_safe(o.node, c_axis, mm);
+    if (blocked_matmul()) {
+      emit_matmul_blocked(begin, end);
+      return;
+    }
     if (!strips) {
       loop(begin, end, 1, [&](mlir::Value row) { emit_matmul_columns(row, i64(0)); });
       return;
@@ -1294,6 +1298,357 @@ class KernelEmitter {
     mlir::Value blocks_end = whole_steps_end(begin, end, block);
     loop(begin, blocks_end, block, [&](mlir::Value row) { emit_matmul_strips(row, block, lanes); });
     loop(blocks_end, end, 1, [&](mlir::Value row) { emit_matmul_strips(row, 1, lanes); });
+  }
+
+  // ---- blocked matmul (BLIS-style): packing, cache blocking, a register-tiled micro-kernel ----
+  //
+  // A task's rows [begin, end) of C (flattened batch x M) are computed batch by batch:
+  //   for jc (nc columns): for pc (kc of K): pack B[pc:, jc:] into nr-wide panels
+  //     for ic (mc rows): pack A[ic:, pc:]; for each mr x nr tile: the micro-kernel
+  // The micro-kernel keeps the tile in mr x (nr / lanes) vector accumulators and adds one
+  // outer product per k (vector.fma of a broadcast element of A and vectors of B). Partial
+  // sums over K blocks live in C's buffer (or a task-local one when no output can hold them);
+  // after the last K block the epilogue runs on the tile in registers and the outputs are
+  // stored. Packing reads operands through their index maps, so transposes, broadcasts and
+  // elementwise prologues cost nothing in the loops that matter, and panels are padded to
+  // whole tiles (padding lanes are computed and never stored).
+
+  struct MatmulTiling {
+    int64_t mr, nr, kc, mc, nc;  // nr and kc multiples of lanes; mc a multiple of mr; nc of nr
+    int lanes;
+  };
+
+  // The blocked form takes float and integer matmuls whose result the epilogue reads one
+  // vector along the columns at a time; accumulation happens in the matmul's own dtype (BLAS
+  // does the same for floats; integer sums wrap exactly as the interpreter's i64 sums cast back).
+  bool blocked_matmul() const {
+    NodeId mm = matmul_node();
+    const Node& n = k_.body.node(mm);
+    const ir::CpuSchedule& s = k_.schedule.cpu;
+    if (s.mr <= 0 || s.nr <= 0 || s.kc <= 0 || s.mc <= 0 || s.nc <= 0 || s.vector_width < 2) return false;
+    if (!(n.dtype == DType::F32 || n.dtype == DType::F64 || n.dtype == DType::I32 || n.dtype == DType::I64)) return false;
+    int c_axis = static_cast<int>(k_.space.size()) - 1;
+    for (const ir::GraphOutput& o : k_.body.outputs)
+      if (!(k_.body.node(o.node).shape == k_.space) || inner_access(o.node, c_axis) > Inner::Unit ||
+          !strip_safe(o.node, c_axis, mm))
+        return false;
+    return true;
+  }
+
+  MatmulTiling matmul_tiling() const {
+    const ir::CpuSchedule& s = k_.schedule.cpu;
+    MatmulTiling t;
+    t.lanes = s.vector_width;
+    t.mr = s.mr;
+    t.nr = (s.nr + t.lanes - 1) / t.lanes * t.lanes;
+    t.kc = (s.kc + t.lanes - 1) / t.lanes * t.lanes;
+    t.mc = std::max<int64_t>(t.mr, s.mc / t.mr * t.mr);
+    t.nc = std::max<int64_t>(t.nr, s.nc / t.nr * t.nr);
+    return t;
+  }
+
+  // An llvm.call to a C library function (declared in the module on first use).
+  mlir::Value call_c(const std::string& name, mlir::Type result, mlir::ValueRange args) {
+    auto module = b_.getBlock()->getParentOp()->getParentOfType<mlir::ModuleOp>();
+    auto fn = module.lookupSymbol<mlir::LLVM::LLVMFuncOp>(name);
+    if (!fn) {
+      mlir::OpBuilder::InsertionGuard guard(b_);
+      b_.setInsertionPointToStart(module.getBody());
+      std::vector<mlir::Type> params;
+      for (mlir::Value a : args) params.push_back(a.getType());
+      fn = b_.create<mlir::LLVM::LLVMFuncOp>(loc_, name, mlir::LLVM::LLVMFunctionType::get(result, params));
+    }
+    auto call = b_.create<mlir::LLVM::CallOp>(loc_, fn, args);
+    return call.getNumResults() ? call.getResult() : mlir::Value();
+  }
+
+  // A 64-byte aligned heap buffer of `bytes` (rounded up), registered as a new slot.
+  int allocate_slot(mlir::Value bytes) {
+    mlir::Value rounded = mul(b_.create<mlir::arith::DivSIOp>(loc_, add(bytes, i64(127)), i64(64)), i64(64));
+    base_.push_back(call_c("aligned_alloc", ptr_type(), mlir::ValueRange{i64(64), rounded}));
+    return static_cast<int>(base_.size()) - 1;
+  }
+
+  mlir::Value lanes_below(mlir::Value count, int lanes) {
+    mlir::Type lane_index = mlir::VectorType::get({lanes}, b_.getI64Type());
+    std::vector<mlir::Attribute> iota;
+    for (int l = 0; l < lanes; ++l) iota.push_back(b_.getI64IntegerAttr(l));
+    mlir::Value numbers = b_.create<mlir::arith::ConstantOp>(
+        loc_, mlir::DenseElementsAttr::get(mlir::cast<mlir::ShapedType>(lane_index), iota));
+    return cmpi(mlir::arith::CmpIPredicate::slt, numbers, b_.create<mlir::vector::BroadcastOp>(loc_, lane_index, count));
+  }
+
+  // Runs `body` with vector loads and stores masked to the lanes below `count` (when count <
+  // lanes; the mask is a no-op otherwise).
+  template <class Body>
+  void masked(mlir::Value count, int lanes, Body body) {
+    mlir::Value saved = mask_;
+    mask_ = lanes_below(count, lanes);
+    body();
+    mask_ = saved;
+  }
+
+  struct MatmulPlan {
+    NodeId mm;
+    DType t;
+    MatmulTiling tiling;
+    mlir::Value m, n, k;         // C is (batch x) m x n, the depth k
+    int pack_a = -1, pack_b = -1, acc = -1;
+    mlir::Value acc_origin;      // the global row whose partial sums sit at the start of `acc`
+    bool a_by_columns = false;   // packed A holds columns of mc (A is unit-stride along M)
+    std::vector<mlir::Value> batch;  // this batch's index
+  };
+
+  void emit_matmul_blocked(mlir::Value begin, mlir::Value end) {
+    MatmulPlan p;
+    p.mm = matmul_node();
+    const Node& n = k_.body.node(p.mm);
+    p.t = n.dtype;
+    p.tiling = matmul_tiling();
+    const MatmulTiling& t = p.tiling;
+    int rank = static_cast<int>(k_.space.size());
+    p.m = dim(k_.space[rank - 2]);
+    p.n = dim(k_.space[rank - 1]);
+    p.k = dim(k_.body.node(n.inputs[0]).shape.back());
+    int64_t elem = static_cast<int64_t>(ir::dtype_size(p.t));
+    NodeId a_id = n.inputs[0];
+    p.a_by_columns = inner_access(a_id, rank - 1) > Inner::Unit && inner_access(a_id, rank - 2) <= Inner::Unit;
+    p.pack_a = allocate_slot(i64((t.mc * t.kc + t.lanes) * elem));
+    p.pack_b = allocate_slot(i64((t.nc * t.kc + t.lanes) * elem));
+    // Partial sums over K blocks: in an output of the matmul's dtype (overwritten by its final
+    // value at the last K block), else in a task-local buffer of the task's rows.
+    int acc_output = -1;
+    for (size_t o = 0; o < k_.body.outputs.size(); ++o)
+      if (k_.body.node(k_.body.outputs[o].node).dtype == p.t) acc_output = static_cast<int>(o);
+    mlir::Value many_k_blocks = cmpi(mlir::arith::CmpIPredicate::sgt, p.k, i64(t.kc));
+    if (acc_output >= 0) {
+      p.acc = output_slot_[acc_output];
+      p.acc_origin = i64(0);
+    } else {
+      // Only needed with several K blocks: one element when K fits one block.
+      mlir::Value rows = b_.create<mlir::arith::SelectOp>(loc_, many_k_blocks, sub(end, begin), i64(1));
+      p.acc = allocate_slot(mul(mul(rows, max_i64(p.n, i64(1))), i64(elem)));
+      p.acc_origin = begin;
+    }
+    int first_alloc = p.pack_a;
+    ir::Shape batch_shape(k_.space.begin(), k_.space.end() - 2);
+    mlir::Value m_rows = max_i64(p.m, i64(1));
+    mlir::Value first_batch = b_.create<mlir::arith::DivSIOp>(loc_, begin, m_rows);
+    mlir::Value last_batch = b_.create<mlir::arith::DivSIOp>(loc_, add(end, sub(m_rows, i64(1))), m_rows);
+    loop(first_batch, last_batch, 1, [&](mlir::Value batch) {
+      p.batch = delinearize(batch, batch_shape);
+      mlir::Value batch_row = mul(batch, p.m);
+      mlir::Value r0 = sub(max_i64(begin, batch_row), batch_row);
+      mlir::Value r1 = sub(min_i64(end, add(batch_row, p.m)), batch_row);
+      loop(i64(0), p.n, t.nc, [&](mlir::Value jc) {
+        mlir::Value nb = min_i64(i64(t.nc), sub(p.n, jc));
+        // At least one K block, so that K = 0 still writes the (empty-sum) result.
+        loop(i64(0), max_i64(p.k, i64(1)), t.kc, [&](mlir::Value pc) {
+          mlir::Value kb = max_i64(min_i64(i64(t.kc), sub(p.k, pc)), i64(0));
+          mlir::Value first = cmpi(mlir::arith::CmpIPredicate::eq, pc, i64(0));
+          mlir::Value last = cmpi(mlir::arith::CmpIPredicate::sge, add(pc, kb), p.k);
+          pack_b(p, pc, kb, jc, nb);
+          loop(r0, r1, t.mc, [&](mlir::Value ic) {
+            mlir::Value mb = min_i64(i64(t.mc), sub(r1, ic));
+            pack_a(p, ic, mb, pc, kb);
+            loop(i64(0), nb, t.nr, [&](mlir::Value jr) {
+              loop(i64(0), mb, t.mr, [&](mlir::Value ir) {
+                mlir::Value rows = min_i64(i64(t.mr), sub(mb, ir));
+                mlir::Value cols = min_i64(i64(t.nr), sub(nb, jr));
+                mlir::Value whole = b_.create<mlir::arith::AndIOp>(loc_, cmpi(mlir::arith::CmpIPredicate::eq, rows, i64(t.mr)),
+                                                                   cmpi(mlir::arith::CmpIPredicate::eq, cols, i64(t.nr)));
+                auto branch = b_.create<mlir::scf::IfOp>(loc_, whole, /*withElseRegion=*/true);
+                mlir::OpBuilder::InsertionGuard guard(b_);
+                b_.setInsertionPointToStart(&branch.getThenRegion().front());
+                micro_kernel(p, add(batch_row, add(ic, ir)), add(jc, jr), ir, jr, kb, first, last, {}, {});
+                b_.setInsertionPointToStart(&branch.getElseRegion().front());
+                micro_kernel(p, add(batch_row, add(ic, ir)), add(jc, jr), ir, jr, kb, first, last, rows, cols);
+              });
+            });
+          });
+        });
+      });
+    });
+    for (int slot = first_alloc; slot < static_cast<int>(base_.size()); ++slot)
+      call_c("free", mlir::LLVM::LLVMVoidType::get(b_.getContext()), mlir::ValueRange{base_[slot]});
+  }
+
+  // B[pc : pc + kb, jc : jc + nb] into panels of nr columns: panel q holds, for each k, the
+  // columns [q*nr, q*nr + nr) contiguously (columns past nb hold whatever was there).
+  void pack_b(const MatmulPlan& p, mlir::Value pc, mlir::Value kb, mlir::Value jc, mlir::Value nb) {
+    const MatmulTiling& t = p.tiling;
+    NodeId b_id = k_.body.node(p.mm).inputs[1];
+    int rank = static_cast<int>(k_.space.size());
+    auto packed_offset = [&](mlir::Value kk, mlir::Value jj) {  // jj relative to jc
+      mlir::Value panel = b_.create<mlir::arith::DivSIOp>(loc_, jj, i64(t.nr));
+      return add(mul(panel, mul(kb, i64(t.nr))), add(mul(kk, i64(t.nr)), sub(jj, mul(panel, i64(t.nr)))));
+    };
+    if (inner_access(b_id, rank - 1) <= Inner::Unit) {
+      loop(i64(0), kb, 1, [&](mlir::Value kk) {
+        std::vector<mlir::Value> idx0 = p.batch;
+        idx0.push_back(add(pc, kk));
+        idx0.push_back(i64(0));
+        loop(i64(0), nb, t.lanes, [&](mlir::Value jj) {
+          masked(sub(nb, jj), t.lanes, [&] {
+            mlir::Value v = lane_value(b_id, idx0, rank - 1, add(jc, jj), t.lanes);
+            store(p.pack_b, p.t, packed_offset(kk, jj), v, t.lanes);
+          });
+        });
+      });
+      return;
+    }
+    // Strided along the columns (a transposed B): element by element, k innermost so that the
+    // reads of B follow its unit stride.
+    loop(i64(0), nb, 1, [&](mlir::Value jj) {
+      loop(i64(0), kb, 1, [&](mlir::Value kk) {
+        std::vector<mlir::Value> idx = p.batch;
+        idx.push_back(add(pc, kk));
+        idx.push_back(add(jc, jj));
+        store(p.pack_b, p.t, packed_offset(kk, jj), general_value(b_id, idx), 1);
+      });
+    });
+  }
+
+  // A[ic : ic + mb, pc : pc + kb] (rows of this batch) into packed A: row r at r * kc (A unit
+  // along K, or any other layout, element by element), or column k at k * mc (A unit along M).
+  void pack_a(const MatmulPlan& p, mlir::Value ic, mlir::Value mb, mlir::Value pc, mlir::Value kb) {
+    const MatmulTiling& t = p.tiling;
+    NodeId a_id = k_.body.node(p.mm).inputs[0];
+    int rank = static_cast<int>(k_.space.size());
+    auto index = [&](mlir::Value row, mlir::Value kk) {
+      std::vector<mlir::Value> idx = p.batch;
+      idx.push_back(row);
+      idx.push_back(kk);
+      return idx;
+    };
+    if (inner_access(a_id, rank - 1) <= Inner::Unit) {
+      loop(i64(0), mb, 1, [&](mlir::Value r) {
+        std::vector<mlir::Value> idx0 = index(add(ic, r), i64(0));
+        loop(i64(0), kb, t.lanes, [&](mlir::Value kk) {
+          masked(sub(kb, kk), t.lanes, [&] {
+            mlir::Value v = lane_value(a_id, idx0, rank - 1, add(pc, kk), t.lanes);
+            store(p.pack_a, p.t, add(mul(r, i64(t.kc)), kk), v, t.lanes);
+          });
+        });
+      });
+    } else if (p.a_by_columns) {
+      loop(i64(0), kb, 1, [&](mlir::Value kk) {
+        std::vector<mlir::Value> idx0 = index(i64(0), add(pc, kk));
+        loop(i64(0), mb, t.lanes, [&](mlir::Value r) {
+          masked(sub(mb, r), t.lanes, [&] {
+            mlir::Value v = lane_value(a_id, idx0, rank - 2, add(ic, r), t.lanes);
+            store(p.pack_a, p.t, add(mul(kk, i64(t.mc)), r), v, t.lanes);
+          });
+        });
+      });
+    } else {
+      loop(i64(0), mb, 1, [&](mlir::Value r) {
+        loop(i64(0), kb, 1, [&](mlir::Value kk) {
+          store(p.pack_a, p.t, add(mul(r, i64(t.kc)), kk), general_value(a_id, index(add(ic, r), add(pc, kk))), 1);
+        });
+      });
+    }
+  }
+
+  mlir::Value fma(mlir::Value a, mlir::Value b, mlir::Value acc) {
+    if (mlir::isa<mlir::FloatType>(mlir::getElementTypeOrSelf(acc.getType())))
+      return b_.create<mlir::vector::FMAOp>(loc_, a, b, acc);
+    return add(acc, mul(a, b));
+  }
+
+  // One mr x nr tile of C at global row `row` (flattened batch x M) and column `col`, from
+  // packed A rows [ir, ir + mr) and packed B columns [jr, jr + nr) over kb. `rows`/`cols`
+  // null: a whole tile; else an edge tile (rows and columns past them are not stored).
+  void micro_kernel(const MatmulPlan& p, mlir::Value row, mlir::Value col, mlir::Value ir, mlir::Value jr, mlir::Value kb,
+                    mlir::Value first, mlir::Value last, mlir::Value rows, mlir::Value cols) {
+    const MatmulTiling& t = p.tiling;
+    int64_t vectors = t.nr / t.lanes;
+    mlir::Type vec = lane_type(scalar_type(p.t), t.lanes);
+    int64_t tile = t.mr * vectors;
+    auto acc_offset = [&](int64_t r, int64_t v) {
+      return add(mul(sub(add(row, i64(r)), p.acc_origin), p.n), add(col, i64(v * t.lanes)));
+    };
+    // Runs body for each row r of the tile that exists, under each vector's column mask.
+    auto each_stored = [&](auto body) {
+      for (int64_t r = 0; r < t.mr; ++r) {
+        mlir::OpBuilder::InsertionGuard guard(b_);
+        if (rows) {
+          auto exists = b_.create<mlir::scf::IfOp>(loc_, cmpi(mlir::arith::CmpIPredicate::slt, i64(r), rows), false);
+          b_.setInsertionPointToStart(&exists.getThenRegion().front());
+        }
+        clear_caches();
+        for (int64_t v = 0; v < vectors; ++v) {
+          if (cols) masked(sub(cols, i64(v * t.lanes)), t.lanes, [&] { body(r, v); });
+          else body(r, v);
+        }
+        clear_caches();
+      }
+    };
+    // The initial tile: zero for the first K block, else the partial sums.
+    auto init = b_.create<mlir::scf::IfOp>(loc_, mlir::TypeRange(std::vector<mlir::Type>(tile, vec)), first, true);
+    {
+      mlir::OpBuilder::InsertionGuard guard(b_);
+      b_.setInsertionPointToStart(&init.getThenRegion().front());
+      b_.create<mlir::scf::YieldOp>(loc_, std::vector<mlir::Value>(tile, constant(p.t, 0, 0, t.lanes)));
+      b_.setInsertionPointToStart(&init.getElseRegion().front());
+      std::vector<mlir::Value> partial;
+      for (int64_t r = 0; r < t.mr; ++r)
+        for (int64_t v = 0; v < vectors; ++v) {
+          // Rows past an edge tile's end read row `row` again (in bounds; never stored).
+          mlir::Value rr = rows ? min_i64(i64(r), sub(rows, i64(1))) : i64(r);
+          mlir::Value offset = add(mul(sub(add(row, rr), p.acc_origin), p.n), add(col, i64(v * t.lanes)));
+          if (cols) {
+            mlir::Value x;
+            masked(sub(cols, i64(v * t.lanes)), t.lanes, [&] { x = load(p.acc, p.t, offset, t.lanes); });
+            partial.push_back(x);
+          } else {
+            partial.push_back(load(p.acc, p.t, offset, t.lanes));
+          }
+        }
+      b_.create<mlir::scf::YieldOp>(loc_, partial);
+    }
+    // The K loop: one outer product of a column of packed A and a row of packed B per k.
+    mlir::Value a_base = p.a_by_columns ? ir : mul(ir, i64(t.kc));
+    int64_t a_row_stride = p.a_by_columns ? 1 : t.kc;
+    int64_t a_k_stride = p.a_by_columns ? t.mc : 1;
+    mlir::Value b_base = mul(jr, kb);  // panel jr / nr starts at jr * kb
+    auto k_loop = b_.create<mlir::scf::ForOp>(loc_, i64(0), kb, i64(1), init.getResults());
+    {
+      mlir::OpBuilder::InsertionGuard guard(b_);
+      b_.setInsertionPointToStart(k_loop.getBody());
+      mlir::Value kk = k_loop.getInductionVar();
+      std::vector<mlir::Value> bv;
+      for (int64_t v = 0; v < vectors; ++v)
+        bv.push_back(load(p.pack_b, p.t, add(b_base, add(mul(kk, i64(t.nr)), i64(v * t.lanes))), t.lanes));
+      mlir::Value a_k = add(a_base, mul(kk, i64(a_k_stride)));
+      std::vector<mlir::Value> next;
+      for (int64_t r = 0; r < t.mr; ++r) {
+        mlir::Value a = load(p.pack_a, p.t, add(a_k, i64(r * a_row_stride)), 1);
+        a = b_.create<mlir::vector::BroadcastOp>(loc_, vec, a);
+        for (int64_t v = 0; v < vectors; ++v) next.push_back(fma(a, bv[v], k_loop.getRegionIterArgs()[r * vectors + v]));
+      }
+      b_.create<mlir::scf::YieldOp>(loc_, next);
+    }
+    // Done with K: the epilogue and the outputs; else the partial sums back.
+    auto finish = b_.create<mlir::scf::IfOp>(loc_, last, true);
+    mlir::OpBuilder::InsertionGuard guard(b_);
+    b_.setInsertionPointToStart(&finish.getThenRegion().front());
+    int c_axis = static_cast<int>(k_.space.size()) - 1;
+    each_stored([&](int64_t r, int64_t v) {
+      matmul_strip_ = k_loop.getResult(r * vectors + v);
+      std::vector<mlir::Value> idx0 = delinearize(add(row, i64(r)), ir::Shape(k_.space.begin(), k_.space.end() - 1));
+      idx0.push_back(i64(0));
+      mlir::Value c = add(col, i64(v * t.lanes));
+      for (size_t o = 0; o < k_.body.outputs.size(); ++o) {
+        NodeId out = k_.body.outputs[o].node;
+        store(output_slot_[o], k_.body.node(out).dtype, add(mul(add(row, i64(r)), p.n), c),
+              lane_value(out, idx0, c_axis, c, t.lanes), t.lanes);
+      }
+      lane_cache_.clear();
+      matmul_strip_ = {};
+    });
+    b_.setInsertionPointToStart(&finish.getElseRegion().front());
+    each_stored([&](int64_t r, int64_t v) { store(p.acc, p.t, acc_offset(r, v), k_loop.getResult(r * vectors + v), t.lanes); });
   }
 
   // Whether the epilogue reads the matmul only along its columns (a strip of C is one vector),

@@ -80,14 +80,16 @@ static ir::CpuSchedule cpu_schedule(const Kernel& k, const TargetInfo& t) {
       s.transpose_block = static_cast<int>(64 / elem) * 2;  // two cache lines per block row
       break;
     case KernelKind::Matmul: {
-      // BLIS-style blocking: an mr x nr tile of C in registers, a kc x nr panel of B in L1,
-      // an mc x kc block of A in L2, a kc x nc panel of B in L3.
+      // BLIS-style blocking: an mr x nr tile of C in registers (mr * nr / lanes accumulators
+      // plus the nr / lanes vectors of B and a broadcast of A must fit the register file:
+      // 32 vector registers with AVX-512, 16 below), a kc x nr panel of B in L1, an mc x kc
+      // block of A in L2, a kc x nc panel of B in (a thread's share of) L3.
+      int64_t e = static_cast<int64_t>(elem);
       s.nr = 2 * s.vector_width;
-      s.mr = t.vector_bits >= 512 ? 6 : 4;
-      s.kc = std::max<int64_t>(64, (t.l1_bytes / 2) / (static_cast<int64_t>(s.nr) * static_cast<int64_t>(elem)));
-      s.kc = std::min<int64_t>(s.kc, 512);
-      s.mc = std::max<int64_t>(s.mr, (t.l2_bytes / 2) / (s.kc * static_cast<int64_t>(elem)) / s.mr * s.mr);
-      s.nc = std::max<int64_t>(s.nr, (t.l3_bytes / 4) / (s.kc * static_cast<int64_t>(elem)) / s.nr * s.nr);
+      s.mr = t.vector_bits >= 512 ? 12 : 6;
+      s.kc = std::clamp<int64_t>(t.l1_bytes / 2 / (s.nr * e) / s.vector_width * s.vector_width, s.vector_width, 512);
+      s.mc = std::max<int64_t>(s.mr, t.l2_bytes / 2 / (s.kc * e) / s.mr * s.mr);
+      s.nc = std::max<int64_t>(s.nr, t.l3_bytes / 2 / std::max(1, t.cores) / (s.kc * e) / s.nr * s.nr);
       break;
     }
     default: break;

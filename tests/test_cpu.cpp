@@ -132,8 +132,14 @@ constexpr int kShards = 4;
 
 // Seeds whose graphs amplify rounding beyond 1e-5, with the tolerance they get instead. 8890:
 // a layernorm over 3 values of log2(sigmoid(...) + 0.5) whose variance is 1.5e-8; rsqrt(var +
-// 1e-5) = 316 turns the 1-ulp differences of f32 log2 (6e-8) into 3.7e-5.
-double random_graph_tolerance(uint64_t seed) { return seed == 8890 ? 1e-4 : 1e-5; }
+// 1e-5) = 316 turns the 1-ulp differences of f32 log2 (6e-8) into 3.7e-5. 95: an f32 matmul
+// (accumulated in f32 like BLAS; the interpreter sums in f64) whose result x goes through
+// cos(0.78 x^4): the derivative, up to 1e3 for its values, turns 1-ulp differences into 1e-4.
+double random_graph_tolerance(uint64_t seed) {
+  if (seed == 8890) return 1e-4;
+  if (seed == 95) return 1e-3;
+  return 1e-5;
+}
 
 // "" when the compiled case of `seed` matches the interpreter, else what differs and the graph.
 std::string check_random_seed(uint64_t seed) {
@@ -437,6 +443,8 @@ TEST_CASE("a generator output in a row-wise kernel that reduces every axis", "[c
 TEST_CASE("random graphs with rounding amplified beyond 1e-5 pass at their own tolerance", "[cpu][random]") {
   CHECK(random_graph_tolerance(8890) == 1e-4);
   CHECK(check_random_seed(8890) == "");
+  CHECK(random_graph_tolerance(95) == 1e-3);
+  CHECK(check_random_seed(95) == "");
 }
 
 // Seeds past the CI count (found by a 10^4 run) that failed once, now fixed: dims first computed

@@ -1,0 +1,229 @@
+// The blocked CPU matmul (packing, cache blocking, register-tiled micro-kernel, fused prologues
+// and epilogues) against the reference interpreter: the benchmark shapes, odd and unit shapes,
+// every blocking edge (with cache sizes shrunk so that small matrices cross every block
+// boundary), batched and transposed operands, every dtype, and the kernel counts of fused layers.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <array>
+#include <string>
+
+#include "codegen/cpu_codegen.h"
+#include "frontends/compile.h"
+#include "ir/printer.h"
+#include "random_graph.h"
+
+using namespace fuse;
+
+namespace {
+
+// f32 matmuls accumulate in f32 (as BLAS does; the interpreter sums in f64): a dot product of
+// length K of values in [-1, 1) is off by about sqrt(K) ulps of its magnitude, at most K.
+// atol grows with K; integers and f64 get the same bound, which they meet with room.
+double matmul_atol(int64_t k) { return 4e-7 * static_cast<double>(std::max<int64_t>(k, 1)); }
+
+CompileOptions with_target(const passes::TargetInfo& t) {
+  CompileOptions o;
+  o.pipeline.target = t;
+  return o;
+}
+
+// The host, with caches small enough that a few dozen rows and columns cross every block: kc,
+// mc and nc of a couple of register tiles.
+passes::TargetInfo tiny_caches() {
+  passes::TargetInfo t = passes::TargetInfo::host();
+  t.l1_bytes = 4 << 10;
+  t.l2_bytes = 4 << 10;
+  t.l3_bytes = 8 << 10;
+  t.cores = 1;
+  return t;
+}
+
+const ir::Kernel& only_matmul(const runtime::Executable& exe) {
+  for (const ir::Kernel& k : exe.program().kernels)
+    if (k.kind == ir::KernelKind::Matmul) return k;
+  FAIL("no matmul kernel");
+  throw;
+}
+
+// Whether the kernels were generated in the blocked form (it allocates its packing buffers),
+// rather than the fallback of one dot product per element.
+bool blocked(const runtime::Executable& exe) {
+  return codegen::emit_cpu_mlir(exe.program()).find("@aligned_alloc") != std::string::npos;
+}
+
+void check(const Graph& g, runtime::Executable& exe, const std::vector<ir::SymbolBindings>& sizes, int64_t k_max) {
+  INFO(ir::print_program(exe.program()));
+  CHECK(exe.compiled_kernel_count() == static_cast<int>(exe.program().kernels.size()));
+  CHECK(blocked(exe));
+  for (const ir::SymbolBindings& s : sizes) {
+    std::string at;
+    for (const auto& [name, size] : s) at += " " + name + "=" + std::to_string(size);
+    INFO("at" << at);
+    ir::TensorMap inputs = testing::random_inputs(g.ir(), s, 11, /*special_values=*/false);
+    CHECK(testing::compare_outputs(ir::interpret(g.ir(), inputs), exe.run(inputs), 1e-5, matmul_atol(k_max)) == "");
+  }
+}
+
+std::vector<ir::SymbolBindings> mkn(const std::vector<std::array<int64_t, 3>>& shapes) {
+  std::vector<ir::SymbolBindings> sizes;
+  for (auto [m, k, n] : shapes) sizes.push_back({{"M", m}, {"K", k}, {"N", n}});
+  return sizes;
+}
+
+}  // namespace
+
+TEST_CASE("matmul at the benchmark's square and odd shapes", "[cpu][matmul][large]") {
+  // 2048^3 alone would take the interpreter several seconds (sanitizers: minutes); it is run on
+  // a slice of rows instead, which the blocked kernel computes exactly like all the others.
+  Graph g;
+  Tensor a = g.input("a", DType::F32, {sym("M"), sym("K")});
+  Tensor b = g.input("b", DType::F32, {sym("K"), sym("N")});
+  g.output("c", matmul(a, b));
+  runtime::Executable exe = compile(g);
+  const ir::Kernel& k = only_matmul(exe);
+  CHECK(k.schedule.cpu.mr > 0);
+  CHECK(k.schedule.cpu.kc > 0);
+  std::vector<std::array<int64_t, 3>> shapes{{256, 256, 256}, {1000, 1000, 1000}, {1023, 1023, 1023}, {2047, 513, 1001}};
+  if (FUSE_SANITIZED) shapes = {{256, 256, 256}, {1023, 127, 513}};
+  check(g, exe, mkn(shapes), 1023);
+
+  // 2048^3: rows [0, 64) and the last 64 rows of the compiled product against the interpreter
+  // on those rows of A.
+  ir::SymbolBindings big{{"M", 2048}, {"K", 2048}, {"N", 2048}};
+  if (FUSE_SANITIZED) big = {{"M", 300}, {"K", 700}, {"N", 300}};
+  ir::TensorMap inputs = testing::random_inputs(g.ir(), big, 5, false);
+  ir::HostArray c = exe.run(inputs).at("c");
+  int64_t m = big["M"], kk = big["K"], n = big["N"];
+  for (int64_t first : {int64_t{0}, m - 64}) {
+    INFO("rows " << first << ".." << first + 64);
+    ir::TensorMap slice{{"a", ir::HostArray(ir::DType::F32, {64, kk})}, {"b", inputs.at("b")}};
+    std::copy_n(inputs.at("a").bytes.begin() + first * kk * 4, 64 * kk * 4, slice.at("a").bytes.begin());
+    ir::HostArray expected = ir::interpret(g.ir(), slice).at("c");
+    ir::HostArray got(ir::DType::F32, {64, n});
+    std::copy_n(c.bytes.begin() + first * n * 4, 64 * n * 4, got.bytes.begin());
+    CHECK(testing::compare_outputs({{"c", expected}}, {{"c", got}}, 1e-5, matmul_atol(kk)) == "");
+  }
+}
+
+TEST_CASE("matmul with unit, empty and odd dims", "[cpu][matmul]") {
+  for (DType t : {DType::F32, DType::F64, DType::I32, DType::I64}) {
+    INFO(ir::dtype_name(t));
+    Graph g;
+    Tensor a = g.input("a", t, {sym("M"), sym("K")});
+    Tensor b = g.input("b", t, {sym("K"), sym("N")});
+    g.output("c", matmul(a, b));
+    runtime::Executable exe = compile(g);
+    check(g, exe,
+          mkn({{1, 1, 1}, {1, 300, 1}, {1, 1, 300}, {300, 1, 1}, {7, 1, 33}, {1, 1023, 1}, {7, 7, 7}, {13, 31, 33},
+               {0, 5, 5}, {5, 0, 5}, {5, 5, 0}, {100, 257, 47}}),
+          1023);
+  }
+}
+
+TEST_CASE("matmul blocking edges: every K, M and N block boundary", "[cpu][matmul]") {
+  // With tiny caches kc, mc and nc are a tile or two: these shapes cross several blocks of
+  // each, end in partial blocks and partial register tiles, and (K > kc) keep partial sums
+  // between K blocks, in the output or, when no output has the matmul's dtype, a task-local
+  // buffer.
+  for (DType t : {DType::F32, DType::F64, DType::I32, DType::I64}) {
+    INFO(ir::dtype_name(t));
+    Graph g;
+    Tensor a = g.input("a", t, {sym("M"), sym("K")});
+    Tensor b = g.input("b", t, {sym("K"), sym("N")});
+    Tensor c = matmul(a, b);
+    g.output("c", c);
+    g.output("positive", c > 0);
+    Graph only_bool;
+    {
+      Tensor a2 = only_bool.input("a", t, {sym("M"), sym("K")});
+      Tensor b2 = only_bool.input("b", t, {sym("K"), sym("N")});
+      only_bool.output("positive", matmul(a2, b2) > 0);
+    }
+    auto sizes = mkn({{1, 1, 1}, {13, 100, 70}, {49, 33, 129}, {97, 257, 65}, {24, 64, 64}});
+    runtime::Executable exe = compile(g, with_target(tiny_caches()));
+    const ir::CpuSchedule& s = only_matmul(exe).schedule.cpu;
+    INFO("mr=" << s.mr << " nr=" << s.nr << " kc=" << s.kc << " mc=" << s.mc << " nc=" << s.nc);
+    CHECK(s.kc < 100);
+    CHECK(s.mc < 49);
+    CHECK(s.nc < 65);
+    check(g, exe, sizes, 257);
+    runtime::Executable bool_exe = compile(only_bool, with_target(tiny_caches()));
+    check(only_bool, bool_exe, sizes, 257);
+  }
+}
+
+TEST_CASE("batched matmul with broadcast batch dims", "[cpu][matmul]") {
+  Graph g;
+  Tensor x = g.input("x", DType::F32, {3, sym("M"), sym("K")});
+  Tensor w = g.input("w", DType::F32, {sym("K"), sym("N")});
+  Tensor wb = g.input("wb", DType::F32, {3, sym("K"), sym("N")});
+  Tensor x1 = g.input("x1", DType::F32, {2, 1, sym("M"), sym("K")});
+  Tensor w2 = g.input("w2", DType::F32, {1, 3, sym("K"), sym("N")});
+  g.output("shared_w", matmul(x, w));
+  g.output("batched", matmul(x, wb) * 2);
+  g.output("outer_batches", matmul(x1, w2));
+  runtime::Executable exe = compile(g, with_target(tiny_caches()));
+  check(g, exe, mkn({{1, 1, 1}, {5, 3, 7}, {37, 70, 41}}), 70);
+  runtime::Executable host = compile(g);
+  check(g, host, mkn({{130, 300, 70}}), 300);
+}
+
+TEST_CASE("transposed operands are absorbed by the packing", "[cpu][matmul]") {
+  for (DType t : {DType::F32, DType::I32}) {
+    INFO(ir::dtype_name(t));
+    Graph g;
+    Tensor a = g.input("a", t, {sym("M"), sym("K")});
+    Tensor at = g.input("at", t, {sym("K"), sym("M")});
+    Tensor b = g.input("b", t, {sym("K"), sym("N")});
+    Tensor bt = g.input("bt", t, {sym("N"), sym("K")});
+    g.output("a_bt", matmul(a, transpose(bt)));
+    g.output("at_b", matmul(transpose(at), b));
+    g.output("at_bt", matmul(transpose(at), transpose(bt)));
+    Tensor x = g.input("x", t, {2, sym("K"), sym("M")});
+    g.output("batched_xt_b", matmul(permute(x, {0, 2, 1}), b));
+    runtime::Executable exe = compile(g, with_target(tiny_caches()));
+    // One kernel per matmul: no transposed copy materialized first.
+    CHECK(exe.program().kernels.size() == 4);
+    check(g, exe, mkn({{1, 1, 1}, {7, 33, 17}, {50, 100, 70}}), 100);
+    runtime::Executable host = compile(g);
+    check(g, host, mkn({{257, 300, 129}}), 300);
+  }
+}
+
+TEST_CASE("fused prologues and epilogues around the blocked matmul", "[cpu][matmul]") {
+  Graph g;
+  Tensor x = g.input("x", DType::F32, {sym("M"), sym("K")});
+  Tensor w = g.input("w", DType::F32, {sym("K"), sym("N")});
+  Tensor bias = g.input("bias", DType::F32, {sym("N")});
+  Tensor row_scale = g.input("row_scale", DType::F32, {sym("M"), 1});
+  Tensor residual = g.input("residual", DType::F32, {sym("M"), sym("N")});
+  g.output("mlp", relu(matmul(x, w) + bias));
+  g.output("scaled", matmul(x * 0.5, exp(w)) * row_scale + residual);
+  g.output("gelu_ish", sigmoid(matmul(x, w) * 1.702) * matmul(x, w));
+  runtime::Executable exe = compile(g, with_target(tiny_caches()));
+  check(g, exe, mkn({{1, 1, 1}, {7, 100, 33}, {49, 70, 129}}), 100);
+  runtime::Executable host = compile(g);
+  check(g, host, mkn({{300, 257, 200}}), 257);
+}
+
+TEST_CASE("a fused MLP layer is one kernel", "[cpu][matmul][fusion]") {
+  Graph g;
+  Tensor x = g.input("x", DType::F32, {sym("M"), sym("K")});
+  Tensor w = g.input("w", DType::F32, {sym("K"), sym("N")});
+  Tensor bias = g.input("bias", DType::F32, {sym("N")});
+  g.output("y", relu(matmul(x, w) + bias));
+  runtime::Executable exe = compile(g);
+  REQUIRE(exe.program().kernels.size() == 1);
+  CHECK(exe.program().kernels[0].kind == ir::KernelKind::Matmul);
+  check(g, exe, mkn({{64, 128, 96}}), 128);
+
+  Graph two;
+  Tensor x2 = two.input("x", DType::F32, {sym("M"), sym("K")});
+  Tensor w1 = two.input("w1", DType::F32, {sym("K"), sym("K")});
+  Tensor w2 = two.input("w2", DType::F32, {sym("K"), sym("N")});
+  two.output("y", matmul(relu(matmul(x2, w1)), w2));
+  runtime::Executable exe2 = compile(two);
+  CHECK(exe2.program().kernels.size() == 2);  // two matmuls never fuse; relu rides on the first
+  check(two, exe2, mkn({{33, 40, 17}}), 40 * 40);
+}
