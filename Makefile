@@ -11,7 +11,7 @@ DEB_PACKAGES := cmake ninja-build g++ catch2 libmlir-19-dev mlir-19-tools llvm-1
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: deps build test demo bench test-asan fuzz clean
+.PHONY: deps build test demo bench bench-matmul test-asan fuzz clean
 
 # Idempotent: only calls apt-get when a package is missing, and runs `apt-get update` once then.
 deps:
@@ -40,8 +40,14 @@ demo: build
 # of `make test`. Flags pass through, e.g. make bench BENCH_ARGS=--benchmark_filter=softmax
 BENCH_ARGS ?=
 bench: deps $(BUILD)/build.ninja
-	cmake --build $(BUILD) -j $(JOBS) --target fuse_bench
+	cmake --build $(BUILD) -j $(JOBS) --target fuse_bench matmul_bench
 	./$(BUILD)/bench/fuse_bench $(BENCH_ARGS)
+	./$(BUILD)/bench/matmul_bench $(MATMUL_BENCH_ARGS)
+
+# Only the matmul table (fuse vs OpenBLAS vs FMA peak), e.g. MATMUL_BENCH_ARGS=--max=2048
+bench-matmul: deps $(BUILD)/build.ninja
+	cmake --build $(BUILD) -j $(JOBS) --target matmul_bench
+	./$(BUILD)/bench/matmul_bench $(MATMUL_BENCH_ARGS)
 
 $(BUILD_ASAN)/build.ninja:
 	cmake -S . -B $(BUILD_ASAN) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DFUSE_SANITIZE=ON $(CMAKE_FLAGS)
