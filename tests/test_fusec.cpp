@@ -12,6 +12,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <regex>
 #include <sstream>
 
 #include "frontends/expr/compile.h"
@@ -565,6 +566,16 @@ TEST_CASE("fusion stages: fused, plan, explain-fusion, dump-after, no-fusion", "
   for (const char* key : {"\"kernels\": [", "\"buffers\": [", "\"launch_order\": [", "\"schedule\": {",
                           "\"kind\": \"matmul\"", "\"mc\": "})
     CHECK(plan.out.find(key) != std::string::npos);
+
+  // The tiling pass's matmul choices: cache blocks (mc, kc, nc) and the register tile (mr, nr),
+  // from this machine's caches and vector width.
+  Result mlp = fusec(kExamples + "mlp.expr --emit=fused");
+  REQUIRE(mlp.status == 0);
+  std::smatch tiles;
+  REQUIRE(std::regex_search(mlp.out, tiles, std::regex(R"(mc=(\d+) kc=(\d+) nc=(\d+) mr=(\d+) nr=(\d+))")));
+  CHECK(std::stoi(tiles[1]) % std::stoi(tiles[4]) == 0);  // mc whole register tiles
+  CHECK(std::stoi(tiles[3]) % std::stoi(tiles[5]) == 0);  // nc too
+  CHECK(std::stoi(tiles[2]) >= 16);
 
   Result cuda = fusec(kExamples + "transpose.expr --emit=fused --target=cuda");
   REQUIRE(cuda.status == 0);
