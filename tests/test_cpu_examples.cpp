@@ -110,7 +110,8 @@ constexpr double kMagnitude = 8;
 ///   generators): bit-equal;
 /// - each f32 transcendental adds its measured ulp bound (f32_ulps) to rtol, in f32 ulps;
 /// - each float sum, mean, prod or matmul over L elements (f64 accumulators, summed in another
-///   order) adds one ulp of its result's type plus L * 2^-52;
+///   order; f32 matmuls accumulate in f32, about sqrt(L) ulps off, which the absolute floor
+///   below covers) adds one ulp of its result's type plus L * 2^-52;
 /// - atol = rtol * kMagnitude, times the longest sum, prod or matmul length on the path: the
 ///   errors of its L terms add up and may cancel the result away.
 Tolerance tolerance_for(const ir::Graph& g, ir::NodeId out, const ir::SymbolBindings& sizes) {
