@@ -1413,8 +1413,17 @@ class KernelEmitter {
     int64_t elem = static_cast<int64_t>(ir::dtype_size(p.t));
     NodeId a_id = n.inputs[0];
     p.a_by_columns = inner_access(a_id, rank - 1) > Inner::Unit && inner_access(a_id, rank - 2) <= Inner::Unit;
-    p.pack_a = allocate_slot(i64((t.mc * t.kc + t.lanes) * elem));
-    p.pack_b = allocate_slot(i64((t.nc * t.kc + t.lanes) * elem));
+    // Packing buffers as large as this problem needs (a full nc x kc panel of B is megabytes).
+    auto round_up = [&](mlir::Value x, int64_t to) {
+      return mul(b_.create<mlir::arith::DivSIOp>(loc_, add(x, i64(to - 1)), i64(to)), i64(to));
+    };
+    mlir::Value kc_used = min_i64(i64(t.kc), max_i64(p.k, i64(1)));
+    mlir::Value mc_used = min_i64(i64(t.mc), round_up(max_i64(p.m, i64(1)), t.mr));
+    mlir::Value nc_used = min_i64(i64(t.nc), round_up(max_i64(p.n, i64(1)), t.nr));
+    // (packed A's rows are kc apart, or its columns mc apart: see pack_a)
+    mlir::Value a_elements = p.a_by_columns ? mul(i64(t.mc), kc_used) : mul(mc_used, i64(t.kc));
+    p.pack_a = allocate_slot(mul(add(a_elements, i64(t.lanes)), i64(elem)));
+    p.pack_b = allocate_slot(mul(add(mul(nc_used, kc_used), i64(t.lanes)), i64(elem)));
     // Partial sums over K blocks: in an output of the matmul's dtype (overwritten by its final
     // value at the last K block), else in a task-local buffer of the task's rows.
     int acc_output = -1;
