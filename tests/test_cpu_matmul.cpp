@@ -227,3 +227,23 @@ TEST_CASE("a fused MLP layer is one kernel", "[cpu][matmul][fusion]") {
   CHECK(exe2.program().kernels.size() == 2);  // two matmuls never fuse; relu rides on the first
   check(two, exe2, mkn({{33, 40, 17}}), 40 * 40);
 }
+
+TEST_CASE("the matmul generator retargets to 256-bit vectors (AVX2: 8 f32 lanes, 6 x 16 tiles)", "[cpu][matmul]") {
+  passes::TargetInfo avx2 = passes::TargetInfo::host();
+  avx2.vector_bits = 256;  // runs on any x86-64 host with AVX2 (this one too, if it has AVX-512)
+  Graph g;
+  Tensor x = g.input("x", DType::F32, {sym("M"), sym("K")});
+  Tensor w = g.input("w", DType::F32, {sym("K"), sym("N")});
+  Tensor bias = g.input("bias", DType::F32, {sym("N")});
+  g.output("y", relu(matmul(x, w) + bias));
+  runtime::Executable exe = compile(g, with_target(avx2));
+  const ir::CpuSchedule& s = only_matmul(exe).schedule.cpu;
+  CHECK(s.vector_width == 8);
+  CHECK(s.mr == 6);
+  CHECK(s.nr == 16);
+  std::string mlir = codegen::emit_cpu_mlir(exe.program());
+  CHECK(mlir.find("vector.fma") != std::string::npos);
+  CHECK(mlir.find("vector<8xf32>") != std::string::npos);
+  CHECK(mlir.find("vector<16xf32>") == std::string::npos);
+  check(g, exe, mkn({{1, 1, 1}, {13, 70, 33}, {100, 300, 129}}), 300);
+}
