@@ -130,6 +130,28 @@ void Json::dump_to(std::string& out, int indent) const {
       return;
     }
     case Kind::Object: {
+      // Small objects of scalars and flat arrays ({"kind": "buffer", "index": 0}) stay on one line.
+      bool flat = std::all_of(members_.begin(), members_.end(), [](const auto& m) {
+        const Json& v = m.second;
+        return v.kind_ != Kind::Object &&
+               (v.kind_ != Kind::Array || std::all_of(v.items_.begin(), v.items_.end(), [](const Json& j) {
+                  return j.kind_ != Kind::Array && j.kind_ != Kind::Object;
+                }));
+      });
+      if (flat && !members_.empty()) {
+        std::string line = "{";
+        for (size_t i = 0; i < members_.size(); ++i) {
+          line += i ? ", " : "";
+          quote(line, members_[i].first);
+          line += ": ";
+          members_[i].second.dump_to(line, 0);
+        }
+        line += '}';
+        if (line.size() + indent <= 100) {
+          out += line;
+          return;
+        }
+      }
       out += '{';
       for (size_t i = 0; i < members_.size(); ++i) {
         out += i ? ",\n" + pad : "\n" + pad;

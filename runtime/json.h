@@ -26,7 +26,7 @@ class Json {
 
   /// Parses a whole document. Throws ir::Error "WHAT:LINE:COL: problem" on malformed input.
   static Json parse(std::string_view text, const std::string& what);
-  /// Two-space indented text; arrays of scalars stay on one line.
+  /// Two-space indented text; arrays of scalars and small objects of them stay on one line.
   std::string dump() const;
 
   Kind kind() const { return kind_; }
