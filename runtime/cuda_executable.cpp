@@ -156,13 +156,16 @@ CudaExecutable::CudaExecutable(CudaProgram program, int device) : program_(std::
               "cuFuncSetAttribute");
       functions_.push_back(f);
     }
-    for (const ir::HostArray& c : program_.plan.constants) constants_.push_back(DeviceBuffer::to_device(c, device_));
-    for (int64_t bytes : program_.plan.scratch_bytes)
-      scratch_.push_back(DeviceBuffer::empty(ir::DType::Bool, {bytes}, device_));
-    slots_.resize(program_.num_slots);
     check(api.cuStreamCreate(&stream_, cuda::CU_STREAM_DEFAULT), "cuStreamCreate");
     check(api.cuEventCreate(&start_, cuda::CU_EVENT_DEFAULT), "cuEventCreate");
     check(api.cuEventCreate(&end_, cuda::CU_EVENT_DEFAULT), "cuEventCreate");
+    for (const ir::HostArray& c : program_.plan.constants) constants_.push_back(DeviceBuffer::to_device(c, device_));
+    for (int64_t bytes : program_.plan.scratch_bytes) {
+      DeviceBuffer& s = scratch_.emplace_back(DeviceBuffer::empty(ir::DType::Bool, {bytes}, device_));
+      if (bytes > 0)
+        check(api.cuMemsetD8Async(s.data(), 0, static_cast<size_t>(bytes), stream_), "cuMemsetD8Async");
+    }
+    slots_.resize(program_.num_slots);
   } catch (...) {
     release_driver_objects();
     throw;

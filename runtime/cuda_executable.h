@@ -50,7 +50,8 @@ ir::SymbolBindings bind_cuda_inputs(const CudaProgram& p, const std::map<std::st
 int64_t grid_size(int64_t work, int64_t work_per_block, int64_t max_grid);
 
 /// Loads the PTX once (cuModuleLoadDataEx; a JIT failure throws with the JIT's log), resolves the
-/// entries, uploads the plan's constants and allocates its scratch. Each run binds symbols from
+/// entries, uploads the plan's constants and allocates its scratch (zero-filled once, when
+/// allocated; kernels that need it zero at every run must leave it so). Each run binds symbols from
 /// the inputs' shapes, places intermediates in per-slot allocations kept across runs, and
 /// launches every kernel asynchronously on the executable's stream.
 class CudaExecutable {

@@ -6,6 +6,8 @@
 #include <dlfcn.h>
 
 #include <cstdlib>
+#include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -348,6 +350,28 @@ TEST_CASE("outputs that share a buffer or pass an input through are copies", "[c
   CHECK(out.at("y").to_doubles() == std::vector<double>{3, 6, 9});
   CHECK(out.at("y_again").to_doubles() == std::vector<double>{3, 6, 9});
   CHECK(out.at("a_copy").to_doubles() == std::vector<double>{1, 2, 3});
+}
+
+TEST_CASE("scratch is allocated once per executable, zero-filled, and passed to its launches", "[cuda]") {
+  Fake& f = fresh();
+  CudaProgram p = fuse_test::vadd_scale_program(1.0f);
+  p.plan.scratch_bytes = {100};
+  p.plan.launches[0].args.push_back({fuse::ir::CudaArg::Kind::Scratch, 0});
+  // The fake counts parameters from the PTX: declare the extra one.
+  size_t at = p.ptx.find("\t.param .u64 vadd_f32_param_3");
+  p.ptx.insert(at, "\t.param .u64 vadd_f32_param_4,\n");
+  CudaExecutable exe(p);
+  fuse::ir::TensorMap inputs = {{"a", iota_f32(10, 0, 1)}, {"b", iota_f32(10, 0, 1)}};
+  exe.run_host(inputs);
+  exe.run_host(inputs);
+  REQUIRE(f.launch_count() == 4);
+  REQUIRE(f.launch(0)->num_params == 5);
+  cuda::CUdeviceptr scratch = f.launch(0)->params[4];
+  CHECK(scratch != 0);
+  CHECK(f.launch(2)->params[4] == scratch);
+  std::vector<unsigned char> bytes(100, 1);
+  std::memcpy(bytes.data(), reinterpret_cast<const void*>(scratch), 100);  // fake device memory is host memory
+  CHECK(bytes == std::vector<unsigned char>(100, 0));
 }
 
 TEST_CASE("timing needs a run first", "[cuda]") {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <mutex>
 #include <string>
@@ -20,6 +21,7 @@ constexpr CUresult kSuccess = 0, kInvalidValue = 1, kOutOfMemory = 2, kNotInitia
 
 struct Module {
   std::string text;
+  std::deque<FakeLaunch> functions;  // what cuModuleGetFunction handed out: name and parameter count
 };
 
 struct State {
@@ -274,7 +276,9 @@ CUresult cuModuleLoadDataEx(void** module, const void* image, unsigned num_optio
     return kInvalidPtx;
   }
   if (text.find(".version") == std::string::npos) return kInvalidPtx;
-  *module = new Module{text};
+  auto* m = new Module;
+  m->text = text;
+  *module = m;
   ++state().stats["module_loads"];
   return kSuccess;
 }
@@ -285,13 +289,13 @@ CUresult cuModuleUnload(void* module) {
 }
 
 CUresult cuModuleGetFunction(void** function, void* module, const char* name) {
-  const std::string& text = static_cast<Module*>(module)->text;
-  int n = entry_params(text, name);
+  auto* m = static_cast<Module*>(module);
+  int n = entry_params(m->text, name);
   if (n < 0) return kNotFound;
-  auto* f = new FakeLaunch{};  // the function: its name and parameter count (kept for the process)
-  std::snprintf(f->entry, sizeof f->entry, "%s", name);
-  f->num_params = n;
-  *function = f;
+  FakeLaunch& f = m->functions.emplace_back();
+  std::snprintf(f.entry, sizeof f.entry, "%s", name);
+  f.num_params = n;
+  *function = &f;
   return kSuccess;
 }
 
