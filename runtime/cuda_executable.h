@@ -42,7 +42,8 @@ struct TensorType {
 };
 
 /// Checks tensors against the program's inputs (every input present, dtypes equal, shapes
-/// matching the declared dims) and binds the shape symbols. Throws ir::Error naming the input.
+/// matching the declared dims, no name that is not an input: a typo is not ignored) and binds the
+/// shape symbols. Throws ir::Error naming the input.
 /// Needs no GPU: fuse-run checks its .npy inputs with it before touching CUDA.
 ir::SymbolBindings bind_cuda_inputs(const CudaProgram& p, const std::map<std::string, TensorType>& inputs);
 
