@@ -1,6 +1,7 @@
 #include "ir/shape.h"
 
 #include <algorithm>
+#include <cctype>
 
 #include "ir/error.h"
 
@@ -22,6 +23,36 @@ std::string Dim::str() const {
   std::string s = factor == 1 ? "" : std::to_string(factor) + "*";
   for (size_t i = 0; i < symbols.size(); ++i) s += (i ? "*" : "") + symbols[i];
   return s;
+}
+
+Dim parse_dim(std::string_view text) {
+  auto fail = [&](const std::string& why) -> Error {
+    return Error("'" + std::string(text) + "' is not a dim (" + why + "; expected e.g. 4, N or 2*N*M)");
+  };
+  Dim d;
+  size_t pos = 0;
+  auto skip_spaces = [&] { while (pos < text.size() && text[pos] == ' ') ++pos; };
+  while (true) {
+    skip_spaces();
+    size_t start = pos;
+    if (pos < text.size() && std::isdigit(static_cast<unsigned char>(text[pos]))) {
+      int64_t value = 0;
+      for (; pos < text.size() && std::isdigit(static_cast<unsigned char>(text[pos])); ++pos)
+        if (__builtin_mul_overflow(value, 10, &value) || __builtin_add_overflow(value, text[pos] - '0', &value))
+          throw fail("the number overflows 64 bits");
+      d = d * Dim(value);
+    } else if (pos < text.size() && (std::isalpha(static_cast<unsigned char>(text[pos])) || text[pos] == '_')) {
+      while (pos < text.size() && (std::isalnum(static_cast<unsigned char>(text[pos])) || text[pos] == '_')) ++pos;
+      d = d * Dim::symbol(std::string(text.substr(start, pos - start)));
+    } else {
+      throw fail(pos < text.size() ? "unexpected '" + std::string(1, text[pos]) + "'" : "a factor is missing");
+    }
+    skip_spaces();
+    if (pos == text.size()) break;
+    if (text[pos] != '*') throw fail("unexpected '" + std::string(1, text[pos]) + "'");
+    ++pos;
+  }
+  return d;
 }
 
 Dim operator*(const Dim& a, const Dim& b) {

@@ -5,6 +5,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace fuse::ir {
@@ -25,6 +26,10 @@ struct Dim {
   bool operator==(const Dim&) const = default;
   std::string str() const;  // "4", "N", "2*N*M"
 };
+
+/// Parses what Dim::str() prints: a product of non-negative integers and symbol names separated by
+/// '*' ("4", "N", "2*N*M", spaces allowed). Throws Error naming the text when it is not one.
+Dim parse_dim(std::string_view text);
 
 Dim operator*(const Dim& a, const Dim& b);
 /// a / b when b divides a exactly as a monomial (e.g. N*M / M = N, 12 / 4 = 3), else nullopt.

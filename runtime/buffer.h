@@ -32,7 +32,8 @@ struct Device {
 /// transparent huge pages, which saves TLB misses when a kernel streams through it. Zero-size
 /// buffers are valid and hold no memory (data() is null).
 ///
-/// CUDA buffers are not available in this build: asking for one throws ir::Error.
+/// Host memory only: asking for a CUDA device throws ir::Error. GPU memory is a DeviceBuffer
+/// (runtime/device_buffer.h).
 class Buffer {
  public:
   static constexpr std::size_t kAlignment = 64;
