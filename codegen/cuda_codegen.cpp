@@ -940,12 +940,14 @@ class GpuEmitter {
     begin_function(k_.name + "_partials");
     for (mlir::Value& v : kept) v = i64(0);
     scratch = base_[scratch_param_];
-    {
-      mlir::Value tid = linear_thread_id(), block = block_id(Dimension::x);
+    mlir::Value tid = linear_thread_id(), block = block_id(Dimension::x);
+    // Blocks past kMaxPartials (a launch that ignored max_grid) have no slot: they do nothing.
+    mlir::Value blocks = min_i64(grid_dim(Dimension::x), i64(kMaxPartials));
+    if_then(lt(block, blocks), [&] {
       std::vector<mlir::Value> init;
       for (NodeId id : ids) init.push_back(accumulator_identity(id));
       auto fold = b_.create<mlir::scf::ForOp>(loc_, add(mul(block, i64(threads)), tid), dim(length),
-                                              mul(grid_dim(Dimension::x), i64(threads)), init);
+                                              mul(blocks, i64(threads)), init);
       {
         mlir::OpBuilder::InsertionGuard guard(b_);
         b_.setInsertionPointToStart(fold.getBody());
@@ -963,10 +965,9 @@ class GpuEmitter {
           b_.create<mlir::LLVM::StoreOp>(loc_, to_slot(accumulator_type(ids[q]), total), element_address(scratch, i64_type(), slot(q, block)), 8);
         });
       }
-      if_then(and_(eq(tid, i64(0)), eq(block, i64(0))), [&] {
-        b_.create<mlir::LLVM::StoreOp>(loc_, grid_dim(Dimension::x), element_address(scratch, i64_type(), i64(0)), 8);
-      });
-    }
+      if_then(and_(eq(tid, i64(0)), eq(block, i64(0))),
+              [&] { b_.create<mlir::LLVM::StoreOp>(loc_, blocks, element_address(scratch, i64_type(), i64(0)), 8); });
+    });
     finish_function();
     ir::CudaLaunch& first = add_launch(k_.name + "_partials", {k_.schedule.cuda.block_x, k_.schedule.cuda.block_y, 1});
     first.work[0] = length;
