@@ -1174,7 +1174,18 @@ struct Built {
   ir::CudaPlan plan;
 };
 
+// The compute capabilities LLVM 19's NVPTX backend generates code for (newer GPUs JIT-compile
+// sm_90 PTX) that CUDA 13's ptxas still accepts.
+void check_sm(int sm) {
+  static const int known[] = {75, 80, 86, 87, 89, 90};
+  if (std::find(std::begin(known), std::end(known), sm) == std::end(known))
+    throw ir::Error("CUDA codegen: sm_" + std::to_string(sm) +
+                    " is not a target of LLVM 19's NVPTX backend (sm_75, sm_80, sm_86, sm_87, sm_89, sm_90); newer GPUs "
+                    "run sm_90 PTX (the driver compiles it for them)");
+}
+
 Built build_module(mlir::MLIRContext& context, const ir::Program& p, const CudaOptions& options) {
+  check_sm(options.sm);
   Built built;
   built.plan.sm = "sm_" + std::to_string(options.sm);
   built.plan.symbols = program_symbols(p);

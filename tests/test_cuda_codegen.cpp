@@ -358,3 +358,12 @@ TEST_CASE("--sm picks the PTX target", "[cuda]") {
   CHECK(m.ptx.find(".target sm_90") != std::string::npos);
   CHECK(ptxas_errors(m.ptx, "sm_90").empty());
 }
+
+TEST_CASE("a compute capability LLVM cannot target is a clear error", "[cuda][errors]") {
+  Graph g;
+  g.output("y", g.input("x", DType::F32, {testing::N}) * 2.0);
+  codegen::CudaOptions options;
+  options.sm = 100;
+  CHECK_THROWS_WITH(codegen::compile_cuda(cuda_program(g.ir(), 100), options),
+                    Catch::Contains("sm_100 is not a target") && Catch::Contains("sm_90 PTX"));
+}
