@@ -12,6 +12,7 @@
 #include "ir/error.h"
 #include "ir/scalar.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
@@ -26,9 +27,11 @@ class ScalarLowering {
 
  public:
   /// `fast_math`: f32 transcendentals take the fast path as it is (no f64 fix-ups).
-  /// `libdevice`: the target lowers math.sin/cos/exp/log to accurate library calls (CUDA's
-  /// libdevice: __nv_sinf reduces any argument exactly, __nv_expf/__nv_logf handle subnormal
-  /// results and inputs without ftz), so f32 sin/cos skip the CPU's f64 polynomial.
+  /// `libdevice`: the target lowers math ops to CUDA's libdevice (the GPU). Its f32 functions
+  /// are 1 to 4 ulp from the correctly rounded result and its __nv_sqrtf is sqrt.approx unless
+  /// __CUDA_PREC_SQRT is set, which MLIR does not; the interpreter computes f32 ops in f64 and
+  /// rounds once. So, fast math aside, f32 transcendentals are computed in f64 by libdevice
+  /// (within 1 ulp of f64) and rounded once, like the interpreter; f32 sqrt is sqrt.rn.
   ScalarLowering(mlir::OpBuilder& b, bool fast_math, bool libdevice, std::string fail_prefix)
       : b_(b), loc_(b.getUnknownLoc()), fast_math_(fast_math), libdevice_(libdevice), fail_prefix_(std::move(fail_prefix)) {}
 
@@ -153,6 +156,11 @@ class ScalarLowering {
     if (op == ScalarOp::And) return b_.create<mlir::arith::AndIOp>(loc_, a[0], a[1]);
     if (op == ScalarOp::Or) return b_.create<mlir::arith::OrIOp>(loc_, a[0], a[1]);
     if (ir::is_float(operand)) {
+      if (libdevice_ && !fast_math_ && operand == DType::F32 && in_f64_on_gpu(op)) {
+        std::vector<mlir::Value> wide;
+        for (mlir::Value v : a) wide.push_back(cast(v, DType::F32, DType::F64, lanes));
+        return cast(scalar_op(op, DType::F64, DType::F64, wide, lanes), DType::F64, DType::F32, lanes);
+      }
       mlir::Value x = a[0];
       switch (op) {
         case ScalarOp::Neg: return b_.create<mlir::arith::NegFOp>(loc_, x);
@@ -169,8 +177,8 @@ class ScalarLowering {
         case ScalarOp::Log2:
           return patch_f32(operand, x, b_.create<mlir::math::Log2Op>(loc_, x), CmpFPredicate::OLT, 1.17549435e-38,
                            [&](mlir::Value x64) { return b_.create<mlir::math::Log2Op>(loc_, x64); }, lanes);
-        case ScalarOp::Sqrt: return b_.create<mlir::math::SqrtOp>(loc_, x);
-        case ScalarOp::Rsqrt: return b_.create<mlir::arith::DivFOp>(loc_, one(operand), b_.create<mlir::math::SqrtOp>(loc_, x));
+        case ScalarOp::Sqrt: return sqrt(x);
+        case ScalarOp::Rsqrt: return b_.create<mlir::arith::DivFOp>(loc_, one(operand), sqrt(x));
         case ScalarOp::Sin:
         case ScalarOp::Cos: {
           bool want_sin = op == ScalarOp::Sin;
@@ -366,6 +374,21 @@ class ScalarLowering {
 
  private:
   std::string fail(const std::string& what) const { return fail_prefix_ + what; }
+  // The f32 ops the GPU computes in f64 (the interpreter's definition: f64, rounded once).
+  static bool in_f64_on_gpu(ScalarOp op) {
+    switch (op) {
+      case ScalarOp::Exp: case ScalarOp::Exp2: case ScalarOp::Log: case ScalarOp::Log2: case ScalarOp::Rsqrt:
+      case ScalarOp::Sin: case ScalarOp::Cos: case ScalarOp::Tan: case ScalarOp::Tanh: case ScalarOp::Sigmoid:
+      case ScalarOp::Pow: return true;
+      default: return false;
+    }
+  }
+  mlir::Value sqrt(mlir::Value x) {
+    // Not __nv_sqrtf (see the constructor); llvm.sqrt is taken by the NVVM lowering too.
+    if (libdevice_ && x.getType().isF32())
+      return b_.create<mlir::LLVM::CallIntrinsicOp>(loc_, x.getType(), "llvm.nvvm.sqrt.rn.f", mlir::ValueRange{x}).getResult(0);
+    return b_.create<mlir::math::SqrtOp>(loc_, x);
+  }
   mlir::Type i64_type() { return b_.getI64Type(); }
   mlir::Value i64(int64_t v) { return b_.create<mlir::arith::ConstantIntOp>(loc_, v, 64); }
   mlir::Value add(mlir::Value a, mlir::Value c) { return b_.create<mlir::arith::AddIOp>(loc_, a, c); }

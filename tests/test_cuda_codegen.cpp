@@ -348,7 +348,7 @@ TEST_CASE("a Program scheduled for the CPU is refused", "[cuda][errors]") {
   CHECK_THROWS_WITH(codegen::compile_cuda(p), Catch::Contains("not scheduled for CUDA"));
 }
 
-TEST_CASE("--sm picks the PTX target", "[cuda]") {
+TEST_CASE("CudaOptions::sm picks the PTX target", "[cuda]") {
   Graph g;
   g.output("y", g.input("x", DType::F32, {testing::N}) * 2.0);
   codegen::CudaOptions options;
@@ -366,4 +366,27 @@ TEST_CASE("a compute capability LLVM cannot target is a clear error", "[cuda][er
   options.sm = 100;
   CHECK_THROWS_WITH(codegen::compile_cuda(cuda_program(g.ir(), 100), options),
                     Catch::Contains("sm_100 is not a target") && Catch::Contains("sm_90 PTX"));
+}
+
+TEST_CASE("f32 ops round like the interpreter: IEEE sqrt and division, transcendentals in f64", "[cuda]") {
+  Graph g;
+  Tensor a = g.input("a", DType::F32, {testing::N});
+  Tensor b = g.input("b", DType::F32, {testing::N});
+  g.output("h", sqrt(a * a + b * b) / a);
+  g.output("e", exp(a));
+  ir::Program p = cuda_program(g.ir());
+  codegen::CudaModule m = check_compiles(g.ir());
+  CHECK(count(m.ptx, "sqrt.rn.f32") > 0);
+  CHECK(count(m.ptx, "sqrt.approx") == 0);  // libdevice's __nv_sqrtf without __CUDA_PREC_SQRT
+  CHECK(count(m.ptx, "div.rn.f32") > 0);
+  CHECK(count(m.ptx, "fma.rn.f32") == 0);  // no contraction of a * a + b * b
+  auto exp_line = [](const std::string& mlir) {
+    size_t at = mlir.find("math.exp");
+    REQUIRE(at != std::string::npos);
+    return mlir.substr(at, mlir.find('\n', at) - at);
+  };
+  CHECK_THAT(exp_line(codegen::emit_cuda_mlir(p)), Catch::EndsWith(": f64"));
+  codegen::CudaOptions fast;
+  fast.fast_math = true;
+  CHECK_THAT(exp_line(codegen::emit_cuda_mlir(p, fast)), Catch::EndsWith(": f32"));
 }

@@ -672,7 +672,7 @@ TEST_CASE("fast math compiles with LLVM fast flags and stays within tolerance", 
   CHECK(run.status == 0);
 }
 
-TEST_CASE("--target=cuda emits PTX, the launch plan, the gpu.module and NVVM IR", "[fusec][codegen][cuda]") {
+TEST_CASE("fusec --target=cuda emits PTX, the launch plan, the gpu.module and NVVM IR", "[fusec][codegen][cuda]") {
   std::string file = kExamples + "softmax.expr";
   fs::path ptx = scratch("emit_ptx") / "softmax.ptx";
   Result written = fusec(file + " --target=cuda --emit=ptx -o " + ptx.string());
