@@ -301,7 +301,10 @@ class GpuEmitter {
   mlir::Value zero_of(DType t) { return scalar_.constant(t, 0, 0, 1); }
 
   // Values cached while emitting one region are defined inside it: never reuse them outside.
-  void clear_caches() { general_cache_.clear(); }
+  void clear_caches() {
+    general_cache_.clear();
+    linear_memo_.clear();
+  }
 
   template <class Body>
   void loop(mlir::Value from, mlir::Value to, mlir::Value step, Body body) {
@@ -420,12 +423,28 @@ class GpuEmitter {
     return v;
   }
 
+  // An index delinearize() took apart is put back together as the value it came from (the
+  // division and remainder then go unused and are removed): an operand laid out like the
+  // space is read at the loop's own position.
+  std::pair<std::string, std::vector<const void*>> memo_key(const std::vector<mlir::Value>& idx, const ir::Shape& shape) {
+    std::vector<const void*> values;
+    for (mlir::Value v : idx) values.push_back(v.getAsOpaquePointer());
+    return {ir::shape_str(shape), values};
+  }
+
   mlir::Value linearize(const std::vector<mlir::Value>& idx, const ir::Shape& shape) {
+    auto known = linear_memo_.find(memo_key(idx, shape));
+    if (known != linear_memo_.end()) return known->second;
     mlir::Value lin = i64(0);
     for (size_t d = 0; d < shape.size(); ++d) lin = add(mul(lin, dim(shape[d])), idx[d]);
     return lin;
   }
   std::vector<mlir::Value> delinearize(mlir::Value lin, const ir::Shape& shape) {
+    std::vector<mlir::Value> idx = delinearize_uncached(lin, shape);
+    linear_memo_[memo_key(idx, shape)] = lin;
+    return idx;
+  }
+  std::vector<mlir::Value> delinearize_uncached(mlir::Value lin, const ir::Shape& shape) {
     std::vector<mlir::Value> idx(shape.size());
     for (size_t d = shape.size(); d-- > 0;) {
       if (d == 0) {
@@ -437,6 +456,18 @@ class GpuEmitter {
       lin = div(lin, size);
     }
     return idx;
+  }
+
+  // The index in the space of element j of row `row` (its kept index `kept`). With trailing
+  // reduced axes that is position row * L + j of the space, so that operands laid out like the
+  // space are read there without index arithmetic (see linearize).
+  std::vector<mlir::Value> element_index(const std::vector<mlir::Value>& kept, mlir::Value row, mlir::Value j) {
+    bool trailing = !k_.axes.empty();
+    for (size_t i = 0; i < k_.axes.size(); ++i)
+      trailing = trailing && k_.axes[i] == static_cast<int>(k_.space.size() - k_.axes.size() + i);
+    ir::Shape reduced_shape = reduced_dims(k_);
+    if (!trailing) return full_index(kept, delinearize(j, reduced_shape));
+    return delinearize(add(mul(row, dim(ir::num_elements(reduced_shape))), j), k_.space);
   }
 
   std::vector<mlir::Value> full_index(const std::vector<mlir::Value>& kept, const std::vector<mlir::Value>& reduced) {
@@ -840,7 +871,7 @@ class GpuEmitter {
   }
 
   // One thread folds [0, length) of the row in order (user combiners); every thread gets it.
-  mlir::Value sequential_reduce(NodeId id, const std::vector<mlir::Value>& kept, const ir::Dim& length) {
+  mlir::Value sequential_reduce(NodeId id, const std::vector<mlir::Value>& kept, mlir::Value row, const ir::Dim& length) {
     DType t = accumulator_type(id);
     mlir::Value slots = shared_array("warps", i64_type(), kWarp);
     if_then(eq(linear_thread_id(), i64(0)), [&] {
@@ -849,7 +880,7 @@ class GpuEmitter {
         mlir::OpBuilder::InsertionGuard guard(b_);
         b_.setInsertionPointToStart(fold.getBody());
         clear_caches();
-        std::vector<mlir::Value> full = full_index(kept, delinearize(fold.getInductionVar(), reduced_dims(k_)));
+        std::vector<mlir::Value> full = element_index(kept, row, fold.getInductionVar());
         mlir::Value x = to_accumulator(id, general_value(k_.body.node(id).inputs[0], full));
         b_.create<mlir::scf::YieldOp>(loc_, combine(id, fold.getRegionIterArgs()[0], x));
         clear_caches();
@@ -881,7 +912,7 @@ class GpuEmitter {
       std::vector<mlir::Value> kept = delinearize(row, kept_shape);
       for (NodeId id : reduce_nodes(k_)) {
         if (k_.body.node(id).as<ir::ReduceAttrs>().kind == ir::ReduceKind::Custom) {
-          reduced_[id] = finish(id, sequential_reduce(id, kept, row_length), row_length);
+          reduced_[id] = finish(id, sequential_reduce(id, kept, row, row_length), row_length);
           continue;
         }
         auto fold = b_.create<mlir::scf::ForOp>(loc_, tid, length, step, mlir::ValueRange{accumulator_identity(id)});
@@ -889,7 +920,7 @@ class GpuEmitter {
           mlir::OpBuilder::InsertionGuard guard(b_);
           b_.setInsertionPointToStart(fold.getBody());
           clear_caches();
-          std::vector<mlir::Value> full = full_index(kept, delinearize(fold.getInductionVar(), reduced_shape));
+          std::vector<mlir::Value> full = element_index(kept, row, fold.getInductionVar());
           mlir::Value x = to_accumulator(id, general_value(k_.body.node(id).inputs[0], full));
           b_.create<mlir::scf::YieldOp>(loc_, combine(id, fold.getRegionIterArgs()[0], x));
           clear_caches();
@@ -901,13 +932,13 @@ class GpuEmitter {
         const Node& n = k_.body.node(out);
         if (n.shape == k_.space) {
           loop(tid, length, step, [&](mlir::Value j) {
-            std::vector<mlir::Value> full = full_index(kept, delinearize(j, reduced_shape));
+            std::vector<mlir::Value> full = element_index(kept, row, j);
             store(output_param_[o], n.dtype, linearize(full, k_.space), general_value(out, full));
           });
         } else if (!(ir::num_elements(n.shape) == ir::num_elements(kept_shape))) {
           // Laid out like the space in another shape (never downstream of a reduction).
           loop(tid, length, step, [&](mlir::Value j) {
-            mlir::Value linear = linearize(full_index(kept, delinearize(j, reduced_shape)), k_.space);
+            mlir::Value linear = linearize(element_index(kept, row, j), k_.space);
             store(output_param_[o], n.dtype, linear, general_value(out, delinearize(linear, n.shape)));
           });
         } else {
@@ -952,7 +983,7 @@ class GpuEmitter {
         mlir::OpBuilder::InsertionGuard guard(b_);
         b_.setInsertionPointToStart(fold.getBody());
         clear_caches();
-        std::vector<mlir::Value> full = full_index(kept, delinearize(fold.getInductionVar(), reduced_shape));
+        std::vector<mlir::Value> full = element_index(kept, i64(0), fold.getInductionVar());
         std::vector<mlir::Value> next;
         for (size_t q = 0; q < ids.size(); ++q)
           next.push_back(combine(ids[q], fold.getRegionIterArgs()[q], to_accumulator(ids[q], general_value(k_.body.node(ids[q]).inputs[0], full))));
@@ -1151,6 +1182,7 @@ class GpuEmitter {
   std::vector<mlir::Value> base_;            // each pointer parameter
   std::map<std::string, mlir::Value> dims_;  // by Dim::str()
   std::map<std::vector<const void*>, mlir::Value> general_cache_;
+  std::map<std::pair<std::string, std::vector<const void*>>, mlir::Value> linear_memo_;  // see linearize
   std::map<NodeId, mlir::Value> reduced_;    // Reduce/Matmul node -> this row's (element's) result
 };
 
