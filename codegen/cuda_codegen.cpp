@@ -245,15 +245,18 @@ class GpuEmitter {
     for (size_t s = 0; s < symbols_.size(); ++s) args_.push_back({ir::CudaArg::Kind::Symbol, static_cast<int>(s)});
   }
 
-  // Starts gpu.func `name` (a kernel) with the kernel's parameters; the builder is left in its
-  // body. `finish_function` ends it.
-  void begin_function(const std::string& name) {
+  // Starts gpu.func `name` (a kernel) with the kernel's parameters, launched in blocks of
+  // `block` threads (known to the function: ptxas then budgets registers for that block, not for
+  // 1024 threads); the builder is left in its body. `finish_function` ends it.
+  void begin_function(const std::string& name, std::array<int, 3> block) {
+    block_ = block;
     std::vector<mlir::Type> params;
     for (size_t a = 0; a < args_.size(); ++a)
       params.push_back(static_cast<int>(a) < pointer_params_ ? ptr_type() : i64_type());
     b_.setInsertionPoint(module_.getBody()->getTerminator());
     auto func = b_.create<mlir::gpu::GPUFuncOp>(loc_, name, b_.getFunctionType(params, {}));
     func->setAttr(mlir::gpu::GPUDialect::getKernelFuncAttrName(), b_.getUnitAttr());
+    func.setKnownBlockSizeAttr(b_.getDenseI32ArrayAttr(block));
     entry_ = &func.getBody().front();
     b_.setInsertionPointToStart(entry_);
     base_.clear();
@@ -263,11 +266,12 @@ class GpuEmitter {
   }
   void finish_function() { b_.create<mlir::gpu::ReturnOp>(loc_); }
 
-  ir::CudaLaunch& add_launch(const std::string& entry, std::array<int, 3> block) {
+  // The launch of the function begun last.
+  ir::CudaLaunch& add_launch(const std::string& entry) {
     ir::CudaLaunch l;
     l.entry = entry;
     l.kernel = kernel_index_;
-    l.block = block;
+    l.block = block_;
     l.args = args_;
     plan_.launches.push_back(l);
     return plan_.launches.back();
@@ -625,7 +629,7 @@ class GpuEmitter {
 
   void emit_elementwise() {
     int block = k_.schedule.cuda.block_x * k_.schedule.cuda.block_y;
-    begin_function(k_.name);
+    begin_function(k_.name, {block, 1, 1});
     using mlir::gpu::Dimension;
     mlir::Value n = dim(ir::num_elements(k_.space));
     mlir::Value first = add(mul(block_id(Dimension::x), block_dim(Dimension::x)), thread_id(Dimension::x));
@@ -658,7 +662,7 @@ class GpuEmitter {
       clear_caches();
     }
     finish_function();
-    ir::CudaLaunch& l = add_launch(k_.name, {block, 1, 1});
+    ir::CudaLaunch& l = add_launch(k_.name);
     l.work[0] = ir::num_elements(k_.space);
     l.work_per_block[0] = static_cast<int64_t>(block) * lanes * std::max(1, k_.schedule.cuda.items_per_thread);
     l.max_grid[0] = 65536;  // grid-stride: more blocks than this only add scheduling
@@ -681,7 +685,7 @@ class GpuEmitter {
     ir::Shape batch_shape;
     for (int d = 0; d < rank; ++d)
       if (d != a && d != bx) batch_shape.push_back(shape[d]);
-    begin_function(k_.name);
+    begin_function(k_.name, {static_cast<int>(tile), static_cast<int>(rows_per_pass), 1});
     using mlir::gpu::Dimension;
     mlir::Type element = memory_type(out_node.dtype);
     mlir::Value shared = shared_array("tile", element, tile * pitch);
@@ -733,7 +737,7 @@ class GpuEmitter {
       });
     });
     finish_function();
-    ir::CudaLaunch& l = add_launch(k_.name, {static_cast<int>(tile), static_cast<int>(rows_per_pass), 1});
+    ir::CudaLaunch& l = add_launch(k_.name);
     l.work[0] = shape[a];
     l.work_per_block[0] = tile;
     l.work[1] = shape[bx] * ir::num_elements(batch_shape);
@@ -903,7 +907,7 @@ class GpuEmitter {
                       " permutes or reshapes a reduction's result before its output; not supported yet");
     ir::Shape kept_shape = kept_dims(k_), reduced_shape = reduced_dims(k_);
     ir::Dim row_length = ir::num_elements(reduced_shape);
-    begin_function(k_.name);
+    begin_function(k_.name, {k_.schedule.cuda.block_x, k_.schedule.cuda.block_y, 1});
     using mlir::gpu::Dimension;
     mlir::Value tid = linear_thread_id();
     mlir::Value step = i64(threads);
@@ -949,7 +953,7 @@ class GpuEmitter {
       }
     });
     finish_function();
-    ir::CudaLaunch& l = add_launch(k_.name, {k_.schedule.cuda.block_x, k_.schedule.cuda.block_y, 1});
+    ir::CudaLaunch& l = add_launch(k_.name);
     l.work[0] = ir::num_elements(kept_shape);
   }
 
@@ -968,7 +972,7 @@ class GpuEmitter {
     auto slot = [&](size_t q, mlir::Value block) { return add(i64(1 + static_cast<int64_t>(q) * kMaxPartials), block); };
     mlir::Value scratch;
 
-    begin_function(k_.name + "_partials");
+    begin_function(k_.name + "_partials", {k_.schedule.cuda.block_x, k_.schedule.cuda.block_y, 1});
     for (mlir::Value& v : kept) v = i64(0);
     scratch = base_[scratch_param_];
     mlir::Value tid = linear_thread_id(), block = block_id(Dimension::x);
@@ -1000,12 +1004,12 @@ class GpuEmitter {
               [&] { b_.create<mlir::LLVM::StoreOp>(loc_, blocks, element_address(scratch, i64_type(), i64(0)), 8); });
     });
     finish_function();
-    ir::CudaLaunch& first = add_launch(k_.name + "_partials", {k_.schedule.cuda.block_x, k_.schedule.cuda.block_y, 1});
+    ir::CudaLaunch& first = add_launch(k_.name + "_partials");
     first.work[0] = length;
     first.work_per_block[0] = static_cast<int64_t>(threads) * std::max(1, k_.schedule.cuda.items_per_thread);
     first.max_grid[0] = kMaxPartials;
 
-    begin_function(k_.name);
+    begin_function(k_.name, {k_.schedule.cuda.block_x, k_.schedule.cuda.block_y, 1});
     scratch = base_[scratch_param_];
     {
       mlir::Value tid = linear_thread_id();
@@ -1033,7 +1037,7 @@ class GpuEmitter {
       });
     }
     finish_function();
-    add_launch(k_.name, {k_.schedule.cuda.block_x, k_.schedule.cuda.block_y, 1});
+    add_launch(k_.name);
   }
 
   // ---- matmul ----
@@ -1071,7 +1075,7 @@ class GpuEmitter {
     mlir::Type acc = scalar_.scalar_type(acc_type);
     bool floating = acc_type == DType::F64;
 
-    begin_function(k_.name);
+    begin_function(k_.name, {tx_count, ty_count, 1});
     using mlir::gpu::Dimension;
     mlir::Value a_tile = shared_array("a", acc, depth * tile_m), b_tile = shared_array("b", acc, depth * tile_n);
     mlir::Value size_m = dim(m_dim), size_n = dim(n_dim), size_k = dim(k_dim);
@@ -1159,7 +1163,7 @@ class GpuEmitter {
       });
     });
     finish_function();
-    ir::CudaLaunch& l = add_launch(k_.name, {tx_count, ty_count, 1});
+    ir::CudaLaunch& l = add_launch(k_.name);
     l.work = {n_dim, m_dim, ir::num_elements(batch_shape)};
     l.work_per_block = {tile_n, tile_m, 1};
     l.max_grid = {2147483647, 65535, 65535};
@@ -1178,6 +1182,7 @@ class GpuEmitter {
   std::vector<int> output_param_;
   int scratch_param_ = -1;
   int pointer_params_ = 0;  // parameters before the symbols
+  std::array<int, 3> block_{1, 1, 1};  // the block of the function begun last
   mlir::Block* entry_ = nullptr;
   std::vector<mlir::Value> base_;            // each pointer parameter
   std::map<std::string, mlir::Value> dims_;  // by Dim::str()
