@@ -39,15 +39,12 @@
 #include "mlir/Conversion/Passes.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/ControlFlow/IR/ControlFlow.h"
-#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/GPU/IR/CompilationInterfaces.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 #include "mlir/Dialect/Math/IR/Math.h"
-#include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
-#include "mlir/Dialect/Vector/IR/VectorOps.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/Diagnostics.h"
@@ -1200,8 +1197,7 @@ std::unique_ptr<mlir::MLIRContext> make_context() {
   mlir::NVVM::registerNVVMTargetInterfaceExternalModels(registry);
   auto context = std::make_unique<mlir::MLIRContext>(registry);
   context->loadDialect<mlir::gpu::GPUDialect, mlir::arith::ArithDialect, mlir::math::MathDialect, mlir::scf::SCFDialect,
-                       mlir::LLVM::LLVMDialect, mlir::NVVM::NVVMDialect, mlir::cf::ControlFlowDialect,
-                       mlir::func::FuncDialect, mlir::memref::MemRefDialect, mlir::vector::VectorDialect>();
+                       mlir::LLVM::LLVMDialect, mlir::NVVM::NVVMDialect, mlir::cf::ControlFlowDialect>();
   return context;
 }
 
