@@ -22,6 +22,8 @@
 // - Matmul: 128x128 tiles of C per block of 16x16 threads, 8x8 outputs per thread in registers,
 //   8-deep tiles of A and B (prologues applied on load) in shared memory, the epilogue applied
 //   to each output before its store.
+// - A kernel whose outputs permute or reshape a reduction's or matmul's result: element by
+//   element, each thread folding the reductions (dot products) its elements need.
 // Accumulation follows the interpreter: float sums, products, means and matmuls in f64, integer
 // ones in i64, float max/min in their own type (exact), user combiners sequentially in the
 // node's dtype (a user combiner need not be associative: one thread folds the row in order).
@@ -116,8 +118,21 @@ ir::Shape reduced_dims(const ir::Kernel& k) {
 // whose reductions are built-in (associative) and independent of each other (they share one
 // pass over the elements). Other one-row kernels (logsumexp of everything, user combiners)
 // run as one block.
+// Whether the reductions' or matmul's results reach the outputs in the rows they were computed
+// for (codegen::cpu_compiles: only elementwise ops, broadcasts, expand_dims and squeeze after
+// them), and a matmul kernel's outputs are shaped like the matmul. Otherwise the kernel runs
+// element by element (GpuEmitter::emit_per_element).
+bool in_row_order(const ir::Kernel& k) {
+  if (!cpu_compiles(k)) return false;
+  if (k.kind != ir::KernelKind::Matmul) return true;
+  for (const ir::GraphOutput& o : k.body.outputs)
+    if (!(k.body.node(o.node).shape == k.space)) return false;
+  return true;
+}
+
 bool two_stage(const ir::Kernel& k) {
   if (k.kind != ir::KernelKind::Reduction || k.schedule.cuda.reduction != ir::CudaReduction::TwoStage) return false;
+  if (!in_row_order(k)) return false;
   if (!(ir::num_elements(kept_dims(k)) == ir::Dim(1))) return false;
   for (const ir::GraphOutput& o : k.body.outputs)
     if (!(ir::num_elements(k.body.node(o.node).shape) == ir::Dim(1))) return false;
@@ -197,6 +212,10 @@ class GpuEmitter {
   void emit(mlir::gpu::GPUModuleOp module) {
     module_ = module;
     assign_args();
+    if (!in_row_order(k_)) {
+      emit_per_element();
+      return;
+    }
     switch (k_.kind) {
       case ir::KernelKind::Matmul: emit_matmul(); break;
       case ir::KernelKind::Reduction:
@@ -505,7 +524,10 @@ class GpuEmitter {
       case OpKind::Squeeze:
       case OpKind::Reshape: v = general_value(n.inputs[0], operand_index(n, idx)); break;
       case OpKind::Reduce:
-      case OpKind::Matmul: v = reduced_.at(id); break;  // this row's (element's) result, computed before
+      case OpKind::Matmul:
+        // This row's (element's) result, computed before; or, element by element, computed here.
+        v = per_element_ ? (n.kind == OpKind::Reduce ? reduce_here(id, idx) : matmul_here(id, idx)) : reduced_.at(id);
+        break;
       case OpKind::Arange: v = idx[0]; break;
       case OpKind::Rand: v = scalar_.philox_uniform(linearize(idx, n.shape), n.as<ir::RandAttrs>().seed); break;
       default: throw ir::Error(fail_text(std::string(ir::op_kind_name(n.kind)) + " in a kernel body"));
@@ -899,9 +921,6 @@ class GpuEmitter {
   void emit_block_per_row() {
     int threads = k_.schedule.cuda.block_x * k_.schedule.cuda.block_y;
     if (threads % kWarp != 0) throw ir::Error(fail_text("a reduction block of " + std::to_string(threads) + " threads"));
-    if (!cpu_compiles(k_))
-      throw ir::Error("CUDA codegen: kernel " + k_.name +
-                      " permutes or reshapes a reduction's result before its output; not supported yet");
     ir::Shape kept_shape = kept_dims(k_), reduced_shape = reduced_dims(k_);
     ir::Dim row_length = ir::num_elements(reduced_shape);
     begin_function(k_.name, {k_.schedule.cuda.block_x, k_.schedule.cuda.block_y, 1});
@@ -1037,6 +1056,106 @@ class GpuEmitter {
     add_launch(k_.name);
   }
 
+  // ---- kernels whose outputs reorder their rows: element by element ----
+  // Each thread computes output elements (grid-stride), each reduction or matmul element the
+  // element needs folded right there by the thread, in the interpreter's order (a reduction
+  // read by another one is folded again for each of its elements). Slow, but it takes any
+  // view after a reduction or matmul; the kernels the passes make rarely need it.
+
+  void emit_per_element() {
+    int block = 256;
+    begin_function(k_.name, {block, 1, 1});
+    using mlir::gpu::Dimension;
+    per_element_ = true;
+    mlir::Value first = add(mul(block_id(Dimension::x), block_dim(Dimension::x)), thread_id(Dimension::x));
+    mlir::Value stride = mul(grid_dim(Dimension::x), block_dim(Dimension::x));
+    for (size_t o = 0; o < k_.body.outputs.size(); ++o) {
+      const Node& n = k_.body.node(k_.body.outputs[o].node);
+      loop(first, dim(ir::num_elements(n.shape)), stride, [&](mlir::Value i) {
+        store(output_param_[o], n.dtype, i, general_value(k_.body.outputs[o].node, delinearize(i, n.shape)));
+      });
+    }
+    finish_function();
+    ir::CudaLaunch& l = add_launch(k_.name);
+    l.work[0] = ir::num_elements(k_.space);  // no output has more elements
+    l.work_per_block[0] = block;
+    l.max_grid[0] = 65536;
+  }
+
+  // Reduce node `id` at index `idx` of its shape, folded by this thread.
+  mlir::Value reduce_here(NodeId id, const std::vector<mlir::Value>& idx) {
+    const Node& n = k_.body.node(id);
+    const ir::ReduceAttrs& r = n.as<ir::ReduceAttrs>();
+    const ir::Shape& in_shape = k_.body.node(n.inputs[0]).shape;
+    ir::Shape reduced_shape;
+    for (int a : r.axes) reduced_shape.push_back(in_shape[static_cast<size_t>(a)]);
+    ir::Dim length = ir::num_elements(reduced_shape);
+    auto fold = b_.create<mlir::scf::ForOp>(loc_, i64(0), dim(length), i64(1), mlir::ValueRange{accumulator_identity(id)});
+    {
+      mlir::OpBuilder::InsertionGuard guard(b_);
+      b_.setInsertionPointToStart(fold.getBody());
+      clear_caches();
+      std::vector<mlir::Value> reduced = delinearize(fold.getInductionVar(), reduced_shape), in_idx;
+      size_t next_kept = 0, next_reduced = 0;
+      for (size_t d = 0; d < in_shape.size(); ++d) {
+        bool is_reduced = std::find(r.axes.begin(), r.axes.end(), static_cast<int>(d)) != r.axes.end();
+        if (is_reduced) {
+          in_idx.push_back(reduced[next_reduced++]);
+          if (r.keepdims) ++next_kept;  // the reduced dim's place (index 0) in the result
+        } else {
+          in_idx.push_back(idx[next_kept++]);
+        }
+      }
+      mlir::Value x = to_accumulator(id, general_value(n.inputs[0], in_idx));
+      b_.create<mlir::scf::YieldOp>(loc_, combine(id, fold.getRegionIterArgs()[0], x));
+      clear_caches();
+    }
+    return finish(id, fold.getResult(0), length);
+  }
+
+  // Matmul node `id` at index `idx` of its shape, one dot product in k order, in f64 or i64.
+  mlir::Value matmul_here(NodeId id, const std::vector<mlir::Value>& idx) {
+    const Node& n = k_.body.node(id);
+    NodeId a_id = n.inputs[0], b_id = n.inputs[1];
+    const ir::Shape &a_shape = k_.body.node(a_id).shape, &b_shape = k_.body.node(b_id).shape;
+    bool a_matrix = a_shape.size() > 1, b_matrix = b_shape.size() > 1;
+    size_t batch_rank = n.shape.size() - (a_matrix ? 1 : 0) - (b_matrix ? 1 : 0);
+    std::vector<mlir::Value> batch(idx.begin(), idx.begin() + static_cast<long>(batch_rank));
+    mlir::Value m = a_matrix ? idx[batch_rank] : i64(0), col = b_matrix ? idx.back() : i64(0);
+    DType acc_type = ir::is_float(n.dtype) ? DType::F64 : DType::I64;
+    auto fold = b_.create<mlir::scf::ForOp>(loc_, i64(0), dim(a_shape.back()), i64(1),
+                                            mlir::ValueRange{scalar_.constant(acc_type, 0, 0, 1)});
+    {
+      mlir::OpBuilder::InsertionGuard guard(b_);
+      b_.setInsertionPointToStart(fold.getBody());
+      clear_caches();
+      mlir::Value k = fold.getInductionVar();
+      std::vector<mlir::Value> a_idx = operand_index_of(a_shape, batch, a_matrix ? std::vector<mlir::Value>{m, k} : std::vector<mlir::Value>{k});
+      std::vector<mlir::Value> b_idx = operand_index_of(b_shape, batch, b_matrix ? std::vector<mlir::Value>{k, col} : std::vector<mlir::Value>{k});
+      auto operand = [&](NodeId o, const std::vector<mlir::Value>& at) {
+        mlir::Value v = scalar_.cast(general_value(o, at), k_.body.node(o).dtype, n.dtype, 1);
+        return scalar_.cast(v, n.dtype, acc_type, 1);
+      };
+      mlir::Value product = ir::is_float(n.dtype) ? mlir::Value(b_.create<mlir::arith::MulFOp>(loc_, operand(a_id, a_idx), operand(b_id, b_idx)))
+                                                  : mul(operand(a_id, a_idx), operand(b_id, b_idx));
+      mlir::Value sum = ir::is_float(n.dtype) ? mlir::Value(b_.create<mlir::arith::AddFOp>(loc_, fold.getRegionIterArgs()[0], product))
+                                              : add(fold.getRegionIterArgs()[0], product);
+      b_.create<mlir::scf::YieldOp>(loc_, sum);
+      clear_caches();
+    }
+    return scalar_.cast(fold.getResult(0), acc_type, n.dtype, 1);
+  }
+
+  // A matmul operand's index for batch index `batch` (broadcast from the right) and its matrix index.
+  std::vector<mlir::Value> operand_index_of(const ir::Shape& shape, const std::vector<mlir::Value>& batch,
+                                            const std::vector<mlir::Value>& matrix) {
+    size_t own = shape.size() - matrix.size();
+    std::vector<mlir::Value> idx;
+    for (size_t d = 0; d < own; ++d) idx.push_back(shape[d] == ir::Dim(1) ? i64(0) : batch[batch.size() - own + d]);
+    idx.insert(idx.end(), matrix.begin(), matrix.end());
+    return idx;
+  }
+
   // ---- matmul ----
   // C[batch, m, n] = sum_k A[batch, m, k] * B[batch, k, n], A and B cast to the matmul's dtype
   // and multiplied and summed in f64 (floats) or i64 (integers) as the interpreter does. A
@@ -1051,11 +1170,6 @@ class GpuEmitter {
     const int64_t depth = s.tile_k, threads = static_cast<int64_t>(tx_count) * ty_count;
     if (tile_m <= 0 || tile_n <= 0 || depth <= 0 || (tile_m * depth) % threads || (tile_n * depth) % threads)
       throw ir::Error(fail_text("matmul schedule without whole tiles per thread"));
-    if (!cpu_compiles(k_))
-      throw ir::Error("CUDA codegen: kernel " + k_.name + " permutes or reshapes a matmul's result before its output; not supported yet");
-    for (const ir::GraphOutput& o : k_.body.outputs)
-      if (!(k_.body.node(o.node).shape == k_.space))
-        throw ir::Error("CUDA codegen: kernel " + k_.name + " has an output not shaped like its matmul; not supported yet");
     NodeId mm = -1;
     for (NodeId id = 0; id < static_cast<NodeId>(k_.body.nodes.size()); ++id)
       if (k_.body.node(id).kind == OpKind::Matmul) mm = id;
@@ -1078,14 +1192,6 @@ class GpuEmitter {
     mlir::Value size_m = dim(m_dim), size_n = dim(n_dim), size_k = dim(k_dim);
     mlir::Value tx = thread_id(Dimension::x), ty = thread_id(Dimension::y);
     mlir::Value tid = add(mul(ty, i64(tx_count)), tx);
-    // An operand's index for batch index `batch` (broadcast from the right) and its matrix index.
-    auto operand_idx = [&](const ir::Shape& shape, const std::vector<mlir::Value>& batch, std::vector<mlir::Value> matrix) {
-      size_t own = shape.size() - matrix.size();
-      std::vector<mlir::Value> idx;
-      for (size_t d = 0; d < own; ++d) idx.push_back(shape[d] == ir::Dim(1) ? i64(0) : batch[batch.size() - own + d]);
-      idx.insert(idx.end(), matrix.begin(), matrix.end());
-      return idx;
-    };
     auto operand_value = [&](NodeId id, const std::vector<mlir::Value>& idx) {
       mlir::Value v = scalar_.cast(general_value(id, idx), k_.body.node(id).dtype, mm_node.dtype, 1);
       return scalar_.cast(v, mm_node.dtype, acc_type, 1);
@@ -1109,7 +1215,7 @@ class GpuEmitter {
               mlir::Value m = add(m0, row), k = add(k0, kk);
               mlir::Value v = if_value(and_(lt(m, size_m), lt(k, size_k)), [&] {
                 std::vector<mlir::Value> matrix = a_matrix ? std::vector<mlir::Value>{m, k} : std::vector<mlir::Value>{k};
-                return operand_value(a_id, operand_idx(a_shape, batch, matrix));
+                return operand_value(a_id, operand_index_of(a_shape, batch, matrix));
               }, scalar_.constant(acc_type, 0, 0, 1));
               shared_store(a_tile, acc, add(mul(kk, i64(tile_m)), row), v);
             }
@@ -1119,7 +1225,7 @@ class GpuEmitter {
               mlir::Value n = add(n0, col), k = add(k0, kk);
               mlir::Value v = if_value(and_(lt(n, size_n), lt(k, size_k)), [&] {
                 std::vector<mlir::Value> matrix = b_matrix ? std::vector<mlir::Value>{k, n} : std::vector<mlir::Value>{k};
-                return operand_value(b_id, operand_idx(b_shape, batch, matrix));
+                return operand_value(b_id, operand_index_of(b_shape, batch, matrix));
               }, scalar_.constant(acc_type, 0, 0, 1));
               shared_store(b_tile, acc, add(mul(kk, i64(tile_n)), col), v);
             }
@@ -1186,6 +1292,7 @@ class GpuEmitter {
   std::map<std::vector<const void*>, mlir::Value> general_cache_;
   std::map<std::pair<std::string, std::vector<const void*>>, mlir::Value> linear_memo_;  // see linearize
   std::map<NodeId, mlir::Value> reduced_;    // Reduce/Matmul node -> this row's (element's) result
+  bool per_element_ = false;                 // Reduce/Matmul values are folded where they are read
 };
 
 std::unique_ptr<mlir::MLIRContext> make_context() {

@@ -394,23 +394,24 @@ TEST_CASE("f32 ops round like the interpreter: IEEE sqrt and division, transcend
 }
 
 TEST_CASE("random graphs compile for CUDA: plans match the PTX, ptxas accepts every tenth", "[cuda][random]") {
-  int unsupported = 0, compiled = 0;
   for (uint64_t seed = 0; seed < 150; ++seed) {
     testing::RandomCase c = testing::random_case(seed);
     INFO(c.description << "\n" << ir::print_graph(c.graph));
     ir::Program p = cuda_program(c.graph);
-    try {
-      codegen::CudaModule m = codegen::compile_cuda(p);
-      check_plan(p, m);
-      if (seed % 10 == 0) CHECK(ptxas_errors(m.ptx, "sm_80").empty());
-      ++compiled;
-    } catch (const ir::Error& e) {
-      // The one refusal: a permute or reshape of a reduction's or matmul's result (as on the CPU).
-      INFO(e.what());
-      CHECK_THAT(e.what(), Catch::Contains("not supported yet"));
-      ++unsupported;
-    }
+    codegen::CudaModule m = codegen::compile_cuda(p);
+    check_plan(p, m);
+    if (seed % 10 == 0) CHECK(ptxas_errors(m.ptx, "sm_80").empty());
   }
-  WARN(compiled << " random graphs compiled for CUDA, " << unsupported << " refused (reordered reduction results)");
-  CHECK(compiled > 125);
+}
+
+TEST_CASE("a kernel that reorders a reduction's rows runs element by element", "[cuda]") {
+  Graph g;
+  Tensor x = g.input("x", DType::F32, {testing::N, testing::M, testing::K});
+  g.output("y", transpose(sum(x, {2})));
+  g.output("z", reshape(mean(x, {1}), {testing::N * testing::K}));
+  ir::Program p = cuda_program(g.ir());
+  codegen::CudaModule m = check_compiles(g.ir());
+  REQUIRE(m.plan.launches.size() == p.kernels.size());
+  for (const ir::CudaLaunch& l : m.plan.launches) CHECK(l.work[0] == testing::N * testing::M * testing::K);
+  CHECK(count(m.ptx, "shfl.sync") == 0);  // each thread folds the rows its elements need
 }
