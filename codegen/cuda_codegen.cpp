@@ -1233,15 +1233,16 @@ class GpuEmitter {
             std::vector<mlir::Value> sums(steps.getRegionIterArgs().begin(), steps.getRegionIterArgs().end());
             mlir::Value row_base = mul(ty, i64(rows)), col_base = mul(tx, i64(cols));
             for (int64_t kk = 0; kk < depth; ++kk) {
-              std::vector<mlir::Value> av, bv;
+              // A's column of R values, then B's values one at a time (fewer live registers).
+              std::vector<mlir::Value> av;
               for (int i = 0; i < rows; ++i) av.push_back(shared_load(a_tile, acc, add(i64(kk * tile_m), add(row_base, i64(i)))));
-              for (int j = 0; j < cols; ++j) bv.push_back(shared_load(b_tile, acc, add(i64(kk * tile_n), add(col_base, i64(j)))));
-              for (int i = 0; i < rows; ++i)
-                for (int j = 0; j < cols; ++j) {
+              for (int j = 0; j < cols; ++j) {
+                mlir::Value bj = shared_load(b_tile, acc, add(i64(kk * tile_n), add(col_base, i64(j))));
+                for (int i = 0; i < rows; ++i) {
                   mlir::Value& sum = sums[static_cast<size_t>(i * cols + j)];
-                  sum = floating ? mlir::Value(b_.create<mlir::math::FmaOp>(loc_, av[i], bv[j], sum))
-                                 : add(sum, mul(av[i], bv[j]));
+                  sum = floating ? mlir::Value(b_.create<mlir::math::FmaOp>(loc_, av[i], bj, sum)) : add(sum, mul(av[i], bj));
                 }
+              }
             }
             barrier();  // the next step overwrites the tiles
             b_.create<mlir::scf::YieldOp>(loc_, sums);
