@@ -682,3 +682,45 @@ TEST_CASE("fast math compiles with LLVM fast flags and stays within tolerance", 
   INFO(run.out << run.err);
   CHECK(run.status == 0);
 }
+
+TEST_CASE("fusec --target=cuda emits PTX, the launch plan, the gpu.module and NVVM IR", "[fusec][codegen][cuda]") {
+  std::string file = kExamples + "softmax.expr";
+  fs::path ptx = scratch("emit_ptx") / "softmax.ptx";
+  Result written = fusec(file + " --target=cuda --emit=ptx -o " + ptx.string());
+  INFO(written.err);
+  REQUIRE(written.status == 0);
+  std::string text = read_file(ptx);
+  CHECK(text.find(".target sm_80") != std::string::npos);
+  CHECK(text.find(".entry k0_rowwise") != std::string::npos);
+  CHECK(text.find('\0') == std::string::npos);
+  CHECK(fusec(file + " --target=cuda --sm=90 --emit=ptx").out.find(".target sm_90") != std::string::npos);
+  Result plan = fusec(file + " --target=cuda --emit=plan");
+  CHECK(plan.status == 0);
+  CHECK(plan.out.find("cuda plan for sm_80") != std::string::npos);
+  CHECK(plan.out.find("launch k0_rowwise (kernel 0) block [256, 1, 1]") != std::string::npos);
+  CHECK(fusec(file + " --target=cuda --emit=mlir").out.find("gpu.module @fuse_kernels") != std::string::npos);
+  CHECK(fusec(file + " --target=cuda --emit=llvm").out.find("define void @k0_rowwise(ptr") != std::string::npos);
+}
+
+TEST_CASE("what --target=cuda does not do yet is a clear user error", "[fusec][errors][cuda]") {
+  std::string hypot = kExamples + "hypot.expr";
+  struct Case {
+    std::string args, message;
+  };
+  std::vector<Case> cases = {
+      {"run " + hypot + " --target=cuda --random --dim N=8", "fusec run --target=cuda is not supported yet"},
+      {hypot + " --target=cuda --emit=asm", "--emit=asm with --target=cuda is not supported yet"},
+      {hypot + " --target=cuda --emit=obj -o x.o", "--emit=obj with --target=cuda is not supported yet"},
+      {hypot + " --emit=ptx", "--emit=ptx needs --target=cuda"},
+      {hypot + " --emit=ptx --sm=90", "--sm applies only with --target=cuda"},
+      {hypot + " --target=cuda --emit=ptx --sm=sm80", "expected a compute capability such as 80"},
+      {hypot + " --target=cuda --emit=ptx --sm=50", "CUDA 13 needs 75 or more"},
+  };
+  for (const Case& c : cases) {
+    INFO("fusec " << c.args);
+    Result r = fusec(c.args);
+    INFO(r.err);
+    CHECK(r.status == 1);
+    CHECK(r.err.find(c.message) != std::string::npos);
+  }
+}

@@ -23,6 +23,8 @@
 #include <vector>
 
 #include "codegen/cpu_codegen.h"
+#include "codegen/cuda_codegen.h"
+#include "ir/cuda_plan.h"
 #include "frontends/compile.h"
 #include "frontends/expr/compile.h"
 #include "frontends/render.h"
@@ -48,45 +50,56 @@ struct Compiled {
   std::string title;
   bool fused_picture;  // --fused: draw the Program's kernels rather than the source graph
   codegen::CpuOptions cpu;
+  codegen::CudaOptions cuda;
 };
 
-/// What `--emit` can produce from a compiled program.
+/// What `--emit` can produce from a compiled program. `emit` serves --target=cpu, `emit_cuda`
+/// --target=cuda (null: not for that target; a target-independent kind has the same in both).
 struct EmitKind {
   std::string_view name;
   std::string_view help;
   bool is_dot;     // the text is Graphviz dot, so `-o x.svg` / `-o x.png` renders it
   bool is_binary;  // not text: only written to a file
   std::string (*emit)(const Compiled& c);
+  std::string (*emit_cuda)(const Compiled& c);
 };
+std::string emit_graph(const Compiled& c) { return ir::print_graph(c.source); }
+std::string emit_dot(const Compiled& c) {
+  return c.fused_picture ? ir::program_to_dot(c.result.program, c.title) : ir::graph_to_dot(c.source, c.title);
+}
+std::string emit_fused(const Compiled& c) { return ir::print_program(c.result.program); }
 const EmitKind kEmitKinds[] = {
-    {"graph", "the graph IR as text", false, false, [](const Compiled& c) { return ir::print_graph(c.source); }},
+    {"graph", "the graph IR as text", false, false, emit_graph, emit_graph},
     {"dot", "the graph as Graphviz dot (--fused: kernels as clusters); -o x.svg or -o x.png draws it", true, false,
-     [](const Compiled& c) {
-       return c.fused_picture ? ir::program_to_dot(c.result.program, c.title) : ir::graph_to_dot(c.source, c.title);
-     }},
-    {"fused", "the fused Program as text: buffers, kernels, schedules", false, false,
-     [](const Compiled& c) { return ir::print_program(c.result.program); }},
-    {"plan", "the fused Program as JSON (schema in docs/architecture.md)", false, false,
-     [](const Compiled& c) { return ir::program_to_json(c.result.program); }},
-    {"mlir", "the CPU kernels in MLIR, before lowering", false, false,
-     [](const Compiled& c) { return codegen::emit_cpu_mlir(c.result.program, c.cpu); }},
-    {"llvm", "the CPU kernels in LLVM IR, after lowering, before LLVM's optimizations", false, false,
-     [](const Compiled& c) { return codegen::emit_cpu_llvm(c.result.program, c.cpu); }},
+     emit_dot, emit_dot},
+    {"fused", "the fused Program as text: buffers, kernels, schedules", false, false, emit_fused, emit_fused},
+    {"plan", "the fused Program as JSON (schema in docs/architecture.md); --target=cuda: the CUDA launch plan",
+     false, false, [](const Compiled& c) { return ir::program_to_json(c.result.program); },
+     [](const Compiled& c) { return ir::print_cuda_plan(codegen::compile_cuda(c.result.program, c.cuda).plan); }},
+    {"mlir", "the kernels in MLIR, before lowering (--target=cuda: the gpu.module)", false, false,
+     [](const Compiled& c) { return codegen::emit_cpu_mlir(c.result.program, c.cpu); },
+     [](const Compiled& c) { return codegen::emit_cuda_mlir(c.result.program, c.cuda); }},
+    {"llvm", "the kernels in LLVM IR, after lowering, before LLVM's optimizations (--target=cuda: NVVM IR)", false,
+     false, [](const Compiled& c) { return codegen::emit_cpu_llvm(c.result.program, c.cpu); },
+     [](const Compiled& c) { return codegen::emit_cuda_llvm(c.result.program, c.cuda); }},
     {"asm", "the CPU kernels as this machine's assembly", false, false,
-     [](const Compiled& c) { return codegen::emit_cpu_asm(c.result.program, c.cpu); }},
+     [](const Compiled& c) { return codegen::emit_cpu_asm(c.result.program, c.cpu); }, nullptr},
     {"obj", "the CPU kernels as an ELF object file (needs -o FILE.o)", false, true,
-     [](const Compiled& c) { return codegen::emit_cpu_object(c.result.program, c.cpu); }},
+     [](const Compiled& c) { return codegen::emit_cpu_object(c.result.program, c.cpu); }, nullptr},
+    {"ptx", "with --target=cuda: the kernels as PTX (libdevice linked; no GPU needed)", false, false, nullptr,
+     [](const Compiled& c) { return codegen::compile_cuda(c.result.program, c.cuda).ptx; }},
 };
 
 /// What the schedules of a compiled program are chosen for.
 struct ScheduleTarget {
   std::string_view name;
   std::string_view help;
-  passes::TargetInfo (*info)();
+  passes::TargetInfo (*info)(int sm);
 };
 const ScheduleTarget kScheduleTargets[] = {
-    {"cpu", "this machine's CPU (vector width and caches detected)", [] { return passes::TargetInfo::host(); }},
-    {"cuda", "NVIDIA GPUs (sm_80 schedules)", [] { return passes::TargetInfo::cuda(80); }},
+    {"cpu", "this machine's CPU (vector width and caches detected)", [](int) { return passes::TargetInfo::host(); }},
+    {"cuda", "NVIDIA GPUs (--sm=NN, default 80); emits graph, dot, fused, plan, mlir, llvm, ptx",
+     [](int sm) { return passes::TargetInfo::cuda(sm); }},
 };
 
 /// Where `fusec run` can execute a program: `prepare` compiles once, the runner it returns runs.
@@ -136,6 +149,8 @@ const Flag kFlags[] = {
     {"--target", "NAME", kCompile | kRun, false,
      "compile: the schedules' target (cpu, cuda; default cpu); run: where to run (default interp)",
      "fusec run examples/add.expr --target=interp --random --dim N=8"},
+    {"--sm", "NN", kCompile, false, "with --target=cuda: the compute capability (default 80: sm_80)",
+     "fusec examples/softmax.expr --target=cuda --sm=90 --emit=ptx -o softmax.ptx"},
     {"--no-fusion", "", kCompile | kRun, false, "every op its own kernel (the unfused baseline)",
      "fusec examples/softmax.expr --emit=fused --no-fusion"},
     {"--fast-math", "", kCompile | kRun, false, "allow rewrites that ignore NaN, inf and -0.0 (x + 0 -> x)",
@@ -406,10 +421,21 @@ int compile_command(const Args& args) {
   }
   const ScheduleTarget& target = lookup(kScheduleTargets, args.value("--target") ? *args.value("--target") : "cpu",
                                         "target");
+  bool for_cuda = target.name == "cuda";
+  int sm = 80;
+  if (const std::string* sm_text = args.value("--sm")) {
+    if (!for_cuda) throw Error("--sm applies only with --target=cuda");
+    auto [end, error] = std::from_chars(sm_text->data(), sm_text->data() + sm_text->size(), sm);
+    if (error != std::errc() || end != sm_text->data() + sm_text->size() || sm < 75)
+      throw Error("--sm=" + *sm_text + ": expected a compute capability such as 80 (sm_80); CUDA 13 needs 75 or more");
+  }
+  if (kind && !(for_cuda ? kind->emit_cuda : kind->emit))
+    throw Error(for_cuda ? "--emit=" + *emit_name + " with --target=cuda is not supported yet (CUDA emits: graph, dot, fused, plan, mlir, llvm, ptx)"
+                         : "--emit=" + *emit_name + " needs --target=cuda");
   std::optional<ir::Graph> graph = compile_file(file);
   if (!graph) return 1;
 
-  passes::PipelineOptions options = pipeline_options(args, target.info());
+  passes::PipelineOptions options = pipeline_options(args, target.info(sm));
   if (dump_after)
     options.after_pass = [&](const std::string& pass, const ir::Graph& after) {
       if (pass == *dump_after) std::cout << "// after " << pass << "\n" << ir::print_graph(after);
@@ -417,12 +443,14 @@ int compile_command(const Args& args) {
   Compiled compiled{*graph, passes::run_pipeline(*graph, options), std::filesystem::path(file).stem().string(),
                     args.has("--fused"), {}};
   compiled.cpu.fast_math = options.simplify.fast_math;
+  compiled.cuda.sm = sm;
+  compiled.cuda.fast_math = options.simplify.fast_math;
   if (args.has("--explain-fusion")) std::cout << passes::explain_fusion(compiled.result.graph, compiled.result.partition);
   if (!kind) return 0;
 
   const std::string* out = args.value("-o");
   if (kind->is_binary && !out) throw Error("--emit=" + *emit_name + " is binary: write it to a file with -o FILE");
-  std::string text = kind->emit(compiled);
+  std::string text = (for_cuda ? kind->emit_cuda : kind->emit)(compiled);
   if (!out) {
     std::cout << text;
     return 0;
@@ -532,6 +560,8 @@ void bench(const Runner& runner, const ir::TensorMap& inputs, ir::TensorMap& out
 
 int run_command(const Args& args) {
   const std::string& file = the_file(args);
+  if (const std::string* name = args.value("--target"); name && *name == "cuda")
+    throw Error("fusec run --target=cuda is not supported yet; compile with `fusec FILE.expr --target=cuda --emit=ptx -o FILE.ptx`");
   const Target& target =
       lookup(kTargets, args.value("--target") ? *args.value("--target") : "cpu",
              "target");
