@@ -1,6 +1,10 @@
 #include "frontends/compile.h"
 
+#include <algorithm>
+
 #include "codegen/cpu_codegen.h"
+#include "codegen/cuda_codegen.h"
+#include "runtime/cuda_driver.h"
 
 namespace fuse {
 
@@ -18,6 +22,33 @@ runtime::Executable compile_program(ir::Program program, const CompileOptions& o
   for (const codegen::CompiledKernel& k : module->kernels()) code.kernels.push_back({k.fn, k.constants, k.finish, k.split_chunks, k.scratch_bytes});
   code.owner = module;
   return runtime::Executable(std::move(program), std::move(code));
+}
+
+runtime::Executable compile(const Graph& g, const Target& target, const CompileOptions& options) {
+  if (target.kind == Target::Kind::Cuda)
+    throw ir::Error("fuse::compile makes CPU executables; compile for a GPU with fuse::compile_cuda");
+  return compile(g.ir(), options);
+}
+
+runtime::CudaProgram compile_cuda_program(const ir::Graph& g, int sm, const CompileOptions& options) {
+  passes::PipelineOptions pipeline = options.pipeline;
+  pipeline.target = passes::TargetInfo::cuda(sm);
+  ir::Program program = passes::run_pipeline(g, pipeline).program;
+  codegen::CudaOptions cuda;
+  cuda.sm = sm;
+  cuda.fast_math = pipeline.simplify.fast_math;
+  codegen::CudaModule module = codegen::compile_cuda(program, cuda);
+  return runtime::make_cuda_program(program, std::move(module.plan), std::move(module.ptx));
+}
+
+std::unique_ptr<runtime::CudaExecutable> compile_cuda(const ir::Graph& g, const Target& target,
+                                                      const CompileOptions& options) {
+  if (target.kind != Target::Kind::Cuda) throw ir::Error("fuse::compile_cuda needs a CUDA target (Target::cuda())");
+  // The device first: without one, say so before compiling anything.
+  runtime::cuda::DeviceInfo device = runtime::cuda::device_info(target.device);
+  // PTX for sm_90 runs on newer GPUs too (the driver JIT-compiles it); LLVM 19 targets no later.
+  int sm = target.sm ? target.sm : std::min(device.major * 10 + device.minor, 90);
+  return std::make_unique<runtime::CudaExecutable>(compile_cuda_program(g, sm, options), target.device);
 }
 
 }  // namespace fuse

@@ -1,8 +1,11 @@
 // fuse::compile: a graph through the passes and a backend into something that runs.
 #pragma once
 
+#include <memory>
+
 #include "frontends/api.h"
 #include "passes/pipeline.h"
+#include "runtime/cuda_executable.h"
 #include "runtime/executable.h"
 
 namespace fuse {
@@ -14,12 +17,15 @@ struct CompileOptions {
   bool use_cache = true;
 };
 
-/// Where compiled code runs: this machine's CPU. (The CUDA backend is its own issue; it will
-/// add Target::cuda(device).)
+/// Where compiled code runs: this machine's CPU, or an NVIDIA GPU (compile_cuda).
 struct Target {
-  enum class Kind { Cpu };
+  enum class Kind { Cpu, Cuda };
   Kind kind = Kind::Cpu;
+  int device = 0;  // Cuda: the device ordinal
+  /// Cuda: the compute capability to compile for (80: sm_80); 0: the device's own.
+  int sm = 0;
   static Target cpu() { return {}; }
+  static Target cuda(int device = 0, int sm = 0) { return {Kind::Cuda, device, sm}; }
 };
 
 /// Compiles for the CPU: the passes, then MLIR -> LLVM -> machine code for every kernel the CPU
@@ -32,10 +38,21 @@ runtime::Executable compile_program(ir::Program program, const CompileOptions& o
 inline runtime::Executable compile(const Graph& g, const CompileOptions& options = {}) {
   return compile(g.ir(), options);
 }
-/// The same, naming the target: `fuse::compile(graph, Target::cpu(), options)`.
-inline runtime::Executable compile(const Graph& g, const Target& target, const CompileOptions& options = {}) {
-  (void)target;  // only the CPU so far
-  return compile(g.ir(), options);
+/// The same, naming the target: `fuse::compile(graph, Target::cpu(), options)`. A CUDA target
+/// throws: GPU programs are compile_cuda's (another executable type).
+runtime::Executable compile(const Graph& g, const Target& target, const CompileOptions& options = {});
+
+/// Compiles for a GPU: the passes with CUDA schedules, PTX for `target.sm` (0: the device's
+/// compute capability, or sm_80 when no device is there to ask), loaded onto `target.device`.
+/// Throws runtime::cuda::Unavailable ("CUDA unavailable: ...") on a machine without a driver or
+/// GPU; codegen::compile_cuda alone (fusec --target=cuda --emit=ptx|bundle) needs neither.
+std::unique_ptr<runtime::CudaExecutable> compile_cuda(const ir::Graph& g, const Target& target = Target::cuda(),
+                                                      const CompileOptions& options = {});
+inline std::unique_ptr<runtime::CudaExecutable> compile_cuda(const Graph& g, const Target& target = Target::cuda(),
+                                                             const CompileOptions& options = {}) {
+  return compile_cuda(g.ir(), target, options);
 }
+/// The Program compiled for CUDA, unloaded: what an AOT bundle holds (runtime::write_bundle).
+runtime::CudaProgram compile_cuda_program(const ir::Graph& g, int sm = 80, const CompileOptions& options = {});
 
 }  // namespace fuse
