@@ -20,6 +20,7 @@
 #include "ir/dot.h"
 #include "ir/error.h"
 #include "ir/philox.h"
+#include "runtime/bundle.h"
 #include "runtime/npy.h"
 
 namespace fs = std::filesystem;
@@ -702,15 +703,37 @@ TEST_CASE("fusec --target=cuda emits PTX, the launch plan, the gpu.module and NV
   CHECK(fusec(file + " --target=cuda --emit=llvm").out.find("define void @k0_rowwise(ptr") != std::string::npos);
 }
 
-TEST_CASE("what --target=cuda does not do yet is a clear user error", "[fusec][errors][cuda]") {
+TEST_CASE("fusec --target=cuda --emit=bundle writes an AOT bundle fuse-run reads", "[fusec][cuda][bundle]") {
+  fs::path dir = scratch("emit_bundle") / "mlp";
+  fs::remove_all(dir);
+  Result written = fusec(kExamples + "mlp.expr --target=cuda --emit=bundle -o " + dir.string());
+  INFO(written.err);
+  REQUIRE(written.status == 0);
+  fuse::runtime::CudaProgram bundle = fuse::runtime::read_bundle(dir.string());
+  CHECK(bundle.plan.sm == "sm_80");
+  CHECK(bundle.plan.launches.size() == 2);  // two matmul kernels, their bias and relu fused
+  CHECK(bundle.ptx.find(".entry k0_matmul") != std::string::npos);
+  CHECK(bundle.inputs.size() == 5);
+  CHECK(fusec(kExamples + "mlp.expr --target=cuda --emit=bundle").err.find("-o DIR") != std::string::npos);
+}
+
+TEST_CASE("fusec run --target=cuda without a driver says why and exits 1", "[fusec][errors][cuda]") {
+  Result r = fusec_env("FUSE_LIBCUDA=/nonexistent/libcuda.so.1 ",
+                       "run " + kExamples + "hypot.expr --target=cuda --random --dim N=8");
+  INFO(r.err);
+  CHECK(r.status == 1);
+  CHECK(r.err.find("CUDA unavailable: /nonexistent/libcuda.so.1") != std::string::npos);
+}
+
+TEST_CASE("CUDA options that do not apply are clear user errors", "[fusec][errors][cuda]") {
   std::string hypot = kExamples + "hypot.expr";
   struct Case {
     std::string args, message;
   };
   std::vector<Case> cases = {
-      {"run " + hypot + " --target=cuda --random --dim N=8", "fusec run --target=cuda is not supported yet"},
-      {hypot + " --target=cuda --emit=asm", "--emit=asm with --target=cuda is not supported yet"},
-      {hypot + " --target=cuda --emit=obj -o x.o", "--emit=obj with --target=cuda is not supported yet"},
+      {hypot + " --target=cuda --emit=asm", "--emit=asm is for the CPU"},
+      {hypot + " --target=cuda --emit=obj -o x.o", "--emit=obj is for the CPU"},
+      {hypot + " --emit=bundle -o x", "--emit=bundle needs --target=cuda"},
       {hypot + " --emit=ptx", "--emit=ptx needs --target=cuda"},
       {hypot + " --emit=ptx --sm=90", "--sm applies only with --target=cuda"},
       {hypot + " --target=cuda --emit=ptx --sm=sm80", "expected a compute capability such as 80"},

@@ -34,6 +34,8 @@
 #include "ir/printer.h"
 #include "ir/program.h"
 #include "passes/pipeline.h"
+#include "runtime/bundle.h"
+#include "runtime/cuda_driver.h"
 #include "runtime/npy.h"
 
 namespace fuse {
@@ -88,6 +90,9 @@ const EmitKind kEmitKinds[] = {
      [](const Compiled& c) { return codegen::emit_cpu_object(c.result.program, c.cpu); }, nullptr},
     {"ptx", "with --target=cuda: the kernels as PTX (libdevice linked; no GPU needed)", false, false, nullptr,
      [](const Compiled& c) { return codegen::compile_cuda(c.result.program, c.cuda).ptx; }},
+    // Written by compile_command itself (a directory, not text).
+    {"bundle", "with --target=cuda: an AOT bundle for fuse-run (kernels.ptx, plan.json, constants) in -o DIR",
+     false, true, nullptr, [](const Compiled&) { return std::string(); }},
 };
 
 /// What the schedules of a compiled program are chosen for.
@@ -98,7 +103,7 @@ struct ScheduleTarget {
 };
 const ScheduleTarget kScheduleTargets[] = {
     {"cpu", "this machine's CPU (vector width and caches detected)", [](int) { return passes::TargetInfo::host(); }},
-    {"cuda", "NVIDIA GPUs (--sm=NN, default 80); emits graph, dot, fused, plan, mlir, llvm, ptx",
+    {"cuda", "NVIDIA GPUs (--sm=NN, default 80); emits graph, dot, fused, plan, mlir, llvm, ptx, bundle",
      [](int sm) { return passes::TargetInfo::cuda(sm); }},
 };
 
@@ -114,6 +119,16 @@ const Target kTargets[] = {
      [](const passes::PipelineResult& c, const CompileOptions& options) -> Runner {
        auto exe = std::make_shared<runtime::Executable>(compile_program(c.program, options));
        return [exe](const ir::TensorMap& inputs, ir::TensorMap& outputs) { exe->run(inputs, outputs); };
+     }},
+    {"cuda", "PTX for GPU 0 through the CUDA driver (its compute capability, at most sm_90)",
+     [](const passes::PipelineResult& c, const CompileOptions& options) -> Runner {
+       codegen::CudaOptions cuda;
+       cuda.sm = options.pipeline.target.sm;
+       cuda.fast_math = options.pipeline.simplify.fast_math;
+       codegen::CudaModule module = codegen::compile_cuda(c.program, cuda);
+       auto exe = std::make_shared<runtime::CudaExecutable>(c.program, std::move(module.plan), std::move(module.ptx));
+       // Host arrays in and out: each run uploads, launches, waits and downloads.
+       return [exe](const ir::TensorMap& inputs, ir::TensorMap& outputs) { outputs = exe->run_host(inputs); };
      }},
     {"interp", "the fused Program, kernel by kernel, in the reference interpreter",
      [](const passes::PipelineResult& c, const CompileOptions&) -> Runner {
@@ -430,7 +445,7 @@ int compile_command(const Args& args) {
       throw Error("--sm=" + *sm_text + ": expected a compute capability such as 80 (sm_80); CUDA 13 needs 75 or more");
   }
   if (kind && !(for_cuda ? kind->emit_cuda : kind->emit))
-    throw Error(for_cuda ? "--emit=" + *emit_name + " with --target=cuda is not supported yet (CUDA emits: graph, dot, fused, plan, mlir, llvm, ptx)"
+    throw Error(for_cuda ? "--emit=" + *emit_name + " is for the CPU (CUDA emits: graph, dot, fused, plan, mlir, llvm, ptx, bundle)"
                          : "--emit=" + *emit_name + " needs --target=cuda");
   std::optional<ir::Graph> graph = compile_file(file);
   if (!graph) return 1;
@@ -449,6 +464,13 @@ int compile_command(const Args& args) {
   if (!kind) return 0;
 
   const std::string* out = args.value("-o");
+  if (kind->name == "bundle") {
+    if (!out) throw Error("--emit=bundle writes a directory: give it with -o DIR");
+    codegen::CudaModule module = codegen::compile_cuda(compiled.result.program, compiled.cuda);
+    runtime::write_bundle(*out, runtime::make_cuda_program(compiled.result.program, std::move(module.plan),
+                                                           std::move(module.ptx)));
+    return 0;
+  }
   if (kind->is_binary && !out) throw Error("--emit=" + *emit_name + " is binary: write it to a file with -o FILE");
   std::string text = (for_cuda ? kind->emit_cuda : kind->emit)(compiled);
   if (!out) {
@@ -560,8 +582,6 @@ void bench(const Runner& runner, const ir::TensorMap& inputs, ir::TensorMap& out
 
 int run_command(const Args& args) {
   const std::string& file = the_file(args);
-  if (const std::string* name = args.value("--target"); name && *name == "cuda")
-    throw Error("fusec run --target=cuda is not supported yet; compile with `fusec FILE.expr --target=cuda --emit=ptx -o FILE.ptx`");
   const Target& target =
       lookup(kTargets, args.value("--target") ? *args.value("--target") : "cpu",
              "target");
@@ -602,7 +622,13 @@ int run_command(const Args& args) {
   }
 
   CompileOptions compile_options;
-  compile_options.pipeline = pipeline_options(args, passes::TargetInfo::host());
+  passes::TargetInfo schedule_for = passes::TargetInfo::host();
+  if (target.name == "cuda") {
+    // Ask the device first: without one this is where `run --target=cuda` stops, clearly.
+    runtime::cuda::DeviceInfo device = runtime::cuda::device_info(0);
+    schedule_for = passes::TargetInfo::cuda(std::min(device.major * 10 + device.minor, 90));
+  }
+  compile_options.pipeline = pipeline_options(args, schedule_for);
   compile_options.use_cache = !args.has("--no-cache");
   passes::PipelineResult compiled = passes::run_pipeline(*graph, compile_options.pipeline);
   Runner runner = target.prepare(compiled, compile_options);
