@@ -596,33 +596,9 @@ class KernelEmitter {
   // A view's operand index for its own index `idx` (views as index maps).
   std::vector<mlir::Value> operand_index(const Node& n, const std::vector<mlir::Value>& idx) {
     const ir::Shape& from = k_.body.node(n.inputs[0]).shape;
-    std::vector<mlir::Value> in_idx;
-    switch (n.kind) {
-      case OpKind::BroadcastTo: {
-        size_t offset = n.shape.size() - from.size();
-        for (size_t d = 0; d < from.size(); ++d) in_idx.push_back(from[d] == ir::Dim(1) ? i64(0) : idx[d + offset]);
-        return in_idx;
-      }
-      case OpKind::Permute: {
-        const std::vector<int>& perm = n.as<ir::PermuteAttrs>().perm;
-        in_idx.resize(perm.size());
-        for (size_t d = 0; d < perm.size(); ++d) in_idx[perm[d]] = idx[d];
-        return in_idx;
-      }
-      case OpKind::ExpandDims:
-        in_idx = idx;
-        in_idx.erase(in_idx.begin() + n.as<ir::ExpandDimsAttrs>().axis);
-        return in_idx;
-      case OpKind::Squeeze: {
-        const std::vector<int>& axes = n.as<ir::SqueezeAttrs>().axes;
-        size_t next = 0;
-        for (size_t d = 0; d < from.size(); ++d)
-          in_idx.push_back(std::find(axes.begin(), axes.end(), static_cast<int>(d)) != axes.end() ? i64(0) : idx[next++]);
-        return in_idx;
-      }
-      case OpKind::Reshape: return delinearize(linearize(idx, n.shape), from);
-      default: throw ir::Error(fail_text("operand_index of a non-view"));
-    }
+    return scalar_.view_operand_index(n, from, idx, [&](const std::vector<mlir::Value>& i) {
+      return delinearize(linearize(i, n.shape), from);
+    });
   }
 
   // ---- elementwise kernels row by row: the innermost dim as the loop, views as strides ----
@@ -1002,67 +978,12 @@ class KernelEmitter {
   // accumulator into the result (mean's division, the cast). A row is one range; a split
   // reduction combines the accumulators of several ranges with combine().
 
-  DType accumulator_type(NodeId id) {
-    const Node& n = k_.body.node(id);
-    const ir::ReduceAttrs& r = n.as<ir::ReduceAttrs>();
-    DType in = k_.body.node(n.inputs[0]).dtype;
-    if (r.kind == ir::ReduceKind::Custom) return n.dtype;
-    if (r.kind == ir::ReduceKind::Any || r.kind == ir::ReduceKind::All) return DType::Bool;
-    // Max and min of floats are exact in their own type (and f32 lanes are twice as many).
-    if (ir::is_float(in) && (r.kind == ir::ReduceKind::Max || r.kind == ir::ReduceKind::Min)) return in;
-    return ir::is_float(in) || r.kind == ir::ReduceKind::Mean ? DType::F64 : DType::I64;
-  }
-
-  mlir::Value accumulator_identity(NodeId id, int lanes) {
-    const Node& n = k_.body.node(id);
-    const ir::ReduceAttrs& r = n.as<ir::ReduceAttrs>();
-    DType in = k_.body.node(n.inputs[0]).dtype;
-    DType acc = accumulator_type(id);
-    constexpr double inf = std::numeric_limits<double>::infinity();
-    int64_t int_low = in == DType::I32 ? INT32_MIN : in == DType::Bool ? 0 : INT64_MIN;
-    int64_t int_high = in == DType::I32 ? INT32_MAX : in == DType::Bool ? 1 : INT64_MAX;
-    switch (r.kind) {
-      case ir::ReduceKind::Prod: return constant(acc, 1, 1, lanes);
-      case ir::ReduceKind::Max: return constant(acc, -inf, int_low, lanes);
-      case ir::ReduceKind::Min: return constant(acc, inf, int_high, lanes);
-      case ir::ReduceKind::All: return constant(acc, 1, 1, lanes);
-      case ir::ReduceKind::Custom: return constant(acc, r.identity.f, r.identity.i, lanes);
-      default: return constant(acc, 0, 0, lanes);
-    }
-  }
-
-  // acc (op) x, both already of the accumulator type (scalars or vectors alike).
-  mlir::Value combine(NodeId id, mlir::Value acc, mlir::Value x) {
-    const ir::ReduceAttrs& r = k_.body.node(id).as<ir::ReduceAttrs>();
-    bool floating = ir::is_float(accumulator_type(id));
-    switch (r.kind) {
-      case ir::ReduceKind::Custom: return scalar_fn(r.combiner, {acc, x}, 1);
-      case ir::ReduceKind::Any: return b_.create<mlir::arith::OrIOp>(loc_, acc, x);
-      case ir::ReduceKind::All: return b_.create<mlir::arith::AndIOp>(loc_, acc, x);
-      case ir::ReduceKind::Prod: return floating ? mlir::Value(b_.create<mlir::arith::MulFOp>(loc_, acc, x)) : mul(acc, x);
-      case ir::ReduceKind::Max:
-        return floating ? mlir::Value(b_.create<mlir::arith::MaximumFOp>(loc_, acc, x))
-                        : mlir::Value(b_.create<mlir::arith::MaxSIOp>(loc_, acc, x));
-      case ir::ReduceKind::Min:
-        return floating ? mlir::Value(b_.create<mlir::arith::MinimumFOp>(loc_, acc, x))
-                        : mlir::Value(b_.create<mlir::arith::MinSIOp>(loc_, acc, x));
-      default: return floating ? mlir::Value(b_.create<mlir::arith::AddFOp>(loc_, acc, x)) : add(acc, x);
-    }
-  }
-
-  // An input element converted to the accumulator type (custom combiners take it as it is).
-  mlir::Value to_accumulator(NodeId id, mlir::Value x, int lanes) {
-    const Node& n = k_.body.node(id);
-    if (n.as<ir::ReduceAttrs>().kind == ir::ReduceKind::Custom) return x;
-    return cast(x, k_.body.node(n.inputs[0]).dtype, accumulator_type(id), lanes);
-  }
-
+  DType accumulator_type(NodeId id) { return ScalarLowering::reduce_accumulator_type(k_.body, id); }
+  mlir::Value accumulator_identity(NodeId id, int lanes) { return scalar_.reduce_identity(k_.body, id, lanes); }
+  mlir::Value combine(NodeId id, mlir::Value acc, mlir::Value x) { return scalar_.reduce_combine(k_.body, id, acc, x); }
+  mlir::Value to_accumulator(NodeId id, mlir::Value x, int lanes) { return scalar_.reduce_input(k_.body, id, x, lanes); }
   mlir::Value finish(NodeId id, mlir::Value acc, const ir::Dim& row_length) {
-    const Node& n = k_.body.node(id);
-    DType acc_type = accumulator_type(id);
-    if (n.as<ir::ReduceAttrs>().kind == ir::ReduceKind::Mean)
-      acc = b_.create<mlir::arith::DivFOp>(loc_, acc, b_.create<mlir::arith::SIToFPOp>(loc_, b_.getF64Type(), dim(row_length)));
-    return acc_type == n.dtype ? acc : cast(acc, acc_type, n.dtype, 1);
+    return scalar_.reduce_finish(k_.body, id, acc, dim(row_length));
   }
 
   // The horizontal (across lanes) form of a reduction's combine.

@@ -538,33 +538,9 @@ class GpuEmitter {
 
   std::vector<mlir::Value> operand_index(const Node& n, const std::vector<mlir::Value>& idx) {
     const ir::Shape& from = k_.body.node(n.inputs[0]).shape;
-    std::vector<mlir::Value> in_idx;
-    switch (n.kind) {
-      case OpKind::BroadcastTo: {
-        size_t offset = n.shape.size() - from.size();
-        for (size_t d = 0; d < from.size(); ++d) in_idx.push_back(from[d] == ir::Dim(1) ? i64(0) : idx[d + offset]);
-        return in_idx;
-      }
-      case OpKind::Permute: {
-        const std::vector<int>& perm = n.as<ir::PermuteAttrs>().perm;
-        in_idx.resize(perm.size());
-        for (size_t d = 0; d < perm.size(); ++d) in_idx[perm[d]] = idx[d];
-        return in_idx;
-      }
-      case OpKind::ExpandDims:
-        in_idx = idx;
-        in_idx.erase(in_idx.begin() + n.as<ir::ExpandDimsAttrs>().axis);
-        return in_idx;
-      case OpKind::Squeeze: {
-        const std::vector<int>& axes = n.as<ir::SqueezeAttrs>().axes;
-        size_t next = 0;
-        for (size_t d = 0; d < from.size(); ++d)
-          in_idx.push_back(std::find(axes.begin(), axes.end(), static_cast<int>(d)) != axes.end() ? i64(0) : idx[next++]);
-        return in_idx;
-      }
-      case OpKind::Reshape: return delinearize(linearize(idx, n.shape), from);
-      default: throw ir::Error(fail_text("operand_index of a non-view"));
-    }
+    return scalar_.view_operand_index(n, from, idx, [&](const std::vector<mlir::Value>& i) {
+      return delinearize(linearize(i, n.shape), from);
+    });
   }
 
   // ---- elementwise and copy kernels ----
@@ -774,62 +750,12 @@ class GpuEmitter {
 
   // ---- reductions ----
 
-  DType accumulator_type(NodeId id) {
-    const Node& n = k_.body.node(id);
-    const ir::ReduceAttrs& r = n.as<ir::ReduceAttrs>();
-    DType in = k_.body.node(n.inputs[0]).dtype;
-    if (r.kind == ir::ReduceKind::Custom) return n.dtype;
-    if (r.kind == ir::ReduceKind::Any || r.kind == ir::ReduceKind::All) return DType::Bool;
-    if (ir::is_float(in) && (r.kind == ir::ReduceKind::Max || r.kind == ir::ReduceKind::Min)) return in;
-    return ir::is_float(in) || r.kind == ir::ReduceKind::Mean ? DType::F64 : DType::I64;
-  }
-
-  mlir::Value accumulator_identity(NodeId id) {
-    const Node& n = k_.body.node(id);
-    const ir::ReduceAttrs& r = n.as<ir::ReduceAttrs>();
-    DType in = k_.body.node(n.inputs[0]).dtype;
-    DType acc = accumulator_type(id);
-    constexpr double inf = std::numeric_limits<double>::infinity();
-    int64_t int_low = in == DType::I32 ? INT32_MIN : in == DType::Bool ? 0 : INT64_MIN;
-    int64_t int_high = in == DType::I32 ? INT32_MAX : in == DType::Bool ? 1 : INT64_MAX;
-    switch (r.kind) {
-      case ir::ReduceKind::Prod: return scalar_.constant(acc, 1, 1, 1);
-      case ir::ReduceKind::Max: return scalar_.constant(acc, -inf, int_low, 1);
-      case ir::ReduceKind::Min: return scalar_.constant(acc, inf, int_high, 1);
-      case ir::ReduceKind::All: return scalar_.constant(acc, 1, 1, 1);
-      case ir::ReduceKind::Custom: return scalar_.constant(acc, r.identity.f, r.identity.i, 1);
-      default: return scalar_.constant(acc, 0, 0, 1);
-    }
-  }
-
-  mlir::Value combine(NodeId id, mlir::Value acc, mlir::Value x) {
-    const ir::ReduceAttrs& r = k_.body.node(id).as<ir::ReduceAttrs>();
-    bool floating = ir::is_float(accumulator_type(id));
-    switch (r.kind) {
-      case ir::ReduceKind::Custom: return scalar_.scalar_fn(r.combiner, {acc, x}, 1);
-      case ir::ReduceKind::Any: return b_.create<mlir::arith::OrIOp>(loc_, acc, x);
-      case ir::ReduceKind::All: return b_.create<mlir::arith::AndIOp>(loc_, acc, x);
-      case ir::ReduceKind::Prod: return floating ? mlir::Value(b_.create<mlir::arith::MulFOp>(loc_, acc, x)) : mul(acc, x);
-      case ir::ReduceKind::Max:
-        return floating ? mlir::Value(b_.create<mlir::arith::MaximumFOp>(loc_, acc, x)) : max_i64(acc, x);
-      case ir::ReduceKind::Min:
-        return floating ? mlir::Value(b_.create<mlir::arith::MinimumFOp>(loc_, acc, x)) : min_i64(acc, x);
-      default: return floating ? mlir::Value(b_.create<mlir::arith::AddFOp>(loc_, acc, x)) : add(acc, x);
-    }
-  }
-
-  mlir::Value to_accumulator(NodeId id, mlir::Value x) {
-    const Node& n = k_.body.node(id);
-    if (n.as<ir::ReduceAttrs>().kind == ir::ReduceKind::Custom) return x;
-    return scalar_.cast(x, k_.body.node(n.inputs[0]).dtype, accumulator_type(id), 1);
-  }
-
+  DType accumulator_type(NodeId id) { return ScalarLowering::reduce_accumulator_type(k_.body, id); }
+  mlir::Value accumulator_identity(NodeId id) { return scalar_.reduce_identity(k_.body, id, 1); }
+  mlir::Value combine(NodeId id, mlir::Value acc, mlir::Value x) { return scalar_.reduce_combine(k_.body, id, acc, x); }
+  mlir::Value to_accumulator(NodeId id, mlir::Value x) { return scalar_.reduce_input(k_.body, id, x, 1); }
   mlir::Value finish(NodeId id, mlir::Value acc, const ir::Dim& row_length) {
-    const Node& n = k_.body.node(id);
-    DType acc_type = accumulator_type(id);
-    if (n.as<ir::ReduceAttrs>().kind == ir::ReduceKind::Mean)
-      acc = b_.create<mlir::arith::DivFOp>(loc_, acc, b_.create<mlir::arith::SIToFPOp>(loc_, b_.getF64Type(), dim(row_length)));
-    return acc_type == n.dtype ? acc : scalar_.cast(acc, acc_type, n.dtype, 1);
+    return scalar_.reduce_finish(k_.body, id, acc, dim(row_length));
   }
 
   // An accumulator as 8 bytes (shared memory and scratch slots) and back.

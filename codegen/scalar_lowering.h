@@ -4,12 +4,15 @@
 // Philox for rand). Internal to codegen/: it includes MLIR headers.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
 #include "ir/dtype.h"
 #include "ir/error.h"
+#include "ir/graph.h"
 #include "ir/scalar.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
@@ -370,6 +373,109 @@ class ScalarLowering {
     if (from == DType::Bool) return b_.create<mlir::arith::ExtUIOp>(loc_, to_type, x);
     return ir::dtype_size(to) > ir::dtype_size(from) ? mlir::Value(b_.create<mlir::arith::ExtSIOp>(loc_, to_type, x))
                                                      : mlir::Value(b_.create<mlir::arith::TruncIOp>(loc_, to_type, x));
+  }
+
+  // ---- Reductions and views: what both generators do the same way ----
+
+  /// The type a Reduce node `id` of `body` accumulates in: the interpreter's (f64 for float
+  /// sums, products and means; i64 for integers, wrapping at the end; i1 for any/all; the
+  /// combiner's type for custom ones). Max and min of floats are exact in their own type.
+  static DType reduce_accumulator_type(const ir::Graph& body, ir::NodeId id) {
+    const ir::Node& n = body.node(id);
+    const ir::ReduceAttrs& r = n.as<ir::ReduceAttrs>();
+    DType in = body.node(n.inputs[0]).dtype;
+    if (r.kind == ir::ReduceKind::Custom) return n.dtype;
+    if (r.kind == ir::ReduceKind::Any || r.kind == ir::ReduceKind::All) return DType::Bool;
+    if (ir::is_float(in) && (r.kind == ir::ReduceKind::Max || r.kind == ir::ReduceKind::Min)) return in;
+    return ir::is_float(in) || r.kind == ir::ReduceKind::Mean ? DType::F64 : DType::I64;
+  }
+
+  /// The identity of the reduction (`lanes` of it).
+  mlir::Value reduce_identity(const ir::Graph& body, ir::NodeId id, int lanes) {
+    const ir::Node& n = body.node(id);
+    const ir::ReduceAttrs& r = n.as<ir::ReduceAttrs>();
+    DType in = body.node(n.inputs[0]).dtype;
+    DType acc = reduce_accumulator_type(body, id);
+    constexpr double inf = std::numeric_limits<double>::infinity();
+    int64_t int_low = in == DType::I32 ? INT32_MIN : in == DType::Bool ? 0 : INT64_MIN;
+    int64_t int_high = in == DType::I32 ? INT32_MAX : in == DType::Bool ? 1 : INT64_MAX;
+    switch (r.kind) {
+      case ir::ReduceKind::Prod: return constant(acc, 1, 1, lanes);
+      case ir::ReduceKind::Max: return constant(acc, -inf, int_low, lanes);
+      case ir::ReduceKind::Min: return constant(acc, inf, int_high, lanes);
+      case ir::ReduceKind::All: return constant(acc, 1, 1, lanes);
+      case ir::ReduceKind::Custom: return constant(acc, r.identity.f, r.identity.i, lanes);
+      default: return constant(acc, 0, 0, lanes);
+    }
+  }
+
+  /// acc (op) x, both already of the accumulator type (scalars or vectors alike).
+  mlir::Value reduce_combine(const ir::Graph& body, ir::NodeId id, mlir::Value acc, mlir::Value x) {
+    const ir::ReduceAttrs& r = body.node(id).as<ir::ReduceAttrs>();
+    bool floating = ir::is_float(reduce_accumulator_type(body, id));
+    switch (r.kind) {
+      case ir::ReduceKind::Custom: return scalar_fn(r.combiner, {acc, x}, 1);
+      case ir::ReduceKind::Any: return b_.create<mlir::arith::OrIOp>(loc_, acc, x);
+      case ir::ReduceKind::All: return b_.create<mlir::arith::AndIOp>(loc_, acc, x);
+      case ir::ReduceKind::Prod: return floating ? mlir::Value(b_.create<mlir::arith::MulFOp>(loc_, acc, x)) : mul(acc, x);
+      case ir::ReduceKind::Max:
+        return floating ? mlir::Value(b_.create<mlir::arith::MaximumFOp>(loc_, acc, x))
+                        : mlir::Value(b_.create<mlir::arith::MaxSIOp>(loc_, acc, x));
+      case ir::ReduceKind::Min:
+        return floating ? mlir::Value(b_.create<mlir::arith::MinimumFOp>(loc_, acc, x))
+                        : mlir::Value(b_.create<mlir::arith::MinSIOp>(loc_, acc, x));
+      default: return floating ? mlir::Value(b_.create<mlir::arith::AddFOp>(loc_, acc, x)) : add(acc, x);
+    }
+  }
+
+  /// An input element converted to the accumulator type (custom combiners take it as it is).
+  mlir::Value reduce_input(const ir::Graph& body, ir::NodeId id, mlir::Value x, int lanes) {
+    const ir::Node& n = body.node(id);
+    if (n.as<ir::ReduceAttrs>().kind == ir::ReduceKind::Custom) return x;
+    return cast(x, body.node(n.inputs[0]).dtype, reduce_accumulator_type(body, id), lanes);
+  }
+
+  /// The result from the accumulator: means divided by the row length, then the node's dtype.
+  mlir::Value reduce_finish(const ir::Graph& body, ir::NodeId id, mlir::Value acc, mlir::Value row_length) {
+    const ir::Node& n = body.node(id);
+    DType acc_type = reduce_accumulator_type(body, id);
+    if (n.as<ir::ReduceAttrs>().kind == ir::ReduceKind::Mean)
+      acc = b_.create<mlir::arith::DivFOp>(loc_, acc, b_.create<mlir::arith::SIToFPOp>(loc_, b_.getF64Type(), row_length));
+    return acc_type == n.dtype ? acc : cast(acc, acc_type, n.dtype, 1);
+  }
+
+  /// A view's operand index for its own index `idx` (views as index maps); `from` is the
+  /// operand's shape, `reshape(idx)` the operand index of a reshape (linearize, delinearize).
+  template <class Reshape>
+  std::vector<mlir::Value> view_operand_index(const ir::Node& n, const ir::Shape& from, const std::vector<mlir::Value>& idx,
+                                              Reshape reshape) {
+    std::vector<mlir::Value> in_idx;
+    switch (n.kind) {
+      case ir::OpKind::BroadcastTo: {
+        size_t offset = n.shape.size() - from.size();
+        for (size_t d = 0; d < from.size(); ++d) in_idx.push_back(from[d] == ir::Dim(1) ? i64(0) : idx[d + offset]);
+        return in_idx;
+      }
+      case ir::OpKind::Permute: {
+        const std::vector<int>& perm = n.as<ir::PermuteAttrs>().perm;
+        in_idx.resize(perm.size());
+        for (size_t d = 0; d < perm.size(); ++d) in_idx[perm[d]] = idx[d];
+        return in_idx;
+      }
+      case ir::OpKind::ExpandDims:
+        in_idx = idx;
+        in_idx.erase(in_idx.begin() + n.as<ir::ExpandDimsAttrs>().axis);
+        return in_idx;
+      case ir::OpKind::Squeeze: {
+        const std::vector<int>& axes = n.as<ir::SqueezeAttrs>().axes;
+        size_t next = 0;
+        for (size_t d = 0; d < from.size(); ++d)
+          in_idx.push_back(std::find(axes.begin(), axes.end(), static_cast<int>(d)) != axes.end() ? i64(0) : idx[next++]);
+        return in_idx;
+      }
+      case ir::OpKind::Reshape: return reshape(idx);
+      default: throw ir::Error(fail("operand_index of a non-view"));
+    }
   }
 
  private:
