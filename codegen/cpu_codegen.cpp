@@ -14,6 +14,7 @@
 // rest lower to LLVM intrinsics or libm.
 #include "codegen/cpu_codegen.h"
 #include "codegen/cpu_object.h"
+#include "codegen/kernel_queries.h"
 #include "codegen/scalar_lowering.h"
 
 #include <algorithm>
@@ -424,28 +425,7 @@ class KernelEmitter {
     slot_count_ = slot;
   }
 
-  // Whether lane j of every value can be element base+j: operands shaped like the space, or a
-  // single element broadcast.
-  bool contiguous() const {
-    std::vector<bool> seen(k_.body.nodes.size(), false);
-    std::vector<NodeId> stack;
-    for (const ir::GraphOutput& o : k_.body.outputs) {
-      if (!(k_.body.node(o.node).shape == k_.space)) return false;
-      stack.push_back(o.node);
-    }
-    while (!stack.empty()) {
-      NodeId id = stack.back();
-      stack.pop_back();
-      if (seen[id]) continue;
-      seen[id] = true;
-      const Node& n = k_.body.node(id);
-      if (n.kind == OpKind::BroadcastTo && ir::num_elements(k_.body.node(n.inputs[0]).shape) == ir::Dim(1)) continue;
-      bool plain = n.kind == OpKind::Input || n.kind == OpKind::Constant || n.kind == OpKind::Elementwise;
-      if (!plain || !(n.shape == k_.space)) return false;
-      for (NodeId in : n.inputs) stack.push_back(in);
-    }
-    return true;
-  }
+  bool contiguous() const { return elementwise_contiguous(k_); }
 
   // ---- the two loop forms ----
 

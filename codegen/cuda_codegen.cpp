@@ -37,6 +37,7 @@
 #include <set>
 
 #include "codegen/cpu_codegen.h"
+#include "codegen/kernel_queries.h"
 #include "codegen/scalar_lowering.h"
 #include "mlir/Conversion/Passes.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -545,28 +546,7 @@ class GpuEmitter {
 
   // ---- elementwise and copy kernels ----
 
-  // Whether element i of every value is element i of its operands (operands shaped like the
-  // space, or one broadcast element): then neither views nor index arithmetic are needed.
-  bool contiguous() const {
-    std::vector<bool> seen(k_.body.nodes.size(), false);
-    std::vector<NodeId> stack;
-    for (const ir::GraphOutput& o : k_.body.outputs) {
-      if (!(k_.body.node(o.node).shape == k_.space)) return false;
-      stack.push_back(o.node);
-    }
-    while (!stack.empty()) {
-      NodeId id = stack.back();
-      stack.pop_back();
-      if (seen[id]) continue;
-      seen[id] = true;
-      const Node& n = k_.body.node(id);
-      if (n.kind == OpKind::BroadcastTo && ir::num_elements(k_.body.node(n.inputs[0]).shape) == ir::Dim(1)) continue;
-      bool plain = n.kind == OpKind::Input || n.kind == OpKind::Constant || n.kind == OpKind::Elementwise;
-      if (!plain || !(n.shape == k_.space)) return false;
-      for (NodeId in : n.inputs) stack.push_back(in);
-    }
-    return true;
-  }
+  bool contiguous() const { return elementwise_contiguous(k_); }
 
   // Node `id` at elements [base, base + lanes) of a contiguous kernel, one value per lane.
   std::vector<mlir::Value> contiguous_lanes(NodeId id, mlir::Value base, int lanes, std::map<NodeId, std::vector<mlir::Value>>& cache) {
