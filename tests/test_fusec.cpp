@@ -687,7 +687,7 @@ TEST_CASE("fast math compiles with LLVM fast flags and stays within tolerance", 
 TEST_CASE("fusec --target=cuda emits PTX, the launch plan, the gpu.module and NVVM IR", "[fusec][codegen][cuda]") {
   std::string file = kExamples + "softmax.expr";
   fs::path ptx = scratch("emit_ptx") / "softmax.ptx";
-  Result written = fusec(file + " --target=cuda --emit=ptx -o " + ptx.string());
+  Result written = fusec(file + " --target=cuda --sm=80 --emit=ptx -o " + ptx.string());
   INFO(written.err);
   REQUIRE(written.status == 0);
   std::string text = read_file(ptx);
@@ -695,7 +695,7 @@ TEST_CASE("fusec --target=cuda emits PTX, the launch plan, the gpu.module and NV
   CHECK(text.find(".entry k0_rowwise") != std::string::npos);
   CHECK(text.find('\0') == std::string::npos);
   CHECK(fusec(file + " --target=cuda --sm=90 --emit=ptx").out.find(".target sm_90") != std::string::npos);
-  Result plan = fusec(file + " --target=cuda --emit=plan");
+  Result plan = fusec(file + " --target=cuda --sm=80 --emit=plan");
   CHECK(plan.status == 0);
   CHECK(plan.out.find("cuda plan for sm_80") != std::string::npos);
   CHECK(plan.out.find("launch k0_rowwise (kernel 0) block [256, 1, 1]") != std::string::npos);
@@ -706,7 +706,7 @@ TEST_CASE("fusec --target=cuda emits PTX, the launch plan, the gpu.module and NV
 TEST_CASE("fusec --target=cuda --emit=bundle writes an AOT bundle fuse-run reads", "[fusec][cuda][bundle]") {
   fs::path dir = scratch("emit_bundle") / "mlp";
   fs::remove_all(dir);
-  Result written = fusec(kExamples + "mlp.expr --target=cuda --emit=bundle -o " + dir.string());
+  Result written = fusec(kExamples + "mlp.expr --target=cuda --sm=80 --emit=bundle -o " + dir.string());
   INFO(written.err);
   REQUIRE(written.status == 0);
   fuse::runtime::CudaProgram bundle = fuse::runtime::read_bundle(dir.string());

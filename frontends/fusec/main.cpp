@@ -164,7 +164,8 @@ const Flag kFlags[] = {
     {"--target", "NAME", kCompile | kRun, false,
      "compile: the schedules' target (cpu, cuda; default cpu); run: where to run (default interp)",
      "fusec run examples/add.expr --target=interp --random --dim N=8"},
-    {"--sm", "NN", kCompile, false, "with --target=cuda: the compute capability (default 80: sm_80)",
+    {"--sm", "NN", kCompile, false,
+     "with --target=cuda: the compute capability (default: GPU 0's, at most 90; 80 without a GPU)",
      "fusec examples/softmax.expr --target=cuda --sm=90 --emit=ptx -o softmax.ptx"},
     {"--no-fusion", "", kCompile | kRun, false, "every op its own kernel (the unfused baseline)",
      "fusec examples/softmax.expr --emit=fused --no-fusion"},
@@ -443,6 +444,11 @@ int compile_command(const Args& args) {
     auto [end, error] = std::from_chars(sm_text->data(), sm_text->data() + sm_text->size(), sm);
     if (error != std::errc() || end != sm_text->data() + sm_text->size() || sm < 75)
       throw Error("--sm=" + *sm_text + ": expected a compute capability such as 80 (sm_80); CUDA 13 needs 75 or more");
+  } else if (for_cuda && runtime::cuda::cuda_available()) {
+    // No --sm: GPU 0's compute capability when there is one (PTX for sm_90 also runs on later
+    // GPUs, and LLVM 19 targets none newer), else sm_80.
+    runtime::cuda::DeviceInfo device = runtime::cuda::device_info(0);
+    sm = std::max(75, std::min(device.major * 10 + device.minor, 90));
   }
   if (kind && !(for_cuda ? kind->emit_cuda : kind->emit))
     throw Error(for_cuda ? "--emit=" + *emit_name + " is for the CPU (CUDA emits: graph, dot, fused, plan, mlir, llvm, ptx, bundle)"
