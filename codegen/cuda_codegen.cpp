@@ -1064,7 +1064,7 @@ class GpuEmitter {
 
   // ---- matmul ----
   // C[batch, m, n] = sum_k A[batch, m, k] * B[batch, k, n], A and B cast to the matmul's dtype
-  // and multiplied and summed in f64 (floats) or i64 (integers) as the interpreter does. A
+  // and multiplied and summed in it (fused multiply-adds for floats). A
   // block of TX x TY threads computes a tile of (TY*R) x (TX*C) outputs, R x C per thread
   // (rows ty*R + i, columns tx*C + j); per step of `depth`, the threads load the A tile
   // (k-major: As[k][row]) and the B tile (Bs[k][col]) with the prologues applied, out-of-range
@@ -1088,9 +1088,12 @@ class GpuEmitter {
     ir::Dim n_dim = b_matrix ? b_shape.back() : ir::Dim(1);
     size_t batch_rank = k_.space.size() - (a_matrix ? 1 : 0) - (b_matrix ? 1 : 0);
     ir::Shape batch_shape(k_.space.begin(), k_.space.begin() + static_cast<long>(batch_rank));
-    DType acc_type = ir::is_float(mm_node.dtype) ? DType::F64 : DType::I64;
+    // Accumulated in the matmul's own dtype, as cuBLAS does and as the CPU's blocked matmul does:
+    // f32 in f32 FMAs (f64 accumulators needed 255 registers and spilled), integers wrapping
+    // exactly like the interpreter's i64 sums cast back.
+    DType acc_type = mm_node.dtype;
     mlir::Type acc = scalar_.scalar_type(acc_type);
-    bool floating = acc_type == DType::F64;
+    bool floating = ir::is_float(acc_type);
 
     begin_function(k_.name, {tx_count, ty_count, 1});
     using mlir::gpu::Dimension;
