@@ -213,8 +213,8 @@ TEST_CASE("row reductions take one block per row and combine threads with warp s
 // (shared memory loads are i64 from !llvm.ptr<3>). The kernel has both paths, the row length
 // being a symbol: the fallback loops read x once per pass (3 for softmax: max, sum, output), the
 // on-chip path 16 times in all. Re-reading the row per pass on the on-chip path would make it
-// 3 * 16 + 3. In the PTX, fewer than 2 * 16 + 16 f32 global loads (the fallback's loops may be
-// unrolled by LLVM; a re-read on the on-chip path alone would be 48).
+// 3 * 16 + 3 (caught: 51). In the PTX (19 today), fewer than 3 * 16 f32 global loads: room for
+// LLVM unrolling the fallback's loops, none for the on-chip path re-reading the row per pass.
 TEST_CASE("softmax and layernorm rows are read from global memory once on the on-chip path", "[cuda]") {
   const size_t R = 16;
   {
