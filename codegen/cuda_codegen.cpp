@@ -327,14 +327,33 @@ class GpuEmitter {
     linear_memo_.clear();
   }
 
+  // A nested region: the caches start empty in it, and what they held before it comes back after
+  // it (those values were defined before the region, so they dominate what follows it; what the
+  // region defined is forgotten). The row-wise kernels' on-chip path relies on this: a
+  // block_reduce between two passes over the row (its if_then) keeps the row's loaded values.
+  class CacheScope {
+   public:
+    explicit CacheScope(GpuEmitter& e) : e_(e), general_(e.general_cache_), linear_(e.linear_memo_) { e_.clear_caches(); }
+    ~CacheScope() {
+      e_.general_cache_ = std::move(general_);
+      e_.linear_memo_ = std::move(linear_);
+    }
+    CacheScope(const CacheScope&) = delete;
+    CacheScope& operator=(const CacheScope&) = delete;
+
+   private:
+    GpuEmitter& e_;
+    std::map<std::vector<const void*>, mlir::Value> general_;
+    std::map<std::pair<std::string, std::vector<const void*>>, mlir::Value> linear_;
+  };
+
   template <class Body>
   void loop(mlir::Value from, mlir::Value to, mlir::Value step, Body body) {
     auto for_op = b_.create<mlir::scf::ForOp>(loc_, from, to, step);
     mlir::OpBuilder::InsertionGuard guard(b_);
     b_.setInsertionPointToStart(for_op.getBody());
-    clear_caches();
+    CacheScope scope(*this);
     body(for_op.getInductionVar());
-    clear_caches();
   }
 
   template <class Body>
@@ -342,9 +361,25 @@ class GpuEmitter {
     auto branch = b_.create<mlir::scf::IfOp>(loc_, condition, /*withElseRegion=*/false);
     mlir::OpBuilder::InsertionGuard guard(b_);
     b_.setInsertionPointToStart(&branch.getThenRegion().front());
-    clear_caches();
+    CacheScope scope(*this);
     body();
-    clear_caches();
+  }
+
+  // `then_body()` where `condition` holds, else `else_body()` (no results).
+  template <class Then, class Else>
+  void if_else(mlir::Value condition, Then then_body, Else else_body) {
+    auto branch = b_.create<mlir::scf::IfOp>(loc_, condition, /*withElseRegion=*/true);
+    mlir::OpBuilder::InsertionGuard guard(b_);
+    {
+      b_.setInsertionPointToStart(&branch.getThenRegion().front());
+      CacheScope scope(*this);
+      then_body();
+    }
+    {
+      b_.setInsertionPointToStart(&branch.getElseRegion().front());
+      CacheScope scope(*this);
+      else_body();
+    }
   }
 
   // `then_value()` where `condition` holds, else `otherwise` (computed before the branch).
@@ -353,9 +388,10 @@ class GpuEmitter {
     auto branch = b_.create<mlir::scf::IfOp>(loc_, mlir::TypeRange{otherwise.getType()}, condition, /*withElseRegion=*/true);
     mlir::OpBuilder::InsertionGuard guard(b_);
     b_.setInsertionPointToStart(&branch.getThenRegion().front());
-    clear_caches();
-    b_.create<mlir::scf::YieldOp>(loc_, then_value());
-    clear_caches();
+    {
+      CacheScope scope(*this);
+      b_.create<mlir::scf::YieldOp>(loc_, then_value());
+    }
     b_.setInsertionPointToStart(&branch.getElseRegion().front());
     b_.create<mlir::scf::YieldOp>(loc_, otherwise);
     return branch.getResult(0);
@@ -822,61 +858,142 @@ class GpuEmitter {
     return v;
   }
 
+  // Elements per thread held in registers by a row-wise kernel's on-chip path (rows of up to
+  // threads * R elements). 16 for kernels whose values are at most 4 bytes (4096-element rows in
+  // 256-thread blocks: softmax and layernorm rows are mostly 1024 to 4096 wide), 8 where a value
+  // is 8 bytes (f64, i64: two registers each, so the same register footprint, rows up to 2048).
+  // The cost is registers, allocated for the whole kernel (short rows pay it too): ptxas gives
+  // examples/softmax.expr (f32) 128 registers per thread at R = 16 (64 at R = 8, 32 without the
+  // on-chip path), layernorm 168 (92 at R = 8), no spills: 2 (1) resident 256-thread blocks per
+  // SM, each thread with 16 independent loads in flight. R = 16 reads the common 4096-wide f32
+  // rows once; a GPU profile may favour 8 (rows up to 2048, twice the occupancy).
+  int elements_per_thread() const {
+    size_t widest = 1;
+    for (const Node& n : k_.body.nodes) widest = std::max(widest, static_cast<size_t>(ir::dtype_size(n.dtype)));
+    return widest >= 8 ? 8 : 16;
+  }
+
   // One block per row of the kept dims (grid-stride over rows): each reduction in order (a
   // later one may read an earlier one's result, as softmax's sum reads its max), then the outputs.
+  // A row of 1 to threads * R elements is held on chip (row_on_chip); longer rows, empty rows and
+  // kernels with a user combiner re-read the row from global memory in each pass (row_by_loops).
   void emit_block_per_row() {
     int threads = k_.schedule.cuda.block_x * k_.schedule.cuda.block_y;
     if (threads % kWarp != 0) throw ir::Error(fail_text("a reduction block of " + std::to_string(threads) + " threads"));
-    ir::Shape kept_shape = kept_dims(k_), reduced_shape = reduced_dims(k_);
-    ir::Dim row_length = ir::num_elements(reduced_shape);
+    ir::Shape kept_shape = kept_dims(k_);
     begin_function(k_.name, {k_.schedule.cuda.block_x, k_.schedule.cuda.block_y, 1});
     using mlir::gpu::Dimension;
-    mlir::Value tid = linear_thread_id();
-    mlir::Value step = i64(threads);
-    mlir::Value length = dim(row_length);
+    mlir::Value length = dim(ir::num_elements(reduced_dims(k_)));
+    bool built_in = true;
+    for (NodeId id : reduce_nodes(k_)) built_in = built_in && k_.body.node(id).as<ir::ReduceAttrs>().kind != ir::ReduceKind::Custom;
+    int per_thread = elements_per_thread();
     loop(block_id(Dimension::x), dim(ir::num_elements(kept_shape)), grid_dim(Dimension::x), [&](mlir::Value row) {
       std::vector<mlir::Value> kept = delinearize(row, kept_shape);
-      for (NodeId id : reduce_nodes(k_)) {
-        if (k_.body.node(id).as<ir::ReduceAttrs>().kind == ir::ReduceKind::Custom) {
-          reduced_[id] = finish(id, sequential_reduce(id, kept, row, row_length), row_length);
-          continue;
-        }
-        auto fold = b_.create<mlir::scf::ForOp>(loc_, tid, length, step, mlir::ValueRange{accumulator_identity(id)});
-        {
-          mlir::OpBuilder::InsertionGuard guard(b_);
-          b_.setInsertionPointToStart(fold.getBody());
-          clear_caches();
-          std::vector<mlir::Value> full = element_index(kept, row, fold.getInductionVar());
-          mlir::Value x = to_accumulator(id, general_value(k_.body.node(id).inputs[0], full));
-          b_.create<mlir::scf::YieldOp>(loc_, combine(id, fold.getRegionIterArgs()[0], x));
-          clear_caches();
-        }
-        reduced_[id] = finish(id, block_reduce(id, fold.getResult(0), threads), row_length);
+      if (!built_in) {
+        row_by_loops(kept, row, threads);
+        return;
       }
-      for (size_t o = 0; o < k_.body.outputs.size(); ++o) {
-        NodeId out = k_.body.outputs[o].node;
-        const Node& n = k_.body.node(out);
-        if (n.shape == k_.space) {
-          loop(tid, length, step, [&](mlir::Value j) {
-            std::vector<mlir::Value> full = element_index(kept, row, j);
-            store(output_param_[o], n.dtype, linearize(full, k_.space), general_value(out, full));
-          });
-        } else if (!(ir::num_elements(n.shape) == ir::num_elements(kept_shape))) {
-          // Laid out like the space in another shape (never downstream of a reduction).
-          loop(tid, length, step, [&](mlir::Value j) {
-            mlir::Value linear = linearize(element_index(kept, row, j), k_.space);
-            store(output_param_[o], n.dtype, linear, general_value(out, delinearize(linear, n.shape)));
-          });
-        } else {
-          // A reduced-space output: element `row` (cpu_compiles() keeps rows in order up to here).
-          if_then(eq(tid, i64(0)),
-                  [&] { store(output_param_[o], n.dtype, row, general_value(out, delinearize(row, n.shape))); });
-        }
-      }
+      mlir::Value fits = and_(lt(i64(0), length), lt(length, i64(static_cast<int64_t>(threads) * per_thread + 1)));
+      if_else(fits, [&] { row_on_chip(kept, row, threads, per_thread); }, [&] { row_by_loops(kept, row, threads); });
     });
     finish_function();
     ir::CudaLaunch& l = add_launch(k_.name);
     l.work[0] = ir::num_elements(kept_shape);
+  }
+
+  // One row, each pass a loop over the row that reads it from global memory.
+  void row_by_loops(const std::vector<mlir::Value>& kept, mlir::Value row, int threads) {
+    ir::Shape kept_shape = kept_dims(k_);
+    ir::Dim row_length = ir::num_elements(reduced_dims(k_));
+    mlir::Value tid = linear_thread_id();
+    mlir::Value step = i64(threads);
+    mlir::Value length = dim(row_length);
+    for (NodeId id : reduce_nodes(k_)) {
+      if (k_.body.node(id).as<ir::ReduceAttrs>().kind == ir::ReduceKind::Custom) {
+        reduced_[id] = finish(id, sequential_reduce(id, kept, row, row_length), row_length);
+        continue;
+      }
+      auto fold = b_.create<mlir::scf::ForOp>(loc_, tid, length, step, mlir::ValueRange{accumulator_identity(id)});
+      {
+        mlir::OpBuilder::InsertionGuard guard(b_);
+        b_.setInsertionPointToStart(fold.getBody());
+        CacheScope scope(*this);
+        std::vector<mlir::Value> full = element_index(kept, row, fold.getInductionVar());
+        mlir::Value x = to_accumulator(id, general_value(k_.body.node(id).inputs[0], full));
+        b_.create<mlir::scf::YieldOp>(loc_, combine(id, fold.getRegionIterArgs()[0], x));
+      }
+      reduced_[id] = finish(id, block_reduce(id, fold.getResult(0), threads), row_length);
+    }
+    for (size_t o = 0; o < k_.body.outputs.size(); ++o) {
+      NodeId out = k_.body.outputs[o].node;
+      const Node& n = k_.body.node(out);
+      if (n.shape == k_.space) {
+        loop(tid, length, step, [&](mlir::Value j) {
+          std::vector<mlir::Value> full = element_index(kept, row, j);
+          store(output_param_[o], n.dtype, linearize(full, k_.space), general_value(out, full));
+        });
+      } else if (!(ir::num_elements(n.shape) == ir::num_elements(kept_shape))) {
+        // Laid out like the space in another shape (never downstream of a reduction).
+        loop(tid, length, step, [&](mlir::Value j) {
+          mlir::Value linear = linearize(element_index(kept, row, j), k_.space);
+          store(output_param_[o], n.dtype, linear, general_value(out, delinearize(linear, n.shape)));
+        });
+      } else {
+        // A reduced-space output: element `row` (cpu_compiles() keeps rows in order up to here).
+        if_then(eq(tid, i64(0)), [&] { store(output_param_[o], n.dtype, row, general_value(out, delinearize(row, n.shape))); });
+      }
+    }
+  }
+
+  // One row of 1 to threads * R elements (every reduction a built-in kind), held in registers:
+  // thread t owns elements j_r = t + r * threads, r < R (the order row_by_loops folds them in, so
+  // the results are bit-identical to it), each read at min(j_r, length - 1) so that every load
+  // is in bounds. Each element's index is built once and the same index Values are used in every
+  // pass, so general_value's cache hands every pass the values the first one loaded: the row is
+  // read from global memory once. Nothing on this straight-line path clears the cache
+  // (block_reduce's if_then restores it, see CacheScope). Element j_r counts in a fold, and is
+  // stored, only where j_r < length.
+  void row_on_chip(const std::vector<mlir::Value>& kept, mlir::Value row, int threads, int per_thread) {
+    ir::Shape kept_shape = kept_dims(k_);
+    ir::Dim row_length = ir::num_elements(reduced_dims(k_));
+    mlir::Value tid = linear_thread_id();
+    mlir::Value length = dim(row_length);
+    mlir::Value last = sub(length, i64(1));
+    std::vector<mlir::Value> valid, unclamped;
+    std::vector<std::vector<mlir::Value>> full;
+    for (int r = 0; r < per_thread; ++r) {
+      mlir::Value j = add(tid, i64(static_cast<int64_t>(r) * threads));
+      valid.push_back(lt(j, length));
+      unclamped.push_back(j);
+      full.push_back(element_index(kept, row, min_i64(j, last)));
+    }
+    for (NodeId id : reduce_nodes(k_)) {
+      mlir::Value acc = accumulator_identity(id);
+      for (int r = 0; r < per_thread; ++r) {
+        mlir::Value x = to_accumulator(id, general_value(k_.body.node(id).inputs[0], full[r]));
+        acc = b_.create<mlir::arith::SelectOp>(loc_, valid[r], combine(id, acc, x), acc);
+      }
+      reduced_[id] = finish(id, block_reduce(id, acc, threads), row_length);
+    }
+    for (size_t o = 0; o < k_.body.outputs.size(); ++o) {
+      NodeId out = k_.body.outputs[o].node;
+      const Node& n = k_.body.node(out);
+      if (n.shape == k_.space || !(ir::num_elements(n.shape) == ir::num_elements(kept_shape))) {
+        for (int r = 0; r < per_thread; ++r) {
+          // The value is computed outside the branch (from the registers: the cache is emptied
+          // inside a branch), on the clamped element where j_r is past the row. It is stored at
+          // element j_r itself (the same element where j_r is valid): an address a constant
+          // offset from the thread's first, so that the clamped offsets die with the loads
+          // (softmax: 128 registers instead of 152).
+          mlir::Value v = n.shape == k_.space ? general_value(out, full[r])
+                                              : general_value(out, delinearize(linearize(full[r], k_.space), n.shape));
+          mlir::Value linear = linearize(element_index(kept, row, unclamped[r]), k_.space);
+          if_then(valid[r], [&] { store(output_param_[o], n.dtype, linear, v); });
+        }
+      } else {
+        if_then(eq(tid, i64(0)), [&] { store(output_param_[o], n.dtype, row, general_value(out, delinearize(row, n.shape))); });
+      }
+    }
   }
 
   // A reduction to single elements in two launches. `NAME_partials`: block b folds elements

@@ -3,7 +3,8 @@
 // ptxas is absent), the launch plan matches the PTX entries (one parameter per plan argument),
 // and the kernel forms are the ones the schedules ask for (two launches for a full reduction,
 // 32x33 shared tiles for transposes, warp shuffles in reductions, shared-memory matmul tiles).
-// Every dtype and the odd sizes 1, 7 and 1023 compile. Nothing here runs a kernel: results on a
+// Every dtype and the odd sizes 1, 7 and 1023 compile, and row-wise kernels at row lengths up
+// to 4097 (the rows held on chip read once). Nothing here runs a kernel: results on a
 // GPU are checked by the runtime's tests on a machine that has one.
 #include <catch2/catch.hpp>
 
@@ -204,6 +205,64 @@ TEST_CASE("row reductions take one block per row and combine threads with warp s
   CHECK(m.plan.launches[0].work_per_block[0] == 1);
   CHECK(count(m.ptx, "shfl.sync.bfly") >= 2 * 5);  // two reductions, five butterfly steps each
   CHECK(count(m.ptx, "bar.sync") >= 2);
+}
+
+// Row-wise kernels hold a row of up to 256 * 16 elements (f32) in registers: each thread loads
+// its 16 elements once, and the reductions and the outputs read them from there. Counted in the
+// MLIR as emitted (before any optimization could merge loads): every f32 load from global memory
+// (shared memory loads are i64 from !llvm.ptr<3>). The kernel has both paths, the row length
+// being a symbol: the fallback loops read x once per pass (3 for softmax: max, sum, output), the
+// on-chip path 16 times in all. Re-reading the row per pass on the on-chip path would make it
+// 3 * 16 + 3 (caught: 51). In the PTX (19 today), fewer than 3 * 16 f32 global loads: room for
+// LLVM unrolling the fallback's loops, none for the on-chip path re-reading the row per pass.
+TEST_CASE("softmax and layernorm rows are read from global memory once on the on-chip path", "[cuda]") {
+  const size_t R = 16;
+  {
+    ir::Graph g = compile_example(fs::path(FUSE_SOURCE_DIR) / "examples" / "softmax.expr");
+    ir::Program p = cuda_program(g);
+    REQUIRE(p.kernels.size() == 1);
+    std::string mlir = codegen::emit_cuda_mlir(p);
+    CHECK(count(mlir, "!llvm.ptr -> f32") == R + 3);
+    CHECK(count(mlir, "llvm.store") >= R + 1);  // R guarded stores on chip, one in the fallback
+    codegen::CudaModule m = check_compiles(g, {"sm_80", "sm_90"});
+    INFO(m.ptx);
+    CHECK(count(m.ptx, "ld.global.f32") >= R);
+    CHECK(count(m.ptx, "ld.global.f32") < 3 * R);
+  }
+  {
+    // x once on chip (R), gamma and beta in the output pass (R each); the fallback reads x in
+    // both means and the output loop, gamma and beta there (5).
+    ir::Graph g = compile_example(fs::path(FUSE_SOURCE_DIR) / "examples" / "layernorm.expr");
+    ir::Program p = cuda_program(g);
+    std::string mlir = codegen::emit_cuda_mlir(p);
+    CHECK(count(mlir, "!llvm.ptr -> f32") == 3 * R + 5);
+    check_compiles(g, {"sm_80", "sm_90"});
+  }
+}
+
+TEST_CASE("every dtype compiles in row-wise kernels at row lengths 1, 7, 1023, 4096 and 4097", "[cuda]") {
+  // 4096 fits on chip for 4-byte values (256 threads * 16), not for 8-byte ones (* 8); 4097
+  // takes the loops. A symbolic length keeps both paths.
+  for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{1023}, int64_t{4096}, int64_t{4097}, int64_t{-1}}) {
+    for (DType t : {DType::Bool, DType::I32, DType::I64, DType::F32, DType::F64}) {
+      SECTION(std::string(ir::dtype_name(t)) + " at " + (n < 0 ? std::string("M") : std::to_string(n))) {
+        Graph g;
+        Tensor x = n < 0 ? g.input("x", t, {5, testing::M}) : g.input("x", t, {5, n});
+        if (t == DType::Bool) {
+          g.output("any", logical_and(x, any(x, {1}, true)));
+          g.output("all", all(x, {1}));
+        } else if (ir::is_float(t)) {
+          Tensor e = exp(x - max(x, {1}, true));
+          g.output("softmax", e / sum(e, {1}, true));
+          g.output("centered", x - mean(x, {1}, true));
+        } else {
+          g.output("shifted", x - max(x, {1}, true) + min(x, {1}, true));
+          g.output("sum", sum(x, {1}));
+        }
+        check_compiles(g.ir());
+      }
+    }
+  }
 }
 
 TEST_CASE("transposes go through a 32x33 shared tile in 32x8 blocks", "[cuda]") {
