@@ -12,16 +12,6 @@ namespace fuse::runtime {
 
 namespace {
 
-/// Bytes for `shape` of `dtype`, checked: dims must be >= 0 and the product must fit.
-std::size_t checked_size_bytes(ir::DType dtype, const ir::ConcreteShape& shape) {
-  std::size_t bytes = ir::dtype_size(dtype);
-  for (int64_t d : shape) {
-    if (d < 0) throw ir::Error("a buffer's shape has a negative dim: " + ir::shape_str(shape));
-    if (__builtin_mul_overflow(bytes, static_cast<std::size_t>(d), &bytes))
-      throw ir::Error("a buffer of shape " + ir::shape_str(shape) + " has too many bytes to address");
-  }
-  return bytes;
-}
 
 void* allocate_host(std::size_t bytes) {
   if (bytes == 0) return nullptr;
@@ -41,6 +31,16 @@ void require_available(Device device) {
 }
 
 }  // namespace
+
+std::size_t checked_size_bytes(ir::DType dtype, const ir::ConcreteShape& shape) {
+  std::size_t bytes = ir::dtype_size(dtype);
+  for (int64_t d : shape) {
+    if (d < 0) throw ir::Error("a buffer's shape has a negative dim: " + ir::shape_str(shape));
+    if (__builtin_mul_overflow(bytes, static_cast<std::size_t>(d), &bytes))
+      throw ir::Error("a buffer of shape " + ir::shape_str(shape) + " has too many bytes to address");
+  }
+  return bytes;
+}
 
 std::string Device::str() const {
   switch (kind) {

@@ -11,6 +11,10 @@
 
 namespace fuse::runtime {
 
+/// Bytes of a dense `shape` of `dtype`. Throws ir::Error for a negative dim or a size past
+/// what size_t holds (host and device buffers alike).
+std::size_t checked_size_bytes(ir::DType dtype, const ir::ConcreteShape& shape);
+
 enum class DeviceKind { Cpu, Cuda };
 
 /// Where a Buffer lives: the host ("cpu") or one GPU ("cuda:N").

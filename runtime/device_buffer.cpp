@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "ir/error.h"
+#include "runtime/buffer.h"
 
 namespace fuse::runtime {
 
@@ -92,20 +93,6 @@ DeviceAllocator::Stats DeviceAllocator::stats() const {
 }
 
 // ---- DeviceBuffer ----
-
-namespace {
-
-std::size_t checked_size_bytes(ir::DType dtype, const ir::ConcreteShape& shape) {
-  std::size_t bytes = ir::dtype_size(dtype);
-  for (int64_t d : shape) {
-    if (d < 0) throw ir::Error("a buffer's shape has a negative dim: " + ir::shape_str(shape));
-    if (__builtin_mul_overflow(bytes, static_cast<std::size_t>(d), &bytes))
-      throw ir::Error("a buffer of shape " + ir::shape_str(shape) + " has too many bytes to address");
-  }
-  return bytes;
-}
-
-}  // namespace
 
 DeviceBuffer::~DeviceBuffer() { release(); }
 
