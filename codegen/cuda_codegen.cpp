@@ -1256,22 +1256,30 @@ class GpuEmitter {
               shared_store(b_tile, acc, add(mul(kk, i64(tile_n)), col), v);
             }
             barrier();
-            std::vector<mlir::Value> sums(steps.getRegionIterArgs().begin(), steps.getRegionIterArgs().end());
             mlir::Value row_base = mul(ty, i64(rows)), col_base = mul(tx, i64(cols));
-            for (int64_t kk = 0; kk < depth; ++kk) {
+            // A loop over the tile's depth, not unrolled here: unrolled, LLVM hoisted the shared
+            // loads of every k above the FMAs (128 values live next to the 64 sums: 255
+            // registers and spills).
+            auto depth_loop = b_.create<mlir::scf::ForOp>(loc_, i64(0), i64(depth), i64(1), steps.getRegionIterArgs());
+            {
+              mlir::OpBuilder::InsertionGuard inner(b_);
+              b_.setInsertionPointToStart(depth_loop.getBody());
+              mlir::Value kk = depth_loop.getInductionVar();
+              std::vector<mlir::Value> sums(depth_loop.getRegionIterArgs().begin(), depth_loop.getRegionIterArgs().end());
               // A's column of R values, then B's values one at a time (fewer live registers).
               std::vector<mlir::Value> av;
-              for (int i = 0; i < rows; ++i) av.push_back(shared_load(a_tile, acc, add(i64(kk * tile_m), add(row_base, i64(i)))));
+              for (int i = 0; i < rows; ++i) av.push_back(shared_load(a_tile, acc, add(mul(kk, i64(tile_m)), add(row_base, i64(i)))));
               for (int j = 0; j < cols; ++j) {
-                mlir::Value bj = shared_load(b_tile, acc, add(i64(kk * tile_n), add(col_base, i64(j))));
+                mlir::Value bj = shared_load(b_tile, acc, add(mul(kk, i64(tile_n)), add(col_base, i64(j))));
                 for (int i = 0; i < rows; ++i) {
                   mlir::Value& sum = sums[static_cast<size_t>(i * cols + j)];
                   sum = floating ? mlir::Value(b_.create<mlir::math::FmaOp>(loc_, av[i], bj, sum)) : add(sum, mul(av[i], bj));
                 }
               }
+              b_.create<mlir::scf::YieldOp>(loc_, sums);
             }
             barrier();  // the next step overwrites the tiles
-            b_.create<mlir::scf::YieldOp>(loc_, sums);
+            b_.create<mlir::scf::YieldOp>(loc_, depth_loop.getResults());
             clear_caches();
           }
           // The epilogue, output by output of this thread's R x C.
