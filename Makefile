@@ -11,7 +11,7 @@ DEB_PACKAGES := cmake ninja-build g++ catch2 libmlir-19-dev mlir-19-tools llvm-1
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: deps build test demo bench bench-matmul test-asan fuzz clean
+.PHONY: deps build test demo bench bench-matmul gpu-kit test-asan fuzz clean
 
 # Idempotent: only calls apt-get when a package is missing, and runs `apt-get update` once then.
 deps:
@@ -48,6 +48,14 @@ bench: deps $(BUILD)/build.ninja
 bench-matmul: deps $(BUILD)/build.ninja
 	cmake --build $(BUILD) -j $(JOBS) --target matmul_bench
 	./$(BUILD)/bench/matmul_bench $(MATMUL_BENCH_ARGS)
+
+# Everything a GPU machine without the compiler needs to check the CUDA backend: fuse-run, and
+# for every example and catalog graph a bundle, inputs and the interpreter's outputs
+# (build/gpu-kit; run build/gpu-kit/run.sh there).
+gpu-kit: deps $(BUILD)/build.ninja
+	cmake --build $(BUILD) -j $(JOBS) --target fuse-run fuse_gpu_kit
+	./$(BUILD)/tests/fuse_gpu_kit $(BUILD)/gpu-kit
+	cp $(BUILD)/frontends/fuse-run/fuse-run $(BUILD)/gpu-kit/
 
 $(BUILD_ASAN)/build.ninja:
 	cmake -S . -B $(BUILD_ASAN) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DFUSE_SANITIZE=ON $(CMAKE_FLAGS)

@@ -22,6 +22,7 @@
 
 #include "ir/graph.h"
 #include "ir/interpreter.h"
+#include "runtime/compare.h"
 
 namespace fuse::testing {
 
@@ -90,12 +91,7 @@ class Rng {
   uint64_t state_;
 };
 
-inline std::string format_double(double v) {
-  char buf[40];
-  std::snprintf(buf, sizeof buf, "%.17g", v);
-  return buf;
-}
-
+using runtime::format_double;
 using ir::DType;
 using ir::NodeId;
 using ir::ScalarBuilder;
@@ -828,30 +824,8 @@ inline std::string compare_outputs(const ir::TensorMap& expected, const ir::Tens
   for (const auto& [name, e] : expected) {
     auto it = actual.find(name);
     if (it == actual.end()) return "output '" + name + "' is missing";
-    const ir::HostArray& a = it->second;
-    std::string what = "output '" + name + "'";
-    if (e.dtype != a.dtype)
-      return what + " is " + std::string(ir::dtype_name(a.dtype)) + ", expected " + std::string(ir::dtype_name(e.dtype));
-    if (e.shape != a.shape) return what + " has shape " + ir::shape_str(a.shape) + ", expected " + ir::shape_str(e.shape);
-    for (int64_t i = 0; i < e.size(); ++i) {
-      bool same;
-      std::string ev, av;
-      if (ir::is_float(e.dtype)) {
-        double x = e.get_f64(i), y = a.get_f64(i);
-        if (std::isnan(x) || std::isnan(y)) same = std::isnan(x) && std::isnan(y);
-        else if (std::isinf(x) || std::isinf(y)) same = x == y;
-        else same = std::fabs(x - y) <= atol + rtol * std::fabs(x);
-        ev = detail::format_double(x);
-        av = detail::format_double(y);
-      } else {
-        same = e.get_i64(i) == a.get_i64(i);
-        ev = std::to_string(e.get_i64(i));
-        av = std::to_string(a.get_i64(i));
-      }
-      if (!same)
-        return what + " (" + std::string(ir::dtype_name(e.dtype)) + ir::shape_str(e.shape) + ") differs at flat index " +
-               std::to_string(i) + ": expected " + ev + ", got " + av;
-    }
+    std::string mismatch = runtime::compare_arrays(e, it->second, rtol, atol, "output '" + name + "'");
+    if (!mismatch.empty()) return mismatch;
   }
   return "";
 }

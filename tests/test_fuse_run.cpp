@@ -137,6 +137,31 @@ TEST_CASE("fuse-run: runs a bundle through the fake driver and writes the output
   CHECK(r.output == "y = array([ 5., 15., 25.], dtype=float32)\n");
 }
 
+TEST_CASE("fuse-run --expect compares every output with expected .npy files", "[fuse-run]") {
+  fs::path dir = setup("expect", 100);
+  std::string run = (dir / "bundle").string() + inputs(dir);
+  REQUIRE(fuse_run(run + " --out " + (dir / "expected").string()).status == 0);
+  Result same = fuse_run(run + " --expect " + (dir / "expected").string());
+  INFO(same.output);
+  CHECK(same.status == 0);
+  CHECK_THAT(same.output, Contains("output 'y': matches (max abs difference 0)"));
+
+  // One element off by 1e-3 of its value: a mismatch at 1e-5, a match at 1e-2.
+  HostArray y = fuse::runtime::read_npy((dir / "expected" / "y.npy").string());
+  y.as<float>()[42] *= 1.001f;
+  fuse::runtime::write_npy((dir / "expected" / "y.npy").string(), y);
+  Result off = fuse_run(run + " --expect " + (dir / "expected").string());
+  INFO(off.output);
+  CHECK(off.status == 1);
+  CHECK_THAT(off.output, Contains("MISMATCH: output 'y' (f32[100]) differs at flat index 42"));
+  CHECK(fuse_run(run + " --expect " + (dir / "expected").string() + " --tolerance 1e-2").status == 0);
+
+  Result missing = fuse_run(run + " --expect " + (dir / "nowhere").string());
+  CHECK(missing.status == 1);
+  CHECK_THAT(missing.output, Contains("nowhere"));
+  CHECK(fuse_run(run + " --tolerance 1e-2").status == 1);  // --tolerance without --expect
+}
+
 TEST_CASE("fuse-run links neither LLVM nor MLIR", "[fuse-run]") {
   Result r = shell("ldd '" FUSE_RUN "'");
   REQUIRE(r.status == 0);

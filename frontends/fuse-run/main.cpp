@@ -1,10 +1,13 @@
 // fuse-run: runs an AOT bundle (runtime/bundle.h) on a GPU. Links only the runtime and the IR:
 // no MLIR, no LLVM, so it deploys to GPU machines without the compiler.
 //
-//   fuse-run DIR --input NAME=FILE.npy ... [--out OUTDIR] [--bench N] [--device N]
+//   fuse-run DIR --input NAME=FILE.npy ... [--out OUTDIR] [--expect DIR [--tolerance T]]
+//            [--bench N] [--device N]
 //
-// Each output is written to OUTDIR/NAME.npy (without --out, printed as NumPy would). --bench N runs
-// N more times and prints the median time of the kernels, measured with CUDA events.
+// Each output is written to OUTDIR/NAME.npy (without --out or --expect, printed as NumPy would).
+// --expect compares each output with DIR/NAME.npy (e.g. the reference interpreter's, from
+// `fusec run --target=interp --out DIR`) and exits 1 on a mismatch. --bench N runs N more times
+// and prints the median time of the kernels, measured with CUDA events.
 // Inputs are read and checked against the bundle before CUDA is touched, so mistakes in them are
 // reported on any machine. Exit status: 0 on success, 1 for errors in the bundle, inputs or flags
 // and when CUDA is unavailable, 2 for internal errors.
@@ -18,6 +21,7 @@
 
 #include "ir/error.h"
 #include "runtime/bundle.h"
+#include "runtime/compare.h"
 #include "runtime/cuda_executable.h"
 #include "runtime/npy.h"
 
@@ -27,10 +31,13 @@ namespace {
 using ir::Error;
 
 constexpr const char* kUsage =
-    "usage: fuse-run DIR --input NAME=FILE.npy ... [--out OUTDIR] [--bench N] [--device N]\n"
+    "usage: fuse-run DIR --input NAME=FILE.npy ... [--out OUTDIR] [--expect DIR [--tolerance T]] [--bench N]\n"
+    "                [--device N]\n"
     "  DIR            a bundle written by fusec --target=cuda --emit=bundle\n"
     "  --input N=F    the value of input N, a .npy file (one per input of the bundle)\n"
     "  --out OUTDIR   write each output to OUTDIR/NAME.npy (else print them)\n"
+    "  --expect DIR   compare each output with DIR/NAME.npy; exit 1 on a mismatch\n"
+    "  --tolerance T  with --expect: floats within T relative + T absolute (default 1e-5)\n"
     "  --bench N      run N more times and print the median kernel time\n"
     "  --device N     the GPU to run on (default 0)\n";
 
@@ -38,6 +45,9 @@ struct Options {
   std::string bundle;
   std::map<std::string, std::string> inputs;  // name -> .npy path
   std::string out;
+  std::string expect;
+  double tolerance = 1e-5;
+  bool tolerance_given = false;
   int bench = 0;
   int device = 0;
 };
@@ -68,6 +78,14 @@ Options parse_options(const std::vector<std::string>& argv) {
       o.inputs[name] = v.substr(eq + 1);
     } else if (a == "--out") {
       o.out = value();
+    } else if (a == "--expect") {
+      o.expect = value();
+    } else if (a == "--tolerance") {
+      const std::string& v = value();
+      auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), o.tolerance);
+      if (ec != std::errc() || end != v.data() + v.size() || !(o.tolerance >= 0))
+        throw Error("--tolerance wants a number >= 0, not '" + v + "'");
+      o.tolerance_given = true;
     } else if (a == "--bench") {
       o.bench = parse_count(value(), "--bench", 1);
     } else if (a == "--device") {
@@ -81,6 +99,7 @@ Options parse_options(const std::vector<std::string>& argv) {
     }
   }
   if (o.bundle.empty()) throw Error(std::string("no bundle given\n") + kUsage);
+  if (o.tolerance_given && o.expect.empty()) throw Error("--tolerance applies only with --expect");
   return o;
 }
 
@@ -125,12 +144,25 @@ int fuse_run(const std::vector<std::string>& argv) {
     if (ec) throw Error("cannot create directory '" + o.out + "': " + ec.message());
   }
   // In the bundle's output order.
+  int status = 0;
   for (const ir::ProgramIO& out : exe.program().outputs) {
     ir::HostArray value = outputs.at(out.name).to_host();
     if (!o.out.empty()) runtime::write_npy((std::filesystem::path(o.out) / (out.name + ".npy")).string(), value);
-    else if (o.bench == 0) std::cout << runtime::array_repr(value, out.name + " = ") << "\n";
+    else if (o.bench == 0 && o.expect.empty()) std::cout << runtime::array_repr(value, out.name + " = ") << "\n";
+    if (!o.expect.empty()) {
+      ir::HostArray expected = runtime::read_npy((std::filesystem::path(o.expect) / (out.name + ".npy")).string());
+      std::string mismatch =
+          runtime::compare_arrays(expected, value, o.tolerance, o.tolerance, "output '" + out.name + "'");
+      if (mismatch.empty()) {
+        std::cout << "output '" << out.name << "': matches (max abs difference "
+                  << runtime::max_abs_difference(expected, value) << ")\n";
+      } else {
+        std::cout << "MISMATCH: " << mismatch << "\n";
+        status = 1;
+      }
+    }
   }
-  return 0;
+  return status;
 }
 
 }  // namespace
