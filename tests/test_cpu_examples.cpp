@@ -17,30 +17,13 @@
 #include "frontends/compile.h"
 #include "frontends/expr/compile.h"
 #include "ir/printer.h"
+#include "tests/examples.h"
 #include "tests/fusion_catalog.h"
 #include "tests/random_graph.h"
 
 using namespace fuse;
 
 namespace {
-
-std::vector<std::filesystem::path> example_files() {
-  std::vector<std::filesystem::path> files;
-  for (const auto& entry : std::filesystem::directory_iterator(std::filesystem::path(FUSE_SOURCE_DIR) / "examples"))
-    if (entry.path().extension() == ".expr") files.push_back(entry.path());
-  std::sort(files.begin(), files.end());
-  return files;
-}
-
-ir::Graph compile_example(const std::filesystem::path& path) {
-  std::ifstream in(path);
-  std::stringstream source;
-  source << in.rdbuf();
-  expr::CompileResult r = expr::compile_expr(source.str(), path.string());
-  INFO(expr::format_diagnostics(r.errors, source.str()));
-  REQUIRE(r.graph);
-  return std::move(*r.graph);
-}
 
 /// The shape symbols of the graph's inputs, sorted.
 std::vector<std::string> input_symbols(const ir::Graph& g) {
@@ -197,11 +180,11 @@ void check_graph(const ir::Graph& g, const std::string& what) {
 }  // namespace
 
 TEST_CASE("every example compiled for the CPU matches the interpreter", "[cpu][examples]") {
-  std::vector<std::filesystem::path> files = example_files();
+  std::vector<std::filesystem::path> files = testing::example_files();
   REQUIRE(files.size() >= 14);
   for (const std::filesystem::path& file : files) {
     SECTION(file.filename().string()) {
-      check_graph(compile_example(file), file.filename().string());
+      check_graph(testing::compile_example(file), file.filename().string());
     }
   }
 }

@@ -24,6 +24,7 @@
 #include "ir/error.h"
 #include "ir/printer.h"
 #include "passes/pipeline.h"
+#include "tests/examples.h"
 #include "tests/fusion_catalog.h"
 #include "tests/random_graph.h"
 
@@ -36,24 +37,6 @@ ir::Program cuda_program(const ir::Graph& g, int sm = 80) {
   passes::PipelineOptions options;
   options.target = passes::TargetInfo::cuda(sm);
   return passes::run_pipeline(g, options).program;
-}
-
-ir::Graph compile_example(const fs::path& path) {
-  std::ifstream in(path);
-  std::stringstream source;
-  source << in.rdbuf();
-  expr::CompileResult r = expr::compile_expr(source.str(), path.string());
-  INFO(expr::format_diagnostics(r.errors, source.str()));
-  REQUIRE(r.graph);
-  return std::move(*r.graph);
-}
-
-std::vector<fs::path> example_files() {
-  std::vector<fs::path> files;
-  for (const auto& entry : fs::directory_iterator(fs::path(FUSE_SOURCE_DIR) / "examples"))
-    if (entry.path().extension() == ".expr") files.push_back(entry.path());
-  std::sort(files.begin(), files.end());
-  return files;
 }
 
 // ptxas from $CUDA_HOME, $CUDA_PATH or /usr/local/cuda; empty when there is none.
@@ -159,10 +142,10 @@ size_t count(const std::string& text, const std::string& what) {
 }  // namespace
 
 TEST_CASE("every example compiles to PTX that ptxas accepts for sm_80 and sm_90", "[cuda][examples]") {
-  std::vector<fs::path> files = example_files();
+  std::vector<fs::path> files = testing::example_files();
   REQUIRE(files.size() >= 14);
   for (const fs::path& file : files) {
-    SECTION(file.filename().string()) { check_compiles(compile_example(file), {"sm_80", "sm_90"}); }
+    SECTION(file.filename().string()) { check_compiles(testing::compile_example(file), {"sm_80", "sm_90"}); }
   }
 }
 
@@ -219,7 +202,7 @@ TEST_CASE("row reductions take one block per row and combine threads with warp s
 TEST_CASE("softmax and layernorm rows are read from global memory once on the on-chip path", "[cuda]") {
   const size_t R = 16;
   {
-    ir::Graph g = compile_example(fs::path(FUSE_SOURCE_DIR) / "examples" / "softmax.expr");
+    ir::Graph g = testing::compile_example(fs::path(FUSE_SOURCE_DIR) / "examples" / "softmax.expr");
     ir::Program p = cuda_program(g);
     REQUIRE(p.kernels.size() == 1);
     std::string mlir = codegen::emit_cuda_mlir(p);
@@ -233,7 +216,7 @@ TEST_CASE("softmax and layernorm rows are read from global memory once on the on
   {
     // x once on chip (R), gamma and beta in the output pass (R each); the fallback reads x in
     // both means and the output loop, gamma and beta there (5).
-    ir::Graph g = compile_example(fs::path(FUSE_SOURCE_DIR) / "examples" / "layernorm.expr");
+    ir::Graph g = testing::compile_example(fs::path(FUSE_SOURCE_DIR) / "examples" / "layernorm.expr");
     ir::Program p = cuda_program(g);
     std::string mlir = codegen::emit_cuda_mlir(p);
     CHECK(count(mlir, "!llvm.ptr -> f32") == 3 * R + 5);

@@ -13,6 +13,7 @@
 #include "frontends/compile.h"
 #include "frontends/expr/compile.h"
 #include "runtime/cuda_driver.h"
+#include "tests/examples.h"
 #include "tests/fusion_catalog.h"
 #include "tests/random_graph.h"
 
@@ -21,23 +22,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-ir::Graph load_example(const fs::path& path) {
-  std::ifstream in(path);
-  std::stringstream source;
-  source << in.rdbuf();
-  expr::CompileResult r = expr::compile_expr(source.str(), path.string());
-  INFO(expr::format_diagnostics(r.errors, source.str()));
-  REQUIRE(r.graph);
-  return std::move(*r.graph);
-}
-
 std::vector<std::pair<std::string, ir::Graph>> all_graphs() {
   std::vector<std::pair<std::string, ir::Graph>> graphs;
-  std::vector<fs::path> files;
-  for (const auto& entry : fs::directory_iterator(fs::path(FUSE_SOURCE_DIR) / "examples"))
-    if (entry.path().extension() == ".expr") files.push_back(entry.path());
-  std::sort(files.begin(), files.end());
-  for (const fs::path& f : files) graphs.emplace_back(f.filename().string(), load_example(f));
+  for (const fs::path& f : testing::example_files()) graphs.emplace_back(f.filename().string(), testing::compile_example(f));
   for (const testing::Case& c : testing::catalog()) {
     Graph g;
     c.build(g);
