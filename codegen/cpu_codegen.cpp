@@ -1188,15 +1188,15 @@ class KernelEmitter {
     NodeId mm = matmul_node();
     const Node& n = k_.body.node(mm);
     int lanes = std::max(1, k_.schedule.cpu.vector_width);
+    if (blocked_matmul()) {
+      emit_matmul_blocked(begin, end);
+      return;
+    }
     int c_axis = static_cast<int>(k_.space.size()) - 1;
     bool strips = lanes > 1 && inner_access(n.inputs[1], static_cast<int>(k_.body.node(n.inputs[1]).shape.size()) - 1) <= Inner::Unit;
     for (const ir::GraphOutput& o : k_.body.outputs)
       strips = strips && k_.body.node(o.node).shape == k_.space && inner_access(o.node, c_axis) <= Inner::Unit &&
                strip_safe(o.node, c_axis, mm);
-    if (blocked_matmul()) {
-      emit_matmul_blocked(begin, end);
-      return;
-    }
     if (!strips) {
       loop(begin, end, 1, [&](mlir::Value row) { emit_matmul_columns(row, i64(0)); });
       return;
@@ -1270,9 +1270,10 @@ class KernelEmitter {
     return call.getNumResults() ? call.getResult() : mlir::Value();
   }
 
-  // A 64-byte aligned heap buffer of `bytes` (rounded up), registered as a new slot.
+  // A 64-byte aligned heap buffer of `bytes` (rounded up to whole 64-byte lines, as
+  // aligned_alloc wants), registered as a new slot.
   int allocate_slot(mlir::Value bytes) {
-    mlir::Value rounded = mul(b_.create<mlir::arith::DivSIOp>(loc_, add(bytes, i64(127)), i64(64)), i64(64));
+    mlir::Value rounded = mul(b_.create<mlir::arith::DivSIOp>(loc_, add(bytes, i64(63)), i64(64)), i64(64));
     base_.push_back(call_c("aligned_alloc", ptr_type(), mlir::ValueRange{i64(64), rounded}));
     return static_cast<int>(base_.size()) - 1;
   }
@@ -1482,8 +1483,9 @@ class KernelEmitter {
     int64_t vectors = t.nr / t.lanes;
     mlir::Type vec = lane_type(scalar_type(p.t), t.lanes);
     int64_t tile = t.mr * vectors;
-    auto acc_offset = [&](int64_t r, int64_t v) {
-      return add(mul(sub(add(row, i64(r)), p.acc_origin), p.n), add(col, i64(v * t.lanes)));
+    // Partial sums of tile row `r` (a Value: edge tiles clamp it), vector `v`.
+    auto acc_offset = [&](mlir::Value r, int64_t v) {
+      return add(mul(sub(add(row, r), p.acc_origin), p.n), add(col, i64(v * t.lanes)));
     };
     // Runs body for each row r of the tile that exists, under each vector's column mask.
     auto each_stored = [&](auto body) {
@@ -1512,8 +1514,7 @@ class KernelEmitter {
       for (int64_t r = 0; r < t.mr; ++r)
         for (int64_t v = 0; v < vectors; ++v) {
           // Rows past an edge tile's end read row `row` again (in bounds; never stored).
-          mlir::Value rr = rows ? min_i64(i64(r), sub(rows, i64(1))) : i64(r);
-          mlir::Value offset = add(mul(sub(add(row, rr), p.acc_origin), p.n), add(col, i64(v * t.lanes)));
+          mlir::Value offset = acc_offset(rows ? min_i64(i64(r), sub(rows, i64(1))) : i64(r), v);
           if (cols) {
             mlir::Value x;
             masked(sub(cols, i64(v * t.lanes)), t.lanes, [&] { x = load(p.acc, p.t, offset, t.lanes); });
@@ -1565,7 +1566,7 @@ class KernelEmitter {
       matmul_strip_ = {};
     });
     b_.setInsertionPointToStart(&finish.getElseRegion().front());
-    each_stored([&](int64_t r, int64_t v) { store(p.acc, p.t, acc_offset(r, v), k_loop.getResult(r * vectors + v), t.lanes); });
+    each_stored([&](int64_t r, int64_t v) { store(p.acc, p.t, acc_offset(i64(r), v), k_loop.getResult(r * vectors + v), t.lanes); });
   }
 
   // Whether the epilogue reads the matmul only along its columns (a strip of C is one vector),

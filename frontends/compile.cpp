@@ -30,6 +30,11 @@ runtime::Executable compile(const Graph& g, const Target& target, const CompileO
   return compile(g.ir(), options);
 }
 
+int cuda_sm_for_device(int device) {
+  runtime::cuda::DeviceInfo info = runtime::cuda::device_info(device);
+  return std::min(info.major * 10 + info.minor, 90);
+}
+
 runtime::CudaProgram compile_cuda_program(const ir::Graph& g, int sm, const CompileOptions& options) {
   passes::PipelineOptions pipeline = options.pipeline;
   pipeline.target = passes::TargetInfo::cuda(sm);
@@ -45,9 +50,8 @@ std::unique_ptr<runtime::CudaExecutable> compile_cuda(const ir::Graph& g, const 
                                                       const CompileOptions& options) {
   if (target.kind != Target::Kind::Cuda) throw ir::Error("fuse::compile_cuda needs a CUDA target (Target::cuda())");
   // The device first: without one, say so before compiling anything.
-  runtime::cuda::DeviceInfo device = runtime::cuda::device_info(target.device);
-  // PTX for sm_90 runs on newer GPUs too (the driver JIT-compiles it); LLVM 19 targets no later.
-  int sm = target.sm ? target.sm : std::min(device.major * 10 + device.minor, 90);
+  int device_sm = cuda_sm_for_device(target.device);
+  int sm = target.sm ? target.sm : device_sm;
   return std::make_unique<runtime::CudaExecutable>(compile_cuda_program(g, sm, options), target.device);
 }
 

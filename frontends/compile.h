@@ -52,6 +52,10 @@ inline std::unique_ptr<runtime::CudaExecutable> compile_cuda(const Graph& g, con
                                                              const CompileOptions& options = {}) {
   return compile_cuda(g.ir(), target, options);
 }
+/// The compute capability to generate PTX for on GPU `device`: its own, at most 90 (PTX for
+/// sm_90 runs on later GPUs through the driver's JIT; LLVM 19 targets none newer). Throws
+/// runtime::cuda::Unavailable without a driver or that GPU.
+int cuda_sm_for_device(int device = 0);
 /// The Program compiled for CUDA, unloaded: what an AOT bundle holds (runtime::write_bundle).
 runtime::CudaProgram compile_cuda_program(const ir::Graph& g, int sm = 80, const CompileOptions& options = {});
 

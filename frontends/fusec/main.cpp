@@ -445,10 +445,7 @@ int compile_command(const Args& args) {
     if (error != std::errc() || end != sm_text->data() + sm_text->size() || sm < 75)
       throw Error("--sm=" + *sm_text + ": expected a compute capability such as 80 (sm_80); CUDA 13 needs 75 or more");
   } else if (for_cuda && runtime::cuda::cuda_available()) {
-    // No --sm: GPU 0's compute capability when there is one (PTX for sm_90 also runs on later
-    // GPUs, and LLVM 19 targets none newer), else sm_80.
-    runtime::cuda::DeviceInfo device = runtime::cuda::device_info(0);
-    sm = std::max(75, std::min(device.major * 10 + device.minor, 90));
+    sm = cuda_sm_for_device(0);  // no --sm: GPU 0's when there is one, else sm_80
   }
   if (kind && !(for_cuda ? kind->emit_cuda : kind->emit))
     throw Error(for_cuda ? "--emit=" + *emit_name + " is for the CPU (CUDA emits: graph, dot, fused, plan, mlir, llvm, ptx, bundle)"
@@ -631,8 +628,7 @@ int run_command(const Args& args) {
   passes::TargetInfo schedule_for = passes::TargetInfo::host();
   if (target.name == "cuda") {
     // Ask the device first: without one this is where `run --target=cuda` stops, clearly.
-    runtime::cuda::DeviceInfo device = runtime::cuda::device_info(0);
-    schedule_for = passes::TargetInfo::cuda(std::min(device.major * 10 + device.minor, 90));
+    schedule_for = passes::TargetInfo::cuda(cuda_sm_for_device(0));
   }
   compile_options.pipeline = pipeline_options(args, schedule_for);
   compile_options.use_cache = !args.has("--no-cache");
