@@ -1323,9 +1323,6 @@ class KernelEmitter {
     NodeId a_id = n.inputs[0];
     p.a_by_columns = inner_access(a_id, rank - 1) > Inner::Unit && inner_access(a_id, rank - 2) <= Inner::Unit;
     // Packing buffers as large as this problem needs (a full nc x kc panel of B is megabytes).
-    auto round_up = [&](mlir::Value x, int64_t to) {
-      return mul(b_.create<mlir::arith::DivSIOp>(loc_, add(x, i64(to - 1)), i64(to)), i64(to));
-    };
     mlir::Value kc_used = min_i64(i64(t.kc), max_i64(p.k, i64(1)));
     mlir::Value mc_used = min_i64(i64(t.mc), round_up(max_i64(p.m, i64(1)), t.mr));
     mlir::Value nc_used = min_i64(i64(t.nc), round_up(max_i64(p.n, i64(1)), t.nr));
@@ -1391,8 +1388,17 @@ class KernelEmitter {
       call_c("free", mlir::LLVM::LLVMVoidType::get(b_.getContext()), mlir::ValueRange{base_[slot]});
   }
 
+  // Rounds x up to a multiple of `to`.
+  mlir::Value round_up(mlir::Value x, int64_t to) {
+    return mul(b_.create<mlir::arith::DivSIOp>(loc_, add(x, i64(to - 1)), i64(to)), i64(to));
+  }
+
   // B[pc : pc + kb, jc : jc + nb] into panels of nr columns: panel q holds, for each k, the
-  // columns [q*nr, q*nr + nr) contiguously (columns past nb hold whatever was there).
+  // columns [q*nr, q*nr + nr) contiguously. The last panel's columns past nb are padding: they
+  // are written too (masked-off lanes or a copy of the last column), because the micro-kernel
+  // computes whole tiles, and a lane read from never-written memory is undefined in LLVM: once
+  // such a lane reached a branch (the f32 patch test of sigmoid), LLVM proved the tile loop
+  // unreachable and compiled it to a jump to itself.
   void pack_b(const MatmulPlan& p, mlir::Value pc, mlir::Value kb, mlir::Value jc, mlir::Value nb) {
     const MatmulTiling& t = p.tiling;
     NodeId b_id = k_.body.node(p.mm).inputs[1];
@@ -1401,27 +1407,28 @@ class KernelEmitter {
       mlir::Value panel = b_.create<mlir::arith::DivSIOp>(loc_, jj, i64(t.nr));
       return add(mul(panel, mul(kb, i64(t.nr))), add(mul(kk, i64(t.nr)), sub(jj, mul(panel, i64(t.nr)))));
     };
+    mlir::Value padded = round_up(nb, t.nr);
     if (inner_access(b_id, rank - 1) <= Inner::Unit) {
       loop(i64(0), kb, 1, [&](mlir::Value kk) {
         std::vector<mlir::Value> idx0 = p.batch;
         idx0.push_back(add(pc, kk));
         idx0.push_back(i64(0));
-        loop(i64(0), nb, t.lanes, [&](mlir::Value jj) {
-          masked(sub(nb, jj), t.lanes, [&] {
-            mlir::Value v = lane_value(b_id, idx0, rank - 1, add(jc, jj), t.lanes);
-            store(p.pack_b, p.t, packed_offset(kk, jj), v, t.lanes);
-          });
+        loop(i64(0), padded, t.lanes, [&](mlir::Value jj) {
+          mlir::Value v;
+          masked(sub(nb, jj), t.lanes, [&] { v = lane_value(b_id, idx0, rank - 1, add(jc, jj), t.lanes); });
+          store(p.pack_b, p.t, packed_offset(kk, jj), v, t.lanes);  // whole vectors: padding included
         });
       });
       return;
     }
     // Strided along the columns (a transposed B): element by element, k innermost so that the
     // reads of B follow its unit stride.
-    loop(i64(0), nb, 1, [&](mlir::Value jj) {
+    mlir::Value last = sub(nb, i64(1));
+    loop(i64(0), padded, 1, [&](mlir::Value jj) {
       loop(i64(0), kb, 1, [&](mlir::Value kk) {
         std::vector<mlir::Value> idx = p.batch;
         idx.push_back(add(pc, kk));
-        idx.push_back(add(jc, jj));
+        idx.push_back(add(jc, min_i64(jj, last)));
         store(p.pack_b, p.t, packed_offset(kk, jj), general_value(b_id, idx), 1);
       });
     });
@@ -1429,6 +1436,8 @@ class KernelEmitter {
 
   // A[ic : ic + mb, pc : pc + kb] (rows of this batch) into packed A: row r at r * kc (A unit
   // along K, or any other layout, element by element), or column k at k * mc (A unit along M).
+  // Rows up to the next whole mr tile are written too (copies of the last row, or masked-off
+  // lanes): the micro-kernel reads whole tiles, and never-written lanes are undefined (pack_b).
   void pack_a(const MatmulPlan& p, mlir::Value ic, mlir::Value mb, mlir::Value pc, mlir::Value kb) {
     const MatmulTiling& t = p.tiling;
     NodeId a_id = k_.body.node(p.mm).inputs[0];
@@ -1439,9 +1448,11 @@ class KernelEmitter {
       idx.push_back(kk);
       return idx;
     };
+    mlir::Value padded = round_up(mb, t.mr);
+    mlir::Value last = sub(mb, i64(1));
     if (inner_access(a_id, rank - 1) <= Inner::Unit) {
-      loop(i64(0), mb, 1, [&](mlir::Value r) {
-        std::vector<mlir::Value> idx0 = index(add(ic, r), i64(0));
+      loop(i64(0), padded, 1, [&](mlir::Value r) {
+        std::vector<mlir::Value> idx0 = index(add(ic, min_i64(r, last)), i64(0));
         loop(i64(0), kb, t.lanes, [&](mlir::Value kk) {
           masked(sub(kb, kk), t.lanes, [&] {
             mlir::Value v = lane_value(a_id, idx0, rank - 1, add(pc, kk), t.lanes);
@@ -1452,17 +1463,19 @@ class KernelEmitter {
     } else if (p.a_by_columns) {
       loop(i64(0), kb, 1, [&](mlir::Value kk) {
         std::vector<mlir::Value> idx0 = index(i64(0), add(pc, kk));
-        loop(i64(0), mb, t.lanes, [&](mlir::Value r) {
-          masked(sub(mb, r), t.lanes, [&] {
-            mlir::Value v = lane_value(a_id, idx0, rank - 2, add(ic, r), t.lanes);
-            store(p.pack_a, p.t, add(mul(kk, i64(t.mc)), r), v, t.lanes);
-          });
+        loop(i64(0), padded, t.lanes, [&](mlir::Value r) {
+          mlir::Value v;
+          masked(sub(mb, r), t.lanes, [&] { v = lane_value(a_id, idx0, rank - 2, add(ic, r), t.lanes); });
+          // Whole vectors: padding included; a store past this column's end lands in the next
+          // column (written after it) or in the buffer's slack of one vector.
+          store(p.pack_a, p.t, add(mul(kk, i64(t.mc)), r), v, t.lanes);
         });
       });
     } else {
-      loop(i64(0), mb, 1, [&](mlir::Value r) {
+      loop(i64(0), padded, 1, [&](mlir::Value r) {
         loop(i64(0), kb, 1, [&](mlir::Value kk) {
-          store(p.pack_a, p.t, add(mul(r, i64(t.kc)), kk), general_value(a_id, index(add(ic, r), add(pc, kk))), 1);
+          store(p.pack_a, p.t, add(mul(r, i64(t.kc)), kk),
+                general_value(a_id, index(add(ic, min_i64(r, last)), add(pc, kk))), 1);
         });
       });
     }

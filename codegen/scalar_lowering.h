@@ -121,6 +121,9 @@ class ScalarLowering {
     if (!argument) argument = test;  // what `slow` takes, when it is not what is tested
     if (operand != DType::F32 || fast_math_) return fast;
     mlir::Value mask = cmpf(predicate, test, constant(DType::F32, bound, 0, lanes));
+    // Frozen: a lane that is undefined (padding no one computed) must not make the branch
+    // below undefined behaviour, which LLVM may compile into anything, an endless loop included.
+    mask = b_.create<mlir::LLVM::FreezeOp>(loc_, mask);
     mlir::Value any = lanes > 1 ? b_.create<mlir::vector::ReductionOp>(loc_, mlir::vector::CombiningKind::OR, mask).getResult()
                                 : mask;
     auto branch = b_.create<mlir::scf::IfOp>(loc_, mlir::TypeRange{fast.getType()}, any, /*withElseRegion=*/true);

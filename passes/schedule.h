@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 
 #include "ir/program.h"
 
@@ -20,6 +21,12 @@ struct TargetInfo {
 
   /// The machine this process runs on (cpuid and /sys cache sizes).
   static TargetInfo host();
+  /// The host with the properties that `description` names replaced: comma-separated `avx512`,
+  /// `avx2` or `vector=BITS`, `l1=SIZE`, `l2=SIZE`, `l3=SIZE` (bytes, or with a K, M or G
+  /// suffix) and `cores=N`, e.g. "avx2,l1=48K,l2=2M,l3=480M,cores=2". Schedules for another
+  /// CPU's caches and vector width; the code still runs here. Throws ir::Error naming the part
+  /// it does not understand.
+  static TargetInfo cpu(std::string_view description);
   static TargetInfo cuda(int sm = 80);
 };
 

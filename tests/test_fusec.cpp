@@ -418,6 +418,10 @@ TEST_CASE("flag mistakes are user errors with suggestions", "[fusec][errors]") {
       {hypot + " --emit=graph -o x.svg", "only dot output can be drawn"},
       {kExamples + "nope.expr --emit=graph", "cannot read"},
       {"", "usage: fusec"},
+      {hypot + " --emit=fused --cpu=avx3", "CPU description: 'avx3' is not a property"},
+      {hypot + " --emit=fused --cpu=l1=big", "CPU description: 'l1=big' needs a positive size such as 48K"},
+      {hypot + " --emit=fused --cpu=vector=384", "CPU description: 'vector=384' must be 128, 256 or 512"},
+      {hypot + " --emit=ptx --target=cuda --cpu=avx2", "--cpu applies only to CPU targets"},
   };
   for (const Case& c : cases) {
     INFO("fusec " << c.args);
@@ -746,4 +750,19 @@ TEST_CASE("CUDA options that do not apply are clear user errors", "[fusec][error
     CHECK(r.status == 1);
     CHECK(r.err.find(c.message) != std::string::npos);
   }
+}
+
+TEST_CASE("--cpu schedules for another CPU's vector width and caches", "[fusec]") {
+  std::string matmul = kExamples + "matmul.expr";
+  Result xeon = fusec(matmul + " --emit=fused --cpu=avx512,l1=48K,l2=2M,l3=480M,cores=2");
+  CHECK(xeon.status == 0);
+  CHECK(xeon.out.find("vector_width=16 mc=336 kc=768 nc=40960 mr=12 nr=32") != std::string::npos);
+  Result avx2 = fusec(matmul + " --emit=fused --cpu=avx2,l1=32K,l2=1M,l3=32M,cores=2");
+  CHECK(avx2.status == 0);
+  CHECK(avx2.out.find("vector_width=8 mc=") != std::string::npos);
+  CHECK(avx2.out.find("mr=6 nr=16") != std::string::npos);
+  // What runs is checked against the interpreter, with the schedules of the described machine.
+  Result run = fusec("run " + matmul + " --random --dim M=37 --dim K=19 --dim N=41 --check --cpu=avx2,l1=48K,l2=2M,l3=480M");
+  CHECK(run.status == 0);
+  CHECK(run.out.find("MISMATCH") == std::string::npos);
 }

@@ -167,6 +167,9 @@ const Flag kFlags[] = {
     {"--sm", "NN", kCompile, false,
      "with --target=cuda: the compute capability (default: GPU 0's, at most 90; 80 without a GPU)",
      "fusec examples/softmax.expr --target=cuda --sm=90 --emit=ptx -o softmax.ptx"},
+    {"--cpu", "DESC", kCompile | kRun, false,
+     "schedule for another CPU: avx512|avx2, l1=, l2=, l3= cache sizes, cores= (the rest as this machine)",
+     "fusec run examples/mlp.expr --random --cpu=avx2,l1=48K,l2=2M,l3=480M --check"},
     {"--no-fusion", "", kCompile | kRun, false, "every op its own kernel (the unfused baseline)",
      "fusec examples/softmax.expr --emit=fused --no-fusion"},
     {"--fast-math", "", kCompile | kRun, false, "allow rewrites that ignore NaN, inf and -0.0 (x + 0 -> x)",
@@ -415,6 +418,10 @@ const std::string& the_file(const Args& args) {
 passes::PipelineOptions pipeline_options(const Args& args, passes::TargetInfo target) {
   passes::PipelineOptions options;
   options.target = target;
+  if (const std::string* cpu = args.value("--cpu")) {
+    if (target.kind != ir::TargetKind::Cpu) throw Error("--cpu applies only to CPU targets");
+    options.target = passes::TargetInfo::cpu(*cpu);
+  }
   options.fusion.enabled = !args.has("--no-fusion");
   options.simplify.fast_math = args.has("--fast-math");
   return options;
