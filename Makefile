@@ -2,6 +2,7 @@
 # Debian 12 machine (they install what is missing first).
 BUILD      ?= build
 BUILD_ASAN ?= build-asan
+BUILD_TSAN ?= build-tsan
 JOBS       ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
@@ -11,7 +12,7 @@ DEB_PACKAGES := cmake ninja-build g++ catch2 libmlir-19-dev mlir-19-tools llvm-1
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: deps build test demo bench bench-matmul gpu-kit test-asan fuzz clean
+.PHONY: deps build test demo bench bench-matmul gpu-kit test-asan test-tsan fuzz clean
 
 # Idempotent: only calls apt-get when a package is missing, and runs `apt-get update` once then.
 deps:
@@ -64,8 +65,18 @@ test-asan: deps $(BUILD_ASAN)/build.ninja
 	cmake --build $(BUILD_ASAN) -j $(JOBS)
 	cd $(BUILD_ASAN) && ctest --output-on-failure -j $(JOBS)
 
+# ThreadSanitizer over the concurrency tests (tests/test_concurrency.cpp): 8 threads x 500 runs
+# of every kernel form on shared and separate Executables, and concurrent compiles.
+$(BUILD_TSAN)/build.ninja:
+	cmake -S . -B $(BUILD_TSAN) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFUSE_TSAN=ON $(CMAKE_FLAGS)
+
+test-tsan: deps $(BUILD_TSAN)/build.ninja
+	cmake --build $(BUILD_TSAN) -j $(JOBS) --target test_concurrency
+	cd $(BUILD_TSAN) && FUSE_CONCURRENCY_RUNS=500 TSAN_OPTIONS=halt_on_error=1 \
+	  ctest --output-on-failure -R '^test_concurrency:'
+
 clean:
-	rm -rf $(BUILD) $(BUILD_ASAN)
+	rm -rf $(BUILD) $(BUILD_ASAN) $(BUILD_TSAN)
 
 # The .expr front-end fuzzer (libFuzzer + ASan/UBSan, clang-19): RUNS executions on one core.
 RUNS ?= 1000000

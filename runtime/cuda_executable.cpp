@@ -223,6 +223,7 @@ DeviceTensorMap CudaExecutable::run(const DeviceTensorMap& inputs) {
 }
 
 void CudaExecutable::run(const DeviceTensorMap& inputs, DeviceTensorMap& outputs) {
+  std::lock_guard lock(run_mutex_);
   std::map<std::string, TensorType> types;
   for (const auto& [name, buffer] : inputs) {
     if (buffer.device() != device_)
@@ -309,6 +310,7 @@ ir::TensorMap CudaExecutable::run_host(const ir::TensorMap& inputs) {
 void CudaExecutable::synchronize() { check(cuda::api(device_).cuStreamSynchronize(stream_), "cuStreamSynchronize"); }
 
 float CudaExecutable::last_run_ms() {
+  std::lock_guard lock(run_mutex_);
   if (!ran_) throw Error("no run to time yet");
   const cuda::DriverApi& api = cuda::api(device_);
   check(api.cuEventSynchronize(end_), "cuEventSynchronize");

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <map>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -55,6 +56,13 @@ int64_t grid_size(int64_t work, int64_t work_per_block, int64_t max_grid);
 /// allocated; kernels that need it zero at every run must leave it so). Each run binds symbols from
 /// the inputs' shapes, places intermediates in per-slot allocations kept across runs, and
 /// launches every kernel asynchronously on the executable's stream.
+///
+/// Thread safety: run(), run_host(), synchronize() and last_run_ms() may be called from any
+/// number of threads at once. Runs on one CudaExecutable are queued one after another on its one
+/// stream (a mutex guards the queueing, which takes microseconds; the GPU then executes them in
+/// that order, sharing the intermediates safely): for runs that overlap on the GPU, compile one
+/// CudaExecutable per caller. Different CudaExecutables never wait for each other. last_run_ms()
+/// times whichever run was queued last.
 class CudaExecutable {
  public:
   explicit CudaExecutable(CudaProgram program, int device = 0);
@@ -98,6 +106,7 @@ class CudaExecutable {
   cuda::CUstream stream_ = nullptr;
   cuda::CUevent start_ = nullptr, end_ = nullptr;
   bool ran_ = false;
+  std::mutex run_mutex_;  // one run queued at a time: slots_, scratch_, the events
 };
 
 }  // namespace fuse::runtime

@@ -1,15 +1,61 @@
 #include "runtime/executable.h"
 
 #include <cstring>
+#include <mutex>
 
 #include "runtime/thread_pool.h"
 
 namespace fuse::runtime {
 
+// What one run needs besides its caller's arrays; grown on first use, then reused.
+struct Executable::Workspace {
+  std::vector<Buffer> slots;                   // one per memory-plan slot
+  std::vector<std::vector<uint64_t>> scratch;  // per kernel: a split reduction's partials
+  std::vector<void*> pointers;                 // a kernel's buffer arguments
+  std::vector<int64_t> symbol_sizes;
+};
+
+// Idle workspaces. A run takes the most recently returned one (its memory is likely still in
+// cache) or makes a new one, so there are never more than the most runs ever in flight at once.
+struct Executable::WorkspacePool {
+  std::mutex mutex;
+  std::vector<std::unique_ptr<Workspace>> idle;
+  int made = 0;
+
+  std::unique_ptr<Workspace> take(const ir::Program& p) {
+    {
+      std::lock_guard lock(mutex);
+      if (!idle.empty()) {
+        std::unique_ptr<Workspace> w = std::move(idle.back());
+        idle.pop_back();
+        return w;
+      }
+      ++made;
+    }
+    auto w = std::make_unique<Workspace>();
+    w->slots.resize(p.num_slots);
+    w->scratch.resize(p.kernels.size());
+    return w;
+  }
+  void give_back(std::unique_ptr<Workspace> w) {
+    std::lock_guard lock(mutex);
+    idle.push_back(std::move(w));
+  }
+};
+
 Executable::Executable(ir::Program program, CpuCode code)
-    : program_(std::move(program)), code_(std::move(code)), slots_(program_.num_slots) {
+    : program_(std::move(program)), code_(std::move(code)), workspaces_(std::make_unique<WorkspacePool>()) {
   if (code_.kernels.size() != program_.kernels.size())
     throw ir::Error("internal error: compiled code does not match the program's kernels");
+}
+
+Executable::~Executable() = default;
+Executable::Executable(Executable&&) noexcept = default;
+Executable& Executable::operator=(Executable&&) noexcept = default;
+
+int Executable::workspace_count() const {
+  std::lock_guard lock(workspaces_->mutex);
+  return workspaces_->made;
 }
 
 int Executable::compiled_kernel_count() const {
@@ -21,7 +67,7 @@ int Executable::compiled_kernel_count() const {
 // The memory of buffer `b` for this run: inputs in place, outputs in the returned arrays,
 // intermediates in their slot (grown when a run needs more).
 void* Executable::storage(ir::BufferId b, const ir::SymbolBindings& symbols, ir::TensorMap& outputs,
-                          const ir::TensorMap& inputs) {
+                          const ir::TensorMap& inputs, Workspace& workspace) {
   const ir::Buffer& buf = program_.buffers[b];
   ir::ConcreteShape shape = ir::evaluate(buf.shape, symbols);
   switch (buf.role) {
@@ -33,7 +79,7 @@ void* Executable::storage(ir::BufferId b, const ir::SymbolBindings& symbols, ir:
       return out.data();
     }
     case ir::BufferRole::Intermediate: {
-      Buffer& slot = slots_[buf.slot];
+      Buffer& slot = workspace.slots[buf.slot];
       size_t bytes = static_cast<size_t>(ir::num_elements(shape)) * ir::dtype_size(buf.dtype);
       if (slot.size_bytes() < bytes) slot = Buffer::empty(ir::DType::Bool, {static_cast<int64_t>(bytes)});
       return slot.data();
@@ -50,17 +96,27 @@ ir::TensorMap Executable::run(const ir::TensorMap& inputs) {
 
 void Executable::run(const ir::TensorMap& inputs, ir::TensorMap& outputs) {
   ir::SymbolBindings symbols = ir::bind_program_inputs(program_, inputs);
-  std::vector<int64_t> symbol_sizes;
+  // Given back however the run ends: a kernel that throws leaves nothing a later run relies on.
+  std::unique_ptr<Workspace> taken = workspaces_->take(program_);
+  struct GiveBack {
+    WorkspacePool& pool;
+    std::unique_ptr<Workspace>& w;
+    ~GiveBack() { pool.give_back(std::move(w)); }
+  } give_back{*workspaces_, taken};
+  Workspace& workspace = *taken;
+  std::vector<int64_t>& symbol_sizes = workspace.symbol_sizes;
+  symbol_sizes.clear();
   for (const std::string& s : code_.symbols) {
     auto it = symbols.find(s);
     symbol_sizes.push_back(it == symbols.end() ? 0 : it->second);
   }
   for (int ki : program_.launch_order) {
     const ir::Kernel& k = program_.kernels[ki];
-    std::vector<void*> pointers;
-    for (ir::BufferId b : k.inputs) pointers.push_back(storage(b, symbols, outputs, inputs));
-    for (ir::BufferId b : k.outputs) pointers.push_back(storage(b, symbols, outputs, inputs));
-    launch(k, code_.kernels[ki], pointers, symbols, symbol_sizes);
+    std::vector<void*>& pointers = workspace.pointers;
+    pointers.clear();
+    for (ir::BufferId b : k.inputs) pointers.push_back(storage(b, symbols, outputs, inputs, workspace));
+    for (ir::BufferId b : k.outputs) pointers.push_back(storage(b, symbols, outputs, inputs, workspace));
+    launch(k, code_.kernels[ki], pointers, symbols, symbol_sizes, workspace, static_cast<size_t>(ki));
   }
   // Outputs that name the same buffer as an earlier output (the buffer carries the first name).
   for (const ir::ProgramIO& o : program_.outputs) {
@@ -70,11 +126,13 @@ void Executable::run(const ir::TensorMap& inputs, ir::TensorMap& outputs) {
 }
 
 void Executable::launch(const ir::Kernel& k, const CpuKernelCode& code, std::vector<void*>& pointers,
-                        const ir::SymbolBindings& symbols, const std::vector<int64_t>& symbol_sizes) {
+                        const ir::SymbolBindings& symbols, const std::vector<int64_t>& symbol_sizes,
+                        Workspace& workspace, size_t kernel_index) {
   if (code.fn) {
     for (const ir::HostArray& c : code.constants) pointers.push_back(const_cast<void*>(c.data()));
     if (code.finish) {
-      std::vector<uint64_t> scratch(static_cast<size_t>(code.scratch_bytes + 7) / 8);
+      std::vector<uint64_t>& scratch = workspace.scratch[kernel_index];
+      scratch.assign(static_cast<size_t>(code.scratch_bytes + 7) / 8, 0);  // no allocation after the first run
       pointers.push_back(scratch.data());
       // Each task takes chunks worth at least ~64K elements: small reductions stay on one thread.
       int64_t elements = ir::evaluate(ir::num_elements(k.space), symbols);

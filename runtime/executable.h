@@ -34,12 +34,24 @@ struct CpuCode {
   std::vector<CpuKernelCode> kernels;   // as Program::kernels
 };
 
+/// A compiled CPU program, ready to run.
+///
+/// Thread safety: run() may be called from any number of threads at once on the same
+/// Executable; each call computes exactly what it would alone. A call takes a workspace (its
+/// intermediates and scratch) from the Executable's pool, or makes one when all are in use, and
+/// returns it after, so steady-state runs allocate no intermediates and concurrent runs never
+/// share one. Different Executables share nothing but the process's thread pool, which serves
+/// several callers at once. The `outputs` map passed to run() belongs to its caller: two
+/// concurrent calls must not pass the same map. program() and compiled_kernel_count() only read.
 class Executable {
  public:
   Executable(ir::Program program, CpuCode code);
+  ~Executable();
+  Executable(Executable&&) noexcept;
+  Executable& operator=(Executable&&) noexcept;
 
-  /// Runs the Program on host inputs and returns its outputs by name. Intermediates live in
-  /// storage allocated once per Executable (by memory-plan slot) and reused by later runs.
+  /// Runs the Program on host inputs and returns its outputs by name. Intermediates live in a
+  /// workspace (by memory-plan slot) reused by later runs.
   ir::TensorMap run(const ir::TensorMap& inputs);
   /// The same, writing into `outputs`: arrays already there with the right dtype and shape are
   /// reused (like Numba's out=), so repeated runs allocate nothing.
@@ -48,16 +60,22 @@ class Executable {
   const ir::Program& program() const { return program_; }
   /// How many kernels run as machine code (the rest run in the reference interpreter).
   int compiled_kernel_count() const;
+  /// Workspaces made so far: the most runs that were ever in flight at once.
+  int workspace_count() const;
 
  private:
-  void* storage(ir::BufferId b, const ir::SymbolBindings& symbols, ir::TensorMap& outputs,
-                const ir::TensorMap& inputs);
+  struct Workspace;
+  struct WorkspacePool;
+
+  void* storage(ir::BufferId b, const ir::SymbolBindings& symbols, ir::TensorMap& outputs, const ir::TensorMap& inputs,
+                Workspace& workspace);
   void launch(const ir::Kernel& k, const CpuKernelCode& code, std::vector<void*>& pointers,
-              const ir::SymbolBindings& symbols, const std::vector<int64_t>& symbol_sizes);
+              const ir::SymbolBindings& symbols, const std::vector<int64_t>& symbol_sizes, Workspace& workspace,
+              size_t kernel_index);
 
   ir::Program program_;
   CpuCode code_;
-  std::vector<Buffer> slots_;  // one per memory-plan slot
+  std::unique_ptr<WorkspacePool> workspaces_;
 };
 
 }  // namespace fuse::runtime
