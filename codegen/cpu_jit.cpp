@@ -6,13 +6,14 @@
 // Both caches are bounded and let the least recently used entries go (see cpu_codegen.h).
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <charconv>
-#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -339,7 +340,10 @@ namespace fs = std::filesystem;
 constexpr std::string_view kEntryExtension = ".fuseobj";
 constexpr std::string_view kTemporaryInfix = ".fuseobj.tmp.";  // <digest>.fuseobj.tmp.<pid>.<n>
 // A temporary file this old was left by a writer that died: eviction and clear remove it.
-constexpr auto kAbandonedAfter = std::chrono::hours(1);
+constexpr int64_t kAbandonedAfterNs = int64_t{3600} * 1000000000;
+// A store lists the directory again (one stat per file) only when this process's running total
+// passes the limit, or after this many stores: other processes' stores are seen then.
+constexpr int kStoresBetweenListings = 64;
 
 fs::path entry_path(const std::string& key) { return fs::path(cache_directory()) / (key_digest(key) + ".fuseobj"); }
 
@@ -368,7 +372,7 @@ class DirectoryLock {
 
 struct DiskEntry {
   fs::path path;
-  fs::file_time_type used;  // the modification time: written or last hit
+  int64_t used_ns;  // the modification time: written or last hit
   int64_t bytes;
 };
 
@@ -384,42 +388,65 @@ DiskListing list_directory(const fs::path& dir) {
   std::error_code error;
   fs::directory_iterator it(dir, error);
   if (error) return listing;
-  auto now = fs::file_time_type::clock::now();
+  timespec now{};
+  ::clock_gettime(CLOCK_REALTIME, &now);
+  auto nanoseconds = [](const timespec& t) { return int64_t{t.tv_sec} * 1000000000 + t.tv_nsec; };
   for (const fs::directory_entry& file : it) {
     const fs::path& path = file.path();
-    if (!is_entry(path) && !is_temporary(path)) continue;
-    if (!file.is_regular_file(error) || error) continue;
-    fs::file_time_type used = fs::last_write_time(path, error);
-    if (error) continue;
-    if (is_temporary(path)) {
-      if (now - used > kAbandonedAfter) listing.abandoned.push_back(path);
+    bool entry = is_entry(path);
+    struct stat info;
+    if ((!entry && !is_temporary(path)) || ::stat(path.c_str(), &info) != 0 || !S_ISREG(info.st_mode)) continue;
+    int64_t used_ns = nanoseconds(info.st_mtim);
+    if (!entry) {
+      if (nanoseconds(now) - used_ns > kAbandonedAfterNs) listing.abandoned.push_back(path);
       continue;
     }
-    uintmax_t bytes = fs::file_size(path, error);
-    if (error) continue;
-    listing.entries.push_back({path, used, static_cast<int64_t>(bytes)});
-    listing.bytes += static_cast<int64_t>(bytes);
+    listing.entries.push_back({path, used_ns, static_cast<int64_t>(info.st_size)});
+    listing.bytes += static_cast<int64_t>(info.st_size);
   }
   return listing;
 }
 
-// After a store: past the limit, removes the least recently used entries down to 90% of it
-// (not just under it, so that the next stores do not each evict again).
-void evict_disk_entries(const fs::path& dir, int64_t limit) {
-  if (list_directory(dir).bytes <= limit) return;
+// Past the limit, removes the least recently used entries down to 90% of it (not just under it,
+// so that the next stores do not each evict again). Returns the directory's total after.
+int64_t evict_disk_entries(const fs::path& dir, int64_t limit) {
   DirectoryLock lock(dir);
-  DiskListing listing = list_directory(dir);  // again, under the lock: another process may have evicted
+  DiskListing listing = list_directory(dir);
   std::error_code error;
   for (const fs::path& path : listing.abandoned) fs::remove(path, error);
-  if (listing.bytes <= limit) return;
+  if (listing.bytes <= limit) return listing.bytes;
   std::sort(listing.entries.begin(), listing.entries.end(),
-            [](const DiskEntry& a, const DiskEntry& b) { return a.used < b.used; });
+            [](const DiskEntry& a, const DiskEntry& b) { return a.used_ns < b.used_ns; });
   int64_t target = limit - limit / 10;
   for (const DiskEntry& e : listing.entries) {
     if (listing.bytes <= target) break;
     if (fs::remove(e.path, error)) ++counters().disk_evictions;
     listing.bytes -= e.bytes;  // removed, by this process or (already gone) another
   }
+  return listing.bytes;
+}
+
+// This process's running total of the directory's size: its last listing plus its own stores
+// since (an overestimate when a store replaced an entry, or another process evicted).
+struct DiskTotal {
+  std::mutex mutex;
+  fs::path dir;
+  int64_t bytes = 0;
+  int stores_since_listing = kStoresBetweenListings;  // none yet: list at the first store
+};
+
+// After a store of `bytes` to `dir`. Listing and evicting under the mutex keeps the total from
+// missing a store that another thread makes meanwhile (it adds itself after).
+void account_store(const fs::path& dir, int64_t bytes, int64_t limit) {
+  static DiskTotal* total = new DiskTotal;  // never destroyed: stores may run during exit
+  std::lock_guard lock(total->mutex);
+  if (total->dir == dir && ++total->stores_since_listing < kStoresBetweenListings) {
+    total->bytes += bytes;
+    if (total->bytes <= limit) return;
+  }
+  total->dir = dir;
+  total->bytes = evict_disk_entries(dir, limit);
+  total->stores_since_listing = 0;
 }
 
 bool read_entry(const std::string& key, CpuObject& object) {
@@ -463,14 +490,15 @@ void write_entry(const std::string& key, const CpuObject& object) {
   temporary += ".tmp." + std::to_string(getpid()) + "." + std::to_string(stores++);  // see kTemporaryInfix
   int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) return;
-  bool written = write_all(fd, serialize(key, object));
+  std::string data = serialize(key, object);
+  bool written = write_all(fd, data);
   written = ::close(fd) == 0 && written;
   if (written) fs::rename(temporary, path, error);
   if (!written || error) {
     fs::remove(temporary, error);
     return;
   }
-  evict_disk_entries(path.parent_path(), limit);
+  account_store(path.parent_path(), static_cast<int64_t>(data.size()), limit);
 }
 
 }  // namespace
