@@ -20,8 +20,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// Each test gets its own empty cache directory (FUSE_CACHE_DIR) and an empty memory cache, and
-// leaves the limits as it found them.
+// Each test gets its own empty cache directory (FUSE_CACHE_DIR) and an empty memory cache, both
+// with their default limits, and leaves the memory cache's limit as it found it.
 struct FreshCache {
   fs::path dir;
   int64_t memory_limit = codegen::memory_cache_limit();
@@ -29,7 +29,9 @@ struct FreshCache {
     dir = fs::temp_directory_path() / ("fuse-cache-test-" + std::to_string(::getpid()));
     fs::remove_all(dir);
     ::setenv("FUSE_CACHE_DIR", dir.c_str(), 1);
+    ::unsetenv("FUSE_CACHE_MAX_BYTES");
     codegen::clear_memory_cache();
+    codegen::set_memory_cache_limit(64 << 20);
   }
   ~FreshCache() {
     fs::remove_all(dir);
@@ -355,6 +357,7 @@ TEST_CASE("threads compiling and evicting at once leave only whole entries", "[c
 // in codegen/cpu_jit.cpp was measured.
 TEST_CASE("memory: 300 distinct graphs", "[.memory]") {
   FreshCache cache;
+  codegen::set_memory_cache_limit(cache.memory_limit);  // as $FUSE_MEMORY_CACHE_MAX_BYTES set it
   auto graphs = gaussians(300, 1.5f);
   { runtime::Executable warm_up = compile(*gaussians(1, 0.5f)[0]); }
   ::malloc_trim(0);
