@@ -85,9 +85,40 @@ struct CacheStats {
   int64_t disk_hits = 0;
   int64_t compilations = 0;    // MLIR -> object compilations (misses, or use_cache=false)
   int64_t rejected_entries = 0;  // disk entries found corrupt or stale, and rebuilt
+  int64_t memory_evictions = 0;  // modules the memory cache let go of (least recently used)
+  int64_t disk_evictions = 0;    // entries this process removed from the disk cache
 };
 CacheStats cache_stats();
 /// Forgets the in-memory cache (modules still in use stay alive), as a new process would.
 void clear_memory_cache();
+
+/// The in-memory cache keeps modules up to a total size, then lets the least recently used go
+/// (an Executable still holding one keeps it alive and valid). A module's size is its object
+/// code, constants and key plus the JIT's own fixed cost, an estimate. The limit starts at
+/// $FUSE_MEMORY_CACHE_MAX_BYTES (bytes, or with a K, M or G suffix), else 64 MiB; 0 keeps
+/// nothing.
+int64_t memory_cache_limit();
+void set_memory_cache_limit(int64_t bytes);  // evicts at once down to the new limit
+struct MemoryCacheUsage {
+  int64_t entries = 0;
+  int64_t bytes = 0;  // estimated, as counted against the limit
+};
+MemoryCacheUsage memory_cache_usage();
+
+/// The disk cache's limit: $FUSE_CACHE_MAX_BYTES (bytes, or with a K, M or G suffix), else
+/// 1 GiB; 0 stores nothing. After a store takes the directory past it, the least recently
+/// used entries (oldest modification time; a hit refreshes it) are removed down to 90% of it.
+/// Processes sharing the directory serialize eviction with a lock file in it.
+int64_t disk_cache_limit();
+struct DiskCacheUsage {
+  std::string directory;
+  int64_t entries = 0;  // *.fuseobj files
+  int64_t bytes = 0;
+  int64_t limit = 0;
+};
+DiskCacheUsage disk_cache_usage();
+/// Removes every entry (and abandoned temporary file) of the disk cache; returns how many
+/// entries it removed. Nothing else in the directory is touched.
+int64_t clear_disk_cache();
 
 }  // namespace fuse::codegen

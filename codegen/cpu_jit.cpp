@@ -3,15 +3,26 @@
 // Program as printed plus the exact bits of its literals and constants, the host CPU, the
 // options, fuse's and LLVM's versions, the code generator's build), and every disk entry carries
 // that key and a checksum: an entry that does not match is rebuilt, never loaded.
+// Both caches are bounded and let the least recently used entries go (see cpu_codegen.h).
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <atomic>
+#include <cerrno>
+#include <charconv>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <map>
+#include <list>
 #include <mutex>
 #include <sstream>
-#include <unistd.h>
+#include <string_view>
+#include <unordered_map>
 
 #include "codegen/cpu_codegen.h"
 #include "codegen/cpu_object.h"
@@ -49,20 +60,103 @@ std::string fail_text(const std::string& what) { return "internal error in the C
 
 struct Counters {
   std::atomic<int64_t> memory_hits{0}, disk_hits{0}, compilations{0}, rejected_entries{0};
+  std::atomic<int64_t> memory_evictions{0}, disk_evictions{0};
 };
 Counters& counters() {
   static Counters c;
   return c;
 }
 
+// ---- limits ----
+
+constexpr int64_t kMiB = int64_t{1} << 20;
+
+// `name`'s value as a size: bytes, or a number with a K, M or G suffix (powers of 1024);
+// `fallback` when unset or empty.
+int64_t size_from_environment(const char* name, int64_t fallback) {
+  const char* text = std::getenv(name);
+  if (!text || !*text) return fallback;
+  std::string_view s(text);
+  int64_t value = 0;
+  auto [end, error] = std::from_chars(s.data(), s.data() + s.size(), value);
+  std::string_view suffix(end, s.data() + s.size() - end);
+  int shift = suffix.empty() ? 0 : suffix == "K" || suffix == "k" ? 10 : suffix == "M" || suffix == "m" ? 20
+              : suffix == "G" || suffix == "g" ? 30 : -1;
+  if (error != std::errc() || value < 0 || shift < 0 || value > (INT64_MAX >> shift))
+    throw ir::Error(std::string(name) + "='" + text + "' is not a size: give bytes, or a number with K, M or G (e.g. 64M)");
+  return value << shift;
+}
+
+// ---- the memory cache: modules by key, least recently used out past the limit ----
+
+// What a loaded module costs beyond its object code: the LLJIT (its execution session, JITDylib,
+// linker and memory manager). Measured as the growth of the resident set per distinct small
+// graph, less its object size (tests/test_cpu_cache.cpp, "[.memory]").
+constexpr int64_t kJitBytes = 128 * 1024;
+
 struct MemoryCache {
+  struct Entry {
+    std::string key;
+    std::shared_ptr<const CpuModule> module;
+    int64_t bytes;
+  };
   std::mutex mutex;
-  std::map<std::string, std::shared_ptr<const CpuModule>> modules;  // by key
+  int64_t limit = size_from_environment("FUSE_MEMORY_CACHE_MAX_BYTES", 64 * kMiB);
+  int64_t bytes = 0;
+  std::list<Entry> entries;  // most recently used first
+  std::unordered_map<std::string_view, std::list<Entry>::iterator> by_key;  // views of Entry::key
+
+  // Drops the least recently used entries until the total fits in `target`. The modules are
+  // handed to the caller to release outside the lock (tearing a JIT down takes a while).
+  void evict_to(int64_t target, std::vector<std::shared_ptr<const CpuModule>>& released) {
+    while (bytes > target && !entries.empty()) {
+      Entry& last = entries.back();
+      bytes -= last.bytes;
+      released.push_back(std::move(last.module));
+      by_key.erase(last.key);
+      entries.pop_back();
+      ++counters().memory_evictions;
+    }
+  }
 };
 // Never destroyed: its modules would outlive LLVM's statics at exit (see g_exiting).
 MemoryCache& memory_cache() {
   static MemoryCache* c = new MemoryCache;
   return *c;
+}
+
+std::shared_ptr<const CpuModule> memory_lookup(const std::string& key) {
+  MemoryCache& cache = memory_cache();
+  std::lock_guard lock(cache.mutex);
+  auto it = cache.by_key.find(key);
+  if (it == cache.by_key.end()) return nullptr;
+  cache.entries.splice(cache.entries.begin(), cache.entries, it->second);
+  return it->second->module;
+}
+
+// Adds `module` (unless another thread added the same key first: then that one is returned,
+// so that equal Programs share one module) and evicts past the limit.
+std::shared_ptr<const CpuModule> memory_insert(const std::string& key, std::shared_ptr<const CpuModule> module,
+                                               int64_t bytes) {
+  MemoryCache& cache = memory_cache();
+  std::vector<std::shared_ptr<const CpuModule>> released;
+  std::lock_guard lock(cache.mutex);
+  if (auto it = cache.by_key.find(key); it != cache.by_key.end()) return it->second->module;
+  if (bytes > cache.limit) return module;  // would evict everything, itself included
+  cache.evict_to(cache.limit - bytes, released);
+  cache.entries.push_front({key, module, bytes});
+  cache.by_key.emplace(cache.entries.front().key, cache.entries.begin());
+  cache.bytes += bytes;
+  return module;
+}
+
+// What a module made from `object` is counted as against the memory cache's limit.
+int64_t module_bytes(const std::string& key, const CpuObject& object) {
+  int64_t bytes = static_cast<int64_t>(key.size() + object.bytes.size() + sizeof(CpuModule));
+  for (const std::vector<ir::HostArray>& constants : object.constants)
+    for (const ir::HostArray& a : constants) bytes += static_cast<int64_t>(a.bytes.size());
+  if (std::find(object.compiled.begin(), object.compiled.end(), true) != object.compiled.end()) bytes += kJitBytes;
+  return bytes;
 }
 
 void initialize_native_target() {
@@ -239,40 +333,172 @@ bool deserialize(const std::string& data, const std::string& key, CpuObject& obj
   return r.string(object.bytes) && r.pos() == body.size();
 }
 
-std::filesystem::path entry_path(const std::string& key) {
-  return std::filesystem::path(cache_directory()) / (key_digest(key) + ".fuseobj");
+// ---- the disk cache: one <sha256 of the key>.fuseobj per entry ----
+
+namespace fs = std::filesystem;
+
+constexpr std::string_view kEntryExtension = ".fuseobj";
+constexpr std::string_view kTemporaryInfix = ".fuseobj.tmp.";  // <digest>.fuseobj.tmp.<pid>.<n>
+// A temporary file this old was left by a writer that died: eviction and clear remove it.
+constexpr int64_t kAbandonedAfterNs = int64_t{3600} * 1000000000;
+// A store lists the directory again (one stat per file) only when this process's running total
+// passes the limit, or after this many stores: other processes' stores are seen then.
+constexpr int kStoresBetweenListings = 64;
+
+fs::path entry_path(const std::string& key) { return fs::path(cache_directory()) / (key_digest(key) + ".fuseobj"); }
+
+bool is_entry(const fs::path& p) { return p.extension() == kEntryExtension; }
+bool is_temporary(const fs::path& p) { return p.filename().string().find(kTemporaryInfix) != std::string::npos; }
+
+// An advisory lock on <dir>/.lock, held while entries are removed, so that processes sharing the
+// directory do not evict on each other's stale listings. Without a lock file (a read-only
+// directory) removal goes ahead unlocked: it can only fail there too.
+class DirectoryLock {
+ public:
+  explicit DirectoryLock(const fs::path& dir) : fd_(::open((dir / ".lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644)) {
+    if (fd_ >= 0)
+      while (::flock(fd_, LOCK_EX) != 0 && errno == EINTR) {
+      }
+  }
+  ~DirectoryLock() {
+    if (fd_ >= 0) ::close(fd_);  // closing releases the lock
+  }
+  DirectoryLock(const DirectoryLock&) = delete;
+  DirectoryLock& operator=(const DirectoryLock&) = delete;
+
+ private:
+  int fd_;
+};
+
+struct DiskEntry {
+  fs::path path;
+  int64_t used_ns;  // the modification time: written or last hit
+  int64_t bytes;
+};
+
+struct DiskListing {
+  std::vector<DiskEntry> entries;
+  std::vector<fs::path> abandoned;  // temporary files of writers that died
+  int64_t bytes = 0;
+};
+
+// Files vanish under the listing when another process evicts: they are skipped.
+DiskListing list_directory(const fs::path& dir) {
+  DiskListing listing;
+  std::error_code error;
+  fs::directory_iterator it(dir, error);
+  if (error) return listing;
+  timespec now{};
+  ::clock_gettime(CLOCK_REALTIME, &now);
+  auto nanoseconds = [](const timespec& t) { return int64_t{t.tv_sec} * 1000000000 + t.tv_nsec; };
+  for (const fs::directory_entry& file : it) {
+    const fs::path& path = file.path();
+    bool entry = is_entry(path);
+    struct stat info;
+    if ((!entry && !is_temporary(path)) || ::stat(path.c_str(), &info) != 0 || !S_ISREG(info.st_mode)) continue;
+    int64_t used_ns = nanoseconds(info.st_mtim);
+    if (!entry) {
+      if (nanoseconds(now) - used_ns > kAbandonedAfterNs) listing.abandoned.push_back(path);
+      continue;
+    }
+    listing.entries.push_back({path, used_ns, static_cast<int64_t>(info.st_size)});
+    listing.bytes += static_cast<int64_t>(info.st_size);
+  }
+  return listing;
+}
+
+// Past the limit, removes the least recently used entries down to 90% of it (not just under it,
+// so that the next stores do not each evict again). Returns the directory's total after.
+int64_t evict_disk_entries(const fs::path& dir, int64_t limit) {
+  DirectoryLock lock(dir);
+  DiskListing listing = list_directory(dir);
+  std::error_code error;
+  for (const fs::path& path : listing.abandoned) fs::remove(path, error);
+  if (listing.bytes <= limit) return listing.bytes;
+  std::sort(listing.entries.begin(), listing.entries.end(),
+            [](const DiskEntry& a, const DiskEntry& b) { return a.used_ns < b.used_ns; });
+  int64_t target = limit - limit / 10;
+  for (const DiskEntry& e : listing.entries) {
+    if (listing.bytes <= target) break;
+    if (fs::remove(e.path, error)) ++counters().disk_evictions;
+    listing.bytes -= e.bytes;  // removed, by this process or (already gone) another
+  }
+  return listing.bytes;
+}
+
+// This process's running total of the directory's size: its last listing plus its own stores
+// since (an overestimate when a store replaced an entry, or another process evicted).
+struct DiskTotal {
+  std::mutex mutex;
+  fs::path dir;
+  int64_t bytes = 0;
+  int stores_since_listing = kStoresBetweenListings;  // none yet: list at the first store
+};
+
+// After a store of `bytes` to `dir`. Listing and evicting under the mutex keeps the total from
+// missing a store that another thread makes meanwhile (it adds itself after).
+void account_store(const fs::path& dir, int64_t bytes, int64_t limit) {
+  static DiskTotal* total = new DiskTotal;  // never destroyed: stores may run during exit
+  std::lock_guard lock(total->mutex);
+  if (total->dir == dir && ++total->stores_since_listing < kStoresBetweenListings) {
+    total->bytes += bytes;
+    if (total->bytes <= limit) return;
+  }
+  total->dir = dir;
+  total->bytes = evict_disk_entries(dir, limit);
+  total->stores_since_listing = 0;
 }
 
 bool read_entry(const std::string& key, CpuObject& object) {
-  std::ifstream in(entry_path(key), std::ios::binary);
+  fs::path path = entry_path(key);
+  std::ifstream in(path, std::ios::binary);
   if (!in) return false;
   std::stringstream data;
   data << in.rdbuf();
-  if (deserialize(data.str(), key, object)) return true;
-  ++counters().rejected_entries;
-  return false;
+  if (!deserialize(data.str(), key, object)) {
+    ++counters().rejected_entries;
+    return false;
+  }
+  // Recently used: eviction goes by modification time. Best effort (a read-only cache).
+  std::error_code error;
+  fs::last_write_time(path, fs::file_time_type::clock::now(), error);
+  return true;
+}
+
+bool write_all(int fd, const std::string& data) {
+  for (size_t done = 0; done < data.size();) {
+    ssize_t n = ::write(fd, data.data() + done, data.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    done += static_cast<size_t>(n);
+  }
+  return true;
 }
 
 // Best effort: a cache that cannot be written (read-only home, full disk) only costs time.
-// Written to a temporary name, then renamed: readers never see half an entry.
+// Written to a temporary name of its own (per process and per store: threads and processes may
+// store the same key at once), then renamed: readers never see half an entry.
 void write_entry(const std::string& key, const CpuObject& object) {
+  int64_t limit = disk_cache_limit();
+  if (limit == 0) return;
   std::error_code error;
-  std::filesystem::path path = entry_path(key);
-  std::filesystem::create_directories(path.parent_path(), error);
+  fs::path path = entry_path(key);
+  fs::create_directories(path.parent_path(), error);
   if (error) return;
-  std::filesystem::path temporary = path;
-  temporary += ".tmp" + std::to_string(getpid());
-  {
-    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-    std::string data = serialize(key, object);
-    out.write(data.data(), static_cast<std::streamsize>(data.size()));
-    if (!out) {
-      std::filesystem::remove(temporary, error);
-      return;
-    }
+  static std::atomic<uint64_t> stores{0};
+  fs::path temporary = path;
+  temporary += ".tmp." + std::to_string(getpid()) + "." + std::to_string(stores++);  // see kTemporaryInfix
+  int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) return;
+  std::string data = serialize(key, object);
+  bool written = write_all(fd, data);
+  written = ::close(fd) == 0 && written;
+  if (written) fs::rename(temporary, path, error);
+  if (!written || error) {
+    fs::remove(temporary, error);
+    return;
   }
-  std::filesystem::rename(temporary, path, error);
-  if (error) std::filesystem::remove(temporary, error);
+  account_store(path.parent_path(), static_cast<int64_t>(data.size()), limit);
 }
 
 }  // namespace
@@ -331,13 +557,63 @@ std::string cache_directory() {
 
 CacheStats cache_stats() {
   Counters& c = counters();
-  return {c.memory_hits.load(), c.disk_hits.load(), c.compilations.load(), c.rejected_entries.load()};
+  return {c.memory_hits.load(),      c.disk_hits.load(),        c.compilations.load(),
+          c.rejected_entries.load(), c.memory_evictions.load(), c.disk_evictions.load()};
 }
 
 void clear_memory_cache() {
   MemoryCache& cache = memory_cache();
+  std::vector<std::shared_ptr<const CpuModule>> released;
   std::lock_guard lock(cache.mutex);
-  cache.modules.clear();
+  for (MemoryCache::Entry& e : cache.entries) released.push_back(std::move(e.module));
+  cache.by_key.clear();
+  cache.entries.clear();
+  cache.bytes = 0;
+}
+
+int64_t memory_cache_limit() {
+  MemoryCache& cache = memory_cache();
+  std::lock_guard lock(cache.mutex);
+  return cache.limit;
+}
+
+void set_memory_cache_limit(int64_t bytes) {
+  if (bytes < 0) throw ir::Error("the memory cache's limit must not be negative (" + std::to_string(bytes) + ")");
+  MemoryCache& cache = memory_cache();
+  std::vector<std::shared_ptr<const CpuModule>> released;
+  std::lock_guard lock(cache.mutex);
+  cache.limit = bytes;
+  cache.evict_to(bytes, released);
+}
+
+MemoryCacheUsage memory_cache_usage() {
+  MemoryCache& cache = memory_cache();
+  std::lock_guard lock(cache.mutex);
+  return {static_cast<int64_t>(cache.entries.size()), cache.bytes};
+}
+
+int64_t disk_cache_limit() { return size_from_environment("FUSE_CACHE_MAX_BYTES", 1024 * kMiB); }
+
+DiskCacheUsage disk_cache_usage() {
+  DiskCacheUsage usage;
+  usage.directory = cache_directory();
+  usage.limit = disk_cache_limit();
+  DiskListing listing = list_directory(usage.directory);
+  usage.entries = static_cast<int64_t>(listing.entries.size());
+  usage.bytes = listing.bytes;
+  return usage;
+}
+
+int64_t clear_disk_cache() {
+  fs::path dir = cache_directory();
+  std::error_code error;
+  if (!fs::is_directory(dir, error)) return 0;
+  DirectoryLock lock(dir);
+  DiskListing listing = list_directory(dir);
+  for (const fs::path& path : listing.abandoned) fs::remove(path, error);
+  int64_t removed = 0;
+  for (const DiskEntry& e : listing.entries) removed += fs::remove(e.path, error);
+  return removed;
 }
 
 std::shared_ptr<const CpuModule> compile_cpu(const ir::Program& p, const CpuOptions& options) {
@@ -346,28 +622,20 @@ std::shared_ptr<const CpuModule> compile_cpu(const ir::Program& p, const CpuOpti
     return ModuleLoader::load(p, compile_cpu_object(p, options, ObjectKind::Object));
   }
   std::string key = cache_key(p, options);
-  MemoryCache& cache = memory_cache();
-  {
-    std::lock_guard lock(cache.mutex);
-    auto it = cache.modules.find(key);
-    if (it != cache.modules.end()) {
-      ++counters().memory_hits;
-      return it->second;
-    }
+  if (std::shared_ptr<const CpuModule> module = memory_lookup(key)) {
+    ++counters().memory_hits;
+    return module;
   }
   CpuObject object;
-  std::shared_ptr<const CpuModule> module;
   if (read_entry(key, object)) {
     ++counters().disk_hits;
-    module = ModuleLoader::load(p, std::move(object));
   } else {
     ++counters().compilations;
     object = compile_cpu_object(p, options, ObjectKind::Object);
     write_entry(key, object);
-    module = ModuleLoader::load(p, std::move(object));
   }
-  std::lock_guard lock(cache.mutex);
-  return cache.modules.emplace(key, module).first->second;
+  int64_t bytes = module_bytes(key, object);
+  return memory_insert(key, ModuleLoader::load(p, std::move(object)), bytes);
 }
 
 }  // namespace fuse::codegen

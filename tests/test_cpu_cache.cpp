@@ -1,11 +1,15 @@
 // The compile cache: in memory within a process, on disk across processes; stale or corrupt
-// entries are rebuilt, never loaded.
+// entries are rebuilt, never loaded; both are bounded, least recently used out.
 #include <catch2/catch.hpp>
 
+#include <malloc.h>
+
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "codegen/cpu_codegen.h"
 #include "frontends/compile.h"
@@ -16,24 +20,36 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// Each test gets its own empty cache directory (FUSE_CACHE_DIR) and an empty memory cache.
+// Each test gets its own empty cache directory (FUSE_CACHE_DIR) and an empty memory cache, both
+// with their default limits, and leaves the memory cache's limit as it found it.
 struct FreshCache {
   fs::path dir;
+  int64_t memory_limit = codegen::memory_cache_limit();
   FreshCache() {
     dir = fs::temp_directory_path() / ("fuse-cache-test-" + std::to_string(::getpid()));
     fs::remove_all(dir);
     ::setenv("FUSE_CACHE_DIR", dir.c_str(), 1);
+    ::unsetenv("FUSE_CACHE_MAX_BYTES");
     codegen::clear_memory_cache();
+    codegen::set_memory_cache_limit(64 << 20);
   }
   ~FreshCache() {
     fs::remove_all(dir);
     ::unsetenv("FUSE_CACHE_DIR");
+    ::unsetenv("FUSE_CACHE_MAX_BYTES");
+    codegen::set_memory_cache_limit(memory_limit);
   }
-  std::vector<fs::path> entries() const {
+  std::vector<fs::path> files() const {
     std::vector<fs::path> files;
     if (fs::exists(dir))
       for (const auto& e : fs::directory_iterator(dir)) files.push_back(e.path());
     return files;
+  }
+  std::vector<fs::path> entries() const {
+    std::vector<fs::path> entries;
+    for (const fs::path& p : files())
+      if (p.extension() == ".fuseobj") entries.push_back(p);
+    return entries;
   }
 };
 
@@ -49,6 +65,33 @@ void gaussian(Graph& g, float scale) {
 void check_runs(runtime::Executable& exe, const Graph& g, int64_t n) {
   ir::TensorMap inputs = testing::random_inputs(g.ir(), {{"N", n}}, 3);
   CHECK(testing::compare_outputs(ir::interpret(g.ir(), inputs), exe.run(inputs), 2e-6, 1e-6) == "");
+}
+
+// Distinct graphs of one shape: each scale is its own cache entry, of about the same size.
+std::vector<std::unique_ptr<Graph>> gaussians(int count, float first_scale) {
+  std::vector<std::unique_ptr<Graph>> graphs;
+  for (int i = 0; i < count; ++i) {
+    graphs.push_back(std::make_unique<Graph>());
+    gaussian(*graphs.back(), first_scale + 0.125f * static_cast<float>(i));
+  }
+  return graphs;
+}
+
+// The entry a compilation of `g` adds to the disk cache.
+fs::path stored_entry(const FreshCache& cache, const Graph& g) {
+  std::vector<fs::path> before = cache.entries();
+  { runtime::Executable exe = compile(g); }
+  for (const fs::path& p : cache.entries())
+    if (std::find(before.begin(), before.end(), p) == before.end()) return p;
+  FAIL("compiling added no entry to the disk cache");
+  return {};
+}
+
+int64_t resident_bytes() {
+  std::ifstream statm("/proc/self/statm");
+  int64_t pages = 0, resident = 0;
+  statm >> pages >> resident;
+  return resident * ::sysconf(_SC_PAGESIZE);
 }
 
 }  // namespace
@@ -187,4 +230,147 @@ TEST_CASE("compile names its target", "[cpu][api]") {
   runtime::Executable exe = compile(g, Target::cpu(), options);
   CHECK(exe.program().kernels.size() > 1);  // the options reached the passes
   check_runs(exe, g, 100);
+}
+
+TEST_CASE("the memory cache keeps the most recently used modules within its limit", "[cpu][cache]") {
+  FreshCache cache;
+  auto graphs = gaussians(3, 1.5f);
+  Graph &a = *graphs[0], &b = *graphs[1], &c = *graphs[2];
+  auto exe_a = std::make_unique<runtime::Executable>(compile(a));
+  int64_t entry_bytes = codegen::memory_cache_usage().bytes;
+  REQUIRE(entry_bytes > 0);
+  codegen::set_memory_cache_limit(entry_bytes * 5 / 2);  // room for two such modules
+  { runtime::Executable exe_b = compile(b); }
+  { runtime::Executable again = compile(a); }  // a is now the most recently used
+  codegen::CacheStats before = codegen::cache_stats();
+  { runtime::Executable exe_c = compile(c); }  // evicts b, the least recently used
+  codegen::CacheStats after = codegen::cache_stats();
+  CHECK(after.memory_evictions == before.memory_evictions + 1);
+  CHECK(codegen::memory_cache_usage().entries == 2);
+  CHECK(codegen::memory_cache_usage().bytes <= codegen::memory_cache_limit());
+  { runtime::Executable again = compile(a); }
+  CHECK(codegen::cache_stats().memory_hits == after.memory_hits + 1);
+  { runtime::Executable again = compile(b); }  // gone from memory: from the disk
+  CHECK(codegen::cache_stats().disk_hits == after.disk_hits + 1);
+
+  // An evicted module stays valid while an Executable holds it.
+  codegen::set_memory_cache_limit(0);
+  CHECK(codegen::memory_cache_usage().entries == 0);
+  check_runs(*exe_a, a, 1000);
+  runtime::Executable exe_c = compile(c);  // a limit of 0 keeps nothing, and still compiles
+  CHECK(codegen::memory_cache_usage().entries == 0);
+  check_runs(exe_c, c, 100);
+}
+
+TEST_CASE("the disk cache stays within FUSE_CACHE_MAX_BYTES, least recently used out", "[cpu][cache]") {
+  FreshCache cache;
+  auto graphs = gaussians(10, 1.5f);
+  int64_t entry_bytes = static_cast<int64_t>(fs::file_size(stored_entry(cache, *graphs[0])));
+  int64_t limit = entry_bytes * 7 / 2;  // room for three entries
+  ::setenv("FUSE_CACHE_MAX_BYTES", std::to_string(limit).c_str(), 1);
+  CHECK(codegen::disk_cache_limit() == limit);
+  codegen::CacheStats before = codegen::cache_stats();
+  for (auto& g : graphs) {
+    { runtime::Executable exe = compile(*g); }
+    codegen::DiskCacheUsage usage = codegen::disk_cache_usage();
+    CHECK(usage.bytes <= limit);
+    CHECK(usage.entries <= 3);
+  }
+  CHECK(codegen::cache_stats().disk_evictions > before.disk_evictions);
+
+  // Least recently used: the oldest modification time, which a hit refreshes.
+  REQUIRE(codegen::clear_disk_cache() > 0);
+  codegen::clear_memory_cache();
+  ::unsetenv("FUSE_CACHE_MAX_BYTES");
+  std::vector<fs::path> entries;
+  for (int i = 0; i < 3; ++i) entries.push_back(stored_entry(cache, *graphs[i]));
+  auto now = fs::file_time_type::clock::now();
+  for (int i = 0; i < 3; ++i) fs::last_write_time(entries[i], now - std::chrono::minutes(10 - i));
+  codegen::clear_memory_cache();
+  codegen::CacheStats touch = codegen::cache_stats();
+  { runtime::Executable exe = compile(*graphs[0]); }  // a disk hit: entries[0] is the newest again
+  REQUIRE(codegen::cache_stats().disk_hits == touch.disk_hits + 1);
+  ::setenv("FUSE_CACHE_MAX_BYTES", std::to_string(limit).c_str(), 1);
+  fs::path newest = stored_entry(cache, *graphs[3]);  // four entries: one must go
+  CHECK(fs::exists(entries[0]));
+  CHECK(!fs::exists(entries[1]));
+  CHECK(fs::exists(newest));
+
+  // A limit of 0 stores nothing; anything else in the directory is never removed.
+  std::ofstream(cache.dir / "notes.txt") << "not a cache entry";
+  ::setenv("FUSE_CACHE_MAX_BYTES", "0", 1);
+  std::vector<fs::path> kept = cache.entries();
+  { runtime::Executable exe = compile(*graphs[4]); }
+  CHECK(cache.entries().size() == kept.size());
+  CHECK(codegen::clear_disk_cache() == 3);
+  CHECK(fs::exists(cache.dir / "notes.txt"));
+  CHECK(codegen::disk_cache_usage().entries == 0);
+
+  ::setenv("FUSE_CACHE_MAX_BYTES", "a lot", 1);
+  CHECK_THROWS_WITH(compile(*graphs[5]), Catch::Contains("FUSE_CACHE_MAX_BYTES='a lot' is not a size"));
+  ::setenv("FUSE_CACHE_MAX_BYTES", "2M", 1);
+  CHECK(codegen::disk_cache_limit() == 2 << 20);
+}
+
+TEST_CASE("threads compiling and evicting at once leave only whole entries", "[cpu][cache]") {
+  FreshCache cache;
+  // Eight graphs, each compiled by two of the four threads, in a disk cache of room for four.
+  auto graphs = gaussians(8, 1.5f);
+  int64_t entry_bytes = static_cast<int64_t>(fs::file_size(stored_entry(cache, *graphs[0])));
+  codegen::set_memory_cache_limit(codegen::memory_cache_usage().bytes * 3);  // three modules
+  codegen::clear_disk_cache();
+  codegen::clear_memory_cache();
+  ::setenv("FUSE_CACHE_MAX_BYTES", std::to_string(entry_bytes * 9 / 2).c_str(), 1);
+  codegen::CacheStats before = codegen::cache_stats();
+  constexpr int kThreads = 4;
+  std::vector<std::vector<runtime::Executable>> compiled(kThreads);
+  std::vector<std::string> errors(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([&, t] {
+      try {
+        for (size_t i = static_cast<size_t>(t) % 2; i < graphs.size(); i += 2) compiled[t].push_back(compile(*graphs[i]));
+      } catch (const std::exception& e) {
+        errors[t] = e.what();
+      }
+    });
+  for (std::thread& t : threads) t.join();
+  for (int t = 0; t < kThreads; ++t) {
+    INFO("thread " << t);
+    CHECK(errors[t] == "");
+    for (size_t k = 0; k < compiled[t].size(); ++k) check_runs(compiled[t][k], *graphs[(t % 2) + 2 * k], 257);
+  }
+  CHECK(codegen::disk_cache_usage().bytes <= entry_bytes * 9 / 2);
+  for (const fs::path& p : cache.files()) CHECK((p.extension() == ".fuseobj" || p.filename() == ".lock"));
+
+  // Every entry left is whole: loading them all rejects none.
+  codegen::clear_memory_cache();
+  for (auto& g : graphs) {
+    runtime::Executable exe = compile(*g);
+    check_runs(exe, *g, 33);
+  }
+  CHECK(codegen::cache_stats().rejected_entries == before.rejected_entries);
+}
+
+// Not run by default (`test_cpu_cache "[.memory]"`): the resident set after compiling 300
+// distinct graphs, under the memory cache's limit ($FUSE_MEMORY_CACHE_MAX_BYTES). How kJitBytes
+// in codegen/cpu_jit.cpp was measured.
+TEST_CASE("memory: 300 distinct graphs", "[.memory]") {
+  FreshCache cache;
+  codegen::set_memory_cache_limit(cache.memory_limit);  // as $FUSE_MEMORY_CACHE_MAX_BYTES set it
+  auto graphs = gaussians(300, 1.5f);
+  { runtime::Executable warm_up = compile(*gaussians(1, 0.5f)[0]); }
+  ::malloc_trim(0);
+  int64_t before = resident_bytes();
+  for (auto& g : graphs) {
+    runtime::Executable exe = compile(*g);
+  }
+  int64_t after = resident_bytes();
+  ::malloc_trim(0);
+  int64_t trimmed = resident_bytes();
+  codegen::MemoryCacheUsage usage = codegen::memory_cache_usage();
+  WARN("memory cache limit " << codegen::memory_cache_limit() << " bytes: " << usage.entries << " modules, "
+       << usage.bytes << " bytes counted; resident " << before / 1024 << " KiB before, " << after / 1024
+       << " KiB after (" << (after - before) / 1024 / 300 << " KiB per graph), " << trimmed / 1024
+       << " KiB after malloc_trim");
 }

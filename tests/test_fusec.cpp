@@ -661,6 +661,33 @@ TEST_CASE("the disk cache survives a process restart", "[fusec][cache]") {
   INFO(first.err << second.err << uncached.err);
 }
 
+TEST_CASE("fusec cache stats and clear", "[fusec][cache]") {
+  fs::path dir = scratch("cache_command") / "entries";
+  std::string env = "FUSE_CACHE_DIR=" + dir.string() + " ";
+  CHECK(fusec_env(env, "run " + kExamples + "hypot.expr --random --dim N=10 --check").status == 0);
+  std::ofstream(dir / "notes.txt") << "not a cache entry";
+  Result stats = fusec_env(env + "FUSE_CACHE_MAX_BYTES=2M ", "cache stats");
+  CHECK(stats.status == 0);
+  CHECK(stats.out.find("directory  " + dir.string() + "\n") != std::string::npos);
+  CHECK(stats.out.find("entries    1\n") != std::string::npos);
+  CHECK(stats.out.find("limit      2.0 MiB (2097152 bytes)") != std::string::npos);
+  Result cleared = fusec_env(env, "cache clear");
+  CHECK(cleared.status == 0);
+  CHECK(cleared.out == "removed 1 entry from " + dir.string() + "\n");
+  CHECK(fs::exists(dir / "notes.txt"));
+  CHECK(fusec_env(env, "cache stats").out.find("entries    0\n") != std::string::npos);
+  Result unknown = fusec("cache stat");
+  CHECK(unknown.status == 1);
+  CHECK(unknown.err.find("unknown cache action 'stat'; did you mean 'stats'?") != std::string::npos);
+  CHECK(fusec("cache").status == 1);
+  CHECK(fusec("cache clear now").status == 1);
+  Result bad_limit = fusec_env(env + "FUSE_CACHE_MAX_BYTES=lots ", "cache stats");
+  CHECK(bad_limit.status == 1);
+  CHECK(bad_limit.err.find("FUSE_CACHE_MAX_BYTES='lots' is not a size") != std::string::npos);
+  CHECK(fusec("--help").out.find("fusec cache ACTION") != std::string::npos);
+  INFO(stats.out << cleared.out << unknown.err << bad_limit.err);
+}
+
 TEST_CASE("emit mlir, llvm, asm and obj: each stage of the CPU backend", "[fusec][codegen]") {
   std::string file = kExamples + "hypot.expr";
   Result mlir = fusec(file + " --emit=mlir");

@@ -2,6 +2,7 @@
 //
 //   fusec FILE.expr --emit=KIND [-o OUT]     print a stage of the compilation, or render it
 //   fusec run FILE.expr [options]            run the program on .npy or random inputs
+//   fusec cache stats|clear                  the disk cache of compiled CPU kernels
 //
 // Exit status: 0 on success, 1 for errors in the user's program, inputs or flags, 2 for internal
 // errors. The emit kinds, targets and flags are tables: a new stage or backend is one row.
@@ -136,6 +137,44 @@ const Target kTargets[] = {
        return [program](const ir::TensorMap& inputs, ir::TensorMap& outputs) {
          outputs = ir::interpret_program(program, inputs);
        };
+     }},
+};
+
+/// "1.5 MiB (1572864 bytes)".
+std::string size_text(int64_t bytes) {
+  const char* units[] = {"bytes", "KiB", "MiB", "GiB", "TiB"};
+  double value = static_cast<double>(bytes);
+  size_t unit = 0;
+  while (value >= 1024 && unit + 1 < std::size(units)) value /= 1024, ++unit;
+  if (unit == 0) return std::to_string(bytes) + " bytes";
+  std::ostringstream s;
+  s.precision(1);
+  s << std::fixed << value << " " << units[unit] << " (" << bytes << " bytes)";
+  return s.str();
+}
+
+/// What `fusec cache ACTION` does to the disk cache of compiled CPU kernels.
+struct CacheAction {
+  std::string_view name;
+  std::string_view help;
+  void (*run)();
+};
+const CacheAction kCacheActions[] = {
+    {"stats", "print the cache's directory, entry count, total size and size limit",
+     [] {
+       codegen::DiskCacheUsage usage = codegen::disk_cache_usage();
+       std::cout << "directory  " << usage.directory << "\n"
+                 << "entries    " << usage.entries << "\n"
+                 << "size       " << size_text(usage.bytes) << "\n"
+                 << "limit      " << size_text(usage.limit)
+                 << (std::getenv("FUSE_CACHE_MAX_BYTES") ? ", from $FUSE_CACHE_MAX_BYTES\n"
+                                                          : ", the default ($FUSE_CACHE_MAX_BYTES sets it)\n");
+     }},
+    {"clear", "remove every entry (other files in the directory are left alone)",
+     [] {
+       int64_t removed = codegen::clear_disk_cache();
+       std::cout << "removed " << removed << (removed == 1 ? " entry" : " entries") << " from "
+                 << codegen::cache_directory() << "\n";
      }},
 };
 
@@ -328,7 +367,8 @@ std::string help_text() {
          "usage:\n"
          "  fusec FILE.expr --emit=KIND [-o OUT]\n"
          "  fusec run FILE.expr [--target=NAME] [--input NAME=FILE.npy]... [--random [--dim "
-         "SYM=N]... [--seed S]] [--out DIR] [--print]\n";
+         "SYM=N]... [--seed S]] [--out DIR] [--print]\n"
+         "  fusec cache ACTION\n";
   for (auto [command, title] : {std::pair{kCompile, "compile options"}, {kRun, "fusec run options"}}) {
     out << "\n" << title << ":\n";
     for (const Flag& f : kFlags) {
@@ -348,6 +388,11 @@ std::string help_text() {
     out << "  " << t.name << std::string(10 - t.name.size(), ' ') << t.help << "\n";
   out << "\nrun targets:\n";
   for (const Target& t : kTargets) out << "  " << t.name << std::string(10 - t.name.size(), ' ') << t.help << "\n";
+  out << "\ncache actions (the disk cache of compiled CPU kernels, in $FUSE_CACHE_DIR, else\n"
+         "$XDG_CACHE_HOME/fuse, else ~/.cache/fuse; at most $FUSE_CACHE_MAX_BYTES, default 1G,\n"
+         "least recently used entries out):\n";
+  for (const CacheAction& a : kCacheActions)
+    out << "  " << a.name << std::string(10 - a.name.size(), ' ') << a.help << "\n";
   out << "\nother:\n";
   for (const Flag& f : kFlags) {
     if (!is_general(f)) continue;
@@ -669,12 +714,23 @@ int run_command(const Args& args) {
   return status;
 }
 
+// ---- fusec cache ACTION ----
+
+int cache_command(const std::vector<std::string>& argv) {
+  if (argv.size() < 2) throw Error("fusec cache needs an action: " + joined_names(kCacheActions));
+  const CacheAction& action = lookup(kCacheActions, argv[1], "cache action");
+  if (argv.size() > 2) throw Error("fusec cache " + argv[1] + " takes no arguments (got '" + argv[2] + "')");
+  action.run();
+  return 0;
+}
+
 int fusec(const std::vector<std::string>& argv) {
   if (argv.empty()) {
-    std::cerr << "usage: fusec FILE.expr --emit=KIND [-o OUT] | fusec run FILE.expr [options]\n"
+    std::cerr << "usage: fusec FILE.expr --emit=KIND [-o OUT] | fusec run FILE.expr [options] | fusec cache ACTION\n"
                  "see fusec --help\n";
     return 1;
   }
+  if (argv[0] == "cache") return cache_command(argv);
   Args args = parse_args(argv);
   if (args.has("--help")) {
     std::cout << help_text();
