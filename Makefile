@@ -12,7 +12,7 @@ DEB_PACKAGES := cmake ninja-build g++ catch2 libmlir-19-dev mlir-19-tools llvm-1
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: deps build test demo bench bench-matmul gpu-kit test-asan test-tsan fuzz clean
+.PHONY: deps build test demo bench bench-matmul gpu-kit test-asan test-tsan soak fuzz clean
 
 # Idempotent: only calls apt-get when a package is missing, and runs `apt-get update` once then.
 deps:
@@ -74,6 +74,14 @@ test-tsan: deps $(BUILD_TSAN)/build.ninja
 	cmake --build $(BUILD_TSAN) -j $(JOBS) --target test_concurrency
 	cd $(BUILD_TSAN) && FUSE_CONCURRENCY_RUNS=500 TSAN_OPTIONS=halt_on_error=1 \
 	  ctest --output-on-failure -R '^test_concurrency:'
+
+# Compiles and runs 10^4 distinct random graphs from 4 threads in one process with the caches
+# bounded, printing resident memory as it goes (minutes). SOAK_GRAPHS and SOAK_THREADS change it.
+SOAK_GRAPHS ?= 10000
+SOAK_THREADS ?= 4
+soak: deps $(BUILD)/build.ninja
+	cmake --build $(BUILD) -j $(JOBS) --target fuse_soak
+	FUSE_SOAK_GRAPHS=$(SOAK_GRAPHS) FUSE_SOAK_THREADS=$(SOAK_THREADS) ./$(BUILD)/tests/fuse_soak
 
 clean:
 	rm -rf $(BUILD) $(BUILD_ASAN) $(BUILD_TSAN)

@@ -22,6 +22,7 @@
 #include <map>
 #include <mutex>
 #include <set>
+#include <tuple>
 
 #include "mlir/Conversion/Passes.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -1052,10 +1053,9 @@ class KernelEmitter {
 
   // Whether node `id` reads the result of reduction `reduce` (directly or through other nodes).
   bool depends_on(NodeId id, NodeId reduce) const {
-    if (id == reduce) return true;
-    for (NodeId in : k_.body.node(id).inputs)
-      if (depends_on(in, reduce)) return true;
-    return false;
+    auto it = computed_from_memo_.find(reduce);
+    if (it == computed_from_memo_.end()) it = computed_from_memo_.emplace(reduce, ir::computed_from(k_.body, reduce)).first;
+    return it->second[id];
   }
 
   // ---- reductions over leading axes: SIMD across the kept innermost dim ----
@@ -1585,6 +1585,12 @@ class KernelEmitter {
   // Whether the epilogue reads the matmul only along its columns (a strip of C is one vector),
   // not through a view that makes it constant along them (expand_dims on the last axis).
   bool strip_safe(NodeId id, int axis, NodeId mm) const {
+    auto key = std::make_tuple(id, axis, mm);
+    auto it = strip_safe_memo_.find(key);
+    if (it != strip_safe_memo_.end()) return it->second;
+    return strip_safe_memo_[key] = strip_safe_uncached(id, axis, mm);  // (a DAG: shared operands once)
+  }
+  bool strip_safe_uncached(NodeId id, int axis, NodeId mm) const {
     if (!depends_on(id, mm)) return true;
     if (id == mm) return axis + 1 == static_cast<int>(k_.body.node(mm).shape.size());
     if (axis < 0) return false;
@@ -1734,6 +1740,8 @@ class KernelEmitter {
   std::map<NodeId, mlir::Value> contiguous_cache_;
   std::map<std::vector<const void*>, mlir::Value> lane_cache_;
   mutable std::map<std::pair<NodeId, int>, Inner> inner_memo_;
+  mutable std::map<NodeId, std::vector<bool>> computed_from_memo_;  // depends_on, by source
+  mutable std::map<std::tuple<NodeId, int, NodeId>, bool> strip_safe_memo_;
   mlir::Value matmul_strip_;
   mlir::Block* entry_ = nullptr;  // the function's entry block
   ScalarLowering scalar_;

@@ -96,12 +96,7 @@ std::vector<NodeId> reduce_nodes(const ir::Kernel& k) {
   return ids;
 }
 
-bool depends_on(const ir::Kernel& k, NodeId id, NodeId reduce) {
-  if (id == reduce) return true;
-  for (NodeId in : k.body.node(id).inputs)
-    if (depends_on(k, in, reduce)) return true;
-  return false;
-}
+bool depends_on(const ir::Kernel& k, NodeId id, NodeId reduce) { return ir::computed_from(k.body, reduce)[id]; }
 
 ir::Shape kept_dims(const ir::Kernel& k) {
   ir::Shape kept;

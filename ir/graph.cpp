@@ -385,4 +385,17 @@ void add_output(Graph& g, std::string name, NodeId node, SourceLoc loc) {
   g.outputs.push_back({std::move(name), node});
 }
 
+std::vector<bool> computed_from(const Graph& g, NodeId source) {
+  std::vector<bool> from(g.nodes.size(), false);
+  if (source < 0 || source >= static_cast<NodeId>(g.nodes.size())) return from;
+  from[source] = true;
+  for (NodeId id = source + 1; id < static_cast<NodeId>(g.nodes.size()); ++id)
+    for (NodeId in : g.node(id).inputs)
+      if (from[in]) {
+        from[id] = true;
+        break;
+      }
+  return from;
+}
+
 }  // namespace fuse::ir

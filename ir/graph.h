@@ -159,6 +159,11 @@ Shape broadcast_shapes(const std::vector<Shape>& shapes, const std::string& op, 
 Shape matmul_shape(const Shape& a, const Shape& b, const SourceLoc& loc);
 /// Shape after reducing `axes` (normalized).
 Shape reduced_shape(const Shape& in, const std::vector<int>& axes, bool keepdims);
+
+/// For each node of `g`, whether its value is computed from node `source`: `source` itself and
+/// every node that reads it, directly or through others. One pass in node order (operands
+/// precede their users), so queries on diamond-shaped graphs stay linear.
+std::vector<bool> computed_from(const Graph& g, NodeId source);
 /// Result dtype of a built-in reduction of `in`.
 DType reduce_result_dtype(ReduceKind kind, DType in);
 

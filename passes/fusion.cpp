@@ -155,12 +155,18 @@ class Partitioner {
 
   // Whether a reduction or matmul feeds `id` through elementwise ops and views only.
   bool computed_from_anchor(NodeId id) const {
+    if (anchor_memo_.empty()) anchor_memo_.assign(g_.nodes.size(), -1);
+    if (anchor_memo_[id] >= 0) return anchor_memo_[id];
+    bool from = false;
     for (NodeId in : node(id).inputs) {
       const Node& n = node(in);
-      if (n.kind == OpKind::Reduce || n.kind == OpKind::Matmul) return true;
-      if (is_elementwise_like(n) && computed_from_anchor(in)) return true;
+      if (n.kind == OpKind::Reduce || n.kind == OpKind::Matmul || (is_elementwise_like(n) && computed_from_anchor(in))) {
+        from = true;
+        break;
+      }
     }
-    return false;
+    anchor_memo_[id] = from;  // (a DAG: shared operands once)
+    return from;
   }
 
   bool is_expanded(NodeId id, const GroupState& gs) const {
@@ -358,6 +364,7 @@ class Partitioner {
   std::vector<std::vector<int>> groups_of_;
   std::vector<GroupState> groups_;
   std::map<std::pair<NodeId, NodeId>, std::string> reasons_;
+  mutable std::vector<signed char> anchor_memo_;  // computed_from_anchor: -1 unknown, else 0/1
 };
 
 }  // namespace
