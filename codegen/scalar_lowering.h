@@ -159,7 +159,7 @@ class ScalarLowering {
     if (op == ScalarOp::And) return b_.create<mlir::arith::AndIOp>(loc_, a[0], a[1]);
     if (op == ScalarOp::Or) return b_.create<mlir::arith::OrIOp>(loc_, a[0], a[1]);
     if (ir::is_float(operand)) {
-      if (libdevice_ && !fast_math_ && operand == DType::F32 && in_f64_on_gpu(op)) {
+      if (libdevice_ && !fast_math_ && operand == DType::F32 && ir::scalar_op_info(op).gpu_f64) {
         std::vector<mlir::Value> wide;
         for (mlir::Value v : a) wide.push_back(cast(v, DType::F32, DType::F64, lanes));
         return cast(scalar_op(op, DType::F64, DType::F64, wide, lanes), DType::F64, DType::F32, lanes);
@@ -480,15 +480,6 @@ class ScalarLowering {
 
  private:
   std::string fail(const std::string& what) const { return fail_prefix_ + what; }
-  // The f32 ops the GPU computes in f64 (the interpreter's definition: f64, rounded once).
-  static bool in_f64_on_gpu(ScalarOp op) {
-    switch (op) {
-      case ScalarOp::Exp: case ScalarOp::Exp2: case ScalarOp::Log: case ScalarOp::Log2: case ScalarOp::Rsqrt:
-      case ScalarOp::Sin: case ScalarOp::Cos: case ScalarOp::Tan: case ScalarOp::Tanh: case ScalarOp::Sigmoid:
-      case ScalarOp::Pow: return true;
-      default: return false;
-    }
-  }
   mlir::Value sqrt(mlir::Value x) {
     // Not __nv_sqrtf (see the constructor); llvm.sqrt is taken by the NVVM lowering too.
     if (libdevice_ && x.getType().isF32())
