@@ -93,6 +93,15 @@ static ScalarValue eval_float(ScalarOp op, DType result, const ScalarValue* a) {
     case ScalarOp::Floor: r = std::floor(x); break;
     case ScalarOp::Ceil: r = std::ceil(x); break;
     case ScalarOp::Round: r = round_half_even(x); break;
+    case ScalarOp::Log1p: r = std::log1p(x); break;
+    case ScalarOp::Expm1: r = std::expm1(x); break;
+    case ScalarOp::Erf: r = std::erf(x); break;
+    case ScalarOp::Asin: r = std::asin(x); break;
+    case ScalarOp::Acos: r = std::acos(x); break;
+    case ScalarOp::Atan: r = std::atan(x); break;
+    case ScalarOp::Sinh: r = std::sinh(x); break;
+    case ScalarOp::Cosh: r = std::cosh(x); break;
+    case ScalarOp::Sign: r = x > 0 ? 1.0 : x < 0 ? -1.0 : x == 0 ? 0.0 : x; break;  // NumPy: sign(-0) = +0, NaN stays
     case ScalarOp::Add: r = x + y; break;
     case ScalarOp::Sub: r = x - y; break;
     case ScalarOp::Mul: r = x * y; break;
@@ -104,6 +113,7 @@ static ScalarValue eval_float(ScalarOp op, DType result, const ScalarValue* a) {
       break;
     }
     case ScalarOp::Pow: r = std::pow(x, y); break;
+    case ScalarOp::Atan2: r = std::atan2(x, y); break;
     case ScalarOp::Minimum: r = (std::isnan(x) || std::isnan(y)) ? NAN : std::fmin(x, y); break;
     case ScalarOp::Maximum: r = (std::isnan(x) || std::isnan(y)) ? NAN : std::fmax(x, y); break;
     default: break;
@@ -120,6 +130,7 @@ static ScalarValue eval_int(ScalarOp op, DType t, const ScalarValue* a) {
     case ScalarOp::Abs: r = x < 0 ? static_cast<int64_t>(0 - u(x)) : x; break;
     case ScalarOp::Relu: r = x > 0 ? x : 0; break;
     case ScalarOp::Floor: case ScalarOp::Ceil: case ScalarOp::Round: r = x; break;
+    case ScalarOp::Sign: r = (x > 0) - (x < 0); break;
     case ScalarOp::Add: r = static_cast<int64_t>(u(x) + u(y)); break;
     case ScalarOp::Sub: r = static_cast<int64_t>(u(x) - u(y)); break;
     case ScalarOp::Mul: r = static_cast<int64_t>(u(x) * u(y)); break;
@@ -177,6 +188,9 @@ ScalarValue evaluate_scalar_op(ScalarOp op, DType operand, DType result, const S
     }
     return ScalarValue::of_int(r, DType::Bool);
   }
+  if (op == ScalarOp::IsNan) return ScalarValue::of_int(std::isnan(args[0].f), DType::Bool);
+  if (op == ScalarOp::IsInf) return ScalarValue::of_int(std::isinf(args[0].f), DType::Bool);
+  if (op == ScalarOp::IsFinite) return ScalarValue::of_int(std::isfinite(args[0].f), DType::Bool);
   if (op == ScalarOp::Not) return ScalarValue::of_int(args[0].i == 0, DType::Bool);
   if (op == ScalarOp::And) return ScalarValue::of_int(args[0].i && args[1].i, DType::Bool);
   if (op == ScalarOp::Or) return ScalarValue::of_int(args[0].i || args[1].i, DType::Bool);
