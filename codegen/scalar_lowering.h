@@ -21,6 +21,7 @@
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/SymbolTable.h"
 
 namespace fuse::codegen {
 
@@ -162,7 +163,7 @@ class ScalarLowering {
     if (op == ScalarOp::And) return b_.create<mlir::arith::AndIOp>(loc_, a[0], a[1]);
     if (op == ScalarOp::Or) return b_.create<mlir::arith::OrIOp>(loc_, a[0], a[1]);
     if (ir::is_float(operand)) {
-      if (libdevice_ && !fast_math_ && operand == DType::F32 && in_f64_on_gpu(op)) {
+      if (libdevice_ && !fast_math_ && operand == DType::F32 && ir::scalar_op_info(op).gpu_f64) {
         std::vector<mlir::Value> wide;
         for (mlir::Value v : a) wide.push_back(cast(v, DType::F32, DType::F64, lanes));
         return cast(scalar_op(op, DType::F64, DType::F64, wide, lanes), DType::F64, DType::F32, lanes);
@@ -215,6 +216,31 @@ class ScalarLowering {
         case ScalarOp::Floor: return b_.create<mlir::math::FloorOp>(loc_, x);
         case ScalarOp::Ceil: return b_.create<mlir::math::CeilOp>(loc_, x);
         case ScalarOp::Round: return b_.create<mlir::math::RoundEvenOp>(loc_, x);
+        case ScalarOp::Log1p: return libdevice_ ? mlir::Value(b_.create<mlir::math::Log1pOp>(loc_, x)) : log1p(x, operand, lanes);
+        case ScalarOp::Expm1: return libdevice_ ? mlir::Value(b_.create<mlir::math::ExpM1Op>(loc_, x)) : expm1(x, operand, lanes);
+        case ScalarOp::Erf:  // MLIR's f32 erf (5 ulp) gives +0 for -0
+          return select(cmpf(CmpFPredicate::OEQ, x, zero(operand)), x, b_.create<mlir::math::ErfOp>(loc_, x));
+        case ScalarOp::Atan:
+          return f32_in_f64(operand, a, lanes, [&](const std::vector<mlir::Value>& v) { return b_.create<mlir::math::AtanOp>(loc_, v[0]); });
+        case ScalarOp::Asin:
+          if (libdevice_) return libdevice_call("asin", x);
+          return f32_in_f64(operand, a, lanes, [&](const std::vector<mlir::Value>& v) { return b_.create<mlir::math::AsinOp>(loc_, v[0]); });
+        case ScalarOp::Acos: return libdevice_ ? libdevice_call("acos", x) : mlir::Value(b_.create<mlir::math::AcosOp>(loc_, x));
+        case ScalarOp::Sinh: return libdevice_ ? libdevice_call("sinh", x) : mlir::Value(b_.create<mlir::math::SinhOp>(loc_, x));
+        case ScalarOp::Cosh: return libdevice_ ? libdevice_call("cosh", x) : mlir::Value(b_.create<mlir::math::CoshOp>(loc_, x));
+        case ScalarOp::Sign: {  // NumPy: 1, -1, +0 for both zeros, NaN for NaN
+          mlir::Value r = select(cmpf(CmpFPredicate::OEQ, x, zero(operand)), zero(operand), x);
+          r = select(cmpf(CmpFPredicate::OLT, x, zero(operand)), constant(operand, -1, -1, lanes), r);
+          return select(cmpf(CmpFPredicate::OGT, x, zero(operand)), one(operand), r);
+        }
+        case ScalarOp::IsNan: return cmpf(CmpFPredicate::UNO, x, x);
+        case ScalarOp::IsInf:
+          return cmpf(CmpFPredicate::OEQ, b_.create<mlir::math::AbsFOp>(loc_, x), constant(operand, kInf, 0, lanes));
+        case ScalarOp::IsFinite:
+          return cmpf(CmpFPredicate::OLT, b_.create<mlir::math::AbsFOp>(loc_, x), constant(operand, kInf, 0, lanes));
+        case ScalarOp::Atan2:
+          return f32_in_f64(operand, a, lanes,
+                            [&](const std::vector<mlir::Value>& v) { return b_.create<mlir::math::Atan2Op>(loc_, v[0], v[1]); });
         case ScalarOp::Add: return b_.create<mlir::arith::AddFOp>(loc_, x, a[1]);
         case ScalarOp::Sub: return b_.create<mlir::arith::SubFOp>(loc_, x, a[1]);
         case ScalarOp::Mul: return b_.create<mlir::arith::MulFOp>(loc_, x, a[1]);
@@ -248,6 +274,9 @@ class ScalarLowering {
       case ScalarOp::Abs: return select(cmpi(CmpIPredicate::slt, x, zero(operand)), sub(zero(operand), x), x);
       case ScalarOp::Relu: return b_.create<mlir::arith::MaxSIOp>(loc_, x, zero(operand));
       case ScalarOp::Floor: case ScalarOp::Ceil: case ScalarOp::Round: return x;
+      case ScalarOp::Sign:
+        return select(cmpi(CmpIPredicate::sgt, x, zero(operand)), one(operand),
+                      select(cmpi(CmpIPredicate::slt, x, zero(operand)), constant(operand, -1, -1, lanes), zero(operand)));
       case ScalarOp::Add: return add(x, a[1]);
       case ScalarOp::Sub: return sub(x, a[1]);
       case ScalarOp::Mul: return mul(x, a[1]);
@@ -305,6 +334,44 @@ class ScalarLowering {
     mlir::Value v = select(use_cos, cos_r, sin_r);
     v = select(negate, b_.create<mlir::arith::NegFOp>(loc_, v), v);
     return b_.create<mlir::arith::TruncFOp>(loc_, lane_type(b_.getF32Type(), lanes), v);
+  }
+
+  // `op` of the operands `a`, for the ops whose MLIR f32 approximations are off (atan 41 ulp,
+  // asin 1e6 ulp at 1, atan2 the wrong quadrant for zeros): on the CPU, f32 computes in f64
+  // (libm, one call per lane) and rounds once, like the interpreter. Fast math keeps f32.
+  template <class Op>
+  mlir::Value f32_in_f64(DType operand, const std::vector<mlir::Value>& a, int lanes, Op op) {
+    if (operand != DType::F32 || fast_math_ || libdevice_) return op(a);
+    std::vector<mlir::Value> wide;
+    for (mlir::Value v : a) wide.push_back(cast(v, DType::F32, DType::F64, lanes));
+    return cast(op(wide), DType::F64, DType::F32, lanes);
+  }
+
+  // log1p and expm1 on the CPU, where MLIR lowers f64 math.log1p and math.expm1 to log(1 + x) and
+  // exp(x) - 1, which lose every digit near 0. With u = 1 + x or u = exp(x) as rounded,
+  // log1p(x) = log(u) * (x / (u - 1)) and expm1(x) = (u - 1) * (x / log(u)): the quotient cancels
+  // u's rounding error (Goldberg, "What every computer scientist should know about floating-point
+  // arithmetic", theorem 4; Kahan). Both vectorize (MLIR approximates f32 math.log1p and
+  // math.expm1 with the same formulas).
+  mlir::Value log1p(mlir::Value x, DType t, int lanes) {
+    using mlir::arith::CmpFPredicate;
+    mlir::Value one = constant(t, 1, 1, lanes);
+    mlir::Value u = b_.create<mlir::arith::AddFOp>(loc_, one, x);
+    mlir::Value correction = b_.create<mlir::arith::DivFOp>(loc_, x, b_.create<mlir::arith::SubFOp>(loc_, u, one));
+    mlir::Value r = b_.create<mlir::arith::MulFOp>(loc_, b_.create<mlir::math::LogOp>(loc_, u), correction);
+    r = select(cmpf(CmpFPredicate::OEQ, u, one), x, r);  // |x| below half an ulp of 1, and -0
+    return select(cmpf(CmpFPredicate::OEQ, u, constant(t, kInf, 0, lanes)), u, r);  // inf / inf
+  }
+  mlir::Value expm1(mlir::Value x, DType t, int lanes) {
+    using mlir::arith::CmpFPredicate;
+    mlir::Value one = constant(t, 1, 1, lanes), minus_one = constant(t, -1, -1, lanes);
+    mlir::Value u = b_.create<mlir::math::ExpOp>(loc_, x);
+    mlir::Value u_minus_1 = b_.create<mlir::arith::SubFOp>(loc_, u, one);
+    mlir::Value correction = b_.create<mlir::arith::DivFOp>(loc_, x, b_.create<mlir::math::LogOp>(loc_, u));
+    mlir::Value r = b_.create<mlir::arith::MulFOp>(loc_, u_minus_1, correction);
+    r = select(cmpf(CmpFPredicate::OEQ, u, one), x, r);                   // tiny x, and -0
+    r = select(cmpf(CmpFPredicate::OEQ, u_minus_1, minus_one), minus_one, r);  // u = 0 gives x / -inf
+    return select(cmpf(CmpFPredicate::OEQ, u, constant(t, kInf, 0, lanes)), u, r);  // inf / inf
   }
 
   // Python's // and % on integers; x // 0 and x % 0 are 0, and x // -1 wraps (never traps).
@@ -483,14 +550,21 @@ class ScalarLowering {
 
  private:
   std::string fail(const std::string& what) const { return fail_prefix_ + what; }
-  // The f32 ops the GPU computes in f64 (the interpreter's definition: f64, rounded once).
-  static bool in_f64_on_gpu(ScalarOp op) {
-    switch (op) {
-      case ScalarOp::Exp: case ScalarOp::Exp2: case ScalarOp::Log: case ScalarOp::Log2: case ScalarOp::Rsqrt:
-      case ScalarOp::Sin: case ScalarOp::Cos: case ScalarOp::Tan: case ScalarOp::Tanh: case ScalarOp::Sigmoid:
-      case ScalarOp::Pow: return true;
-      default: return false;
+  static constexpr double kInf = std::numeric_limits<double>::infinity();
+  // A libdevice function called by name, for the math ops that convert-gpu-to-nvvm does not send
+  // to libdevice in LLVM 19 (asin, acos, sinh, cosh); `__nv_<name>f` for f32 (fast math).
+  mlir::Value libdevice_call(std::string_view name, mlir::Value x) {
+    mlir::Type t = x.getType();
+    if (!t.isF32() && !t.isF64()) throw ir::Error(fail("libdevice call on a vector of lanes"));
+    std::string symbol = "__nv_" + std::string(name) + (t.isF32() ? "f" : "");
+    mlir::Operation* module = mlir::SymbolTable::getNearestSymbolTable(b_.getInsertionBlock()->getParentOp());
+    auto fn = mlir::dyn_cast_or_null<mlir::LLVM::LLVMFuncOp>(mlir::SymbolTable::lookupSymbolIn(module, symbol));
+    if (!fn) {
+      mlir::OpBuilder::InsertionGuard guard(b_);
+      b_.setInsertionPointToStart(&module->getRegion(0).front());
+      fn = b_.create<mlir::LLVM::LLVMFuncOp>(loc_, symbol, mlir::LLVM::LLVMFunctionType::get(t, {t}));
     }
+    return b_.create<mlir::LLVM::CallOp>(loc_, fn, mlir::ValueRange{x})->getResult(0);
   }
   mlir::Value sqrt(mlir::Value x) {
     // Not __nv_sqrtf (see the constructor); llvm.sqrt is taken by the NVVM lowering too.

@@ -131,9 +131,6 @@ static Operand operand_of(const TensorArg& a) {
 
 Tensor operator-(TensorArg a) { return apply(ScalarOp::Neg, {operand_of(a)}); }
 Tensor floordiv(Operand a, Operand b) { return apply(ScalarOp::FloorDiv, {a, b}); }
-Tensor pow(Operand a, Operand b) { return apply(ScalarOp::Pow, {a, b}); }
-Tensor minimum(Operand a, Operand b) { return apply(ScalarOp::Minimum, {a, b}); }
-Tensor maximum(Operand a, Operand b) { return apply(ScalarOp::Maximum, {a, b}); }
 Tensor equal(Operand a, Operand b) { return apply(ScalarOp::Eq, {a, b}); }
 Tensor not_equal(Operand a, Operand b) { return apply(ScalarOp::Ne, {a, b}); }
 Tensor logical_and(Operand a, Operand b) { return apply(ScalarOp::And, {a, b}); }
@@ -146,25 +143,14 @@ Tensor cast(TensorArg x, DType to) {
   return {&g, ir::add_cast(g.ir(), x.tensor.id(), to, x.loc)};
 }
 
-#define FUSE_UNARY_TENSOR_FN(name, op) \
-  Tensor name(Operand x) { return apply(ScalarOp::op, {x}); }
-FUSE_UNARY_TENSOR_FN(abs, Abs)
-FUSE_UNARY_TENSOR_FN(exp, Exp)
-FUSE_UNARY_TENSOR_FN(exp2, Exp2)
-FUSE_UNARY_TENSOR_FN(log, Log)
-FUSE_UNARY_TENSOR_FN(log2, Log2)
-FUSE_UNARY_TENSOR_FN(sqrt, Sqrt)
-FUSE_UNARY_TENSOR_FN(rsqrt, Rsqrt)
-FUSE_UNARY_TENSOR_FN(sin, Sin)
-FUSE_UNARY_TENSOR_FN(cos, Cos)
-FUSE_UNARY_TENSOR_FN(tan, Tan)
-FUSE_UNARY_TENSOR_FN(tanh, Tanh)
-FUSE_UNARY_TENSOR_FN(sigmoid, Sigmoid)
-FUSE_UNARY_TENSOR_FN(relu, Relu)
-FUSE_UNARY_TENSOR_FN(floor, Floor)
-FUSE_UNARY_TENSOR_FN(ceil, Ceil)
-FUSE_UNARY_TENSOR_FN(round, Round)
-#undef FUSE_UNARY_TENSOR_FN
+#define FUSE_NAMED_SCALAR_OP(Enum, name, arity, ...) FUSE_TENSOR_FN_##arity(Enum, name)
+#define FUSE_TENSOR_FN_1(Enum, name) \
+  Tensor name(Operand x) { return apply(ScalarOp::Enum, {x}); }
+#define FUSE_TENSOR_FN_2(Enum, name) \
+  Tensor name(Operand a, Operand b) { return apply(ScalarOp::Enum, {a, b}); }
+#include "ir/scalar_ops.def"
+#undef FUSE_TENSOR_FN_1
+#undef FUSE_TENSOR_FN_2
 
 // ---------------------------------------------------------------- reductions, matmul, views
 
@@ -244,9 +230,6 @@ Scalar operator>(Scalar a, Scalar b) { return binary(ScalarOp::Gt, a, b); }
 Scalar operator>=(Scalar a, Scalar b) { return binary(ScalarOp::Ge, a, b); }
 Scalar operator-(Scalar a) { return unary(ScalarOp::Neg, a); }
 Scalar floordiv(Scalar a, Scalar b) { return binary(ScalarOp::FloorDiv, a, b); }
-Scalar pow(Scalar a, Scalar b) { return binary(ScalarOp::Pow, a, b); }
-Scalar minimum(Scalar a, Scalar b) { return binary(ScalarOp::Minimum, a, b); }
-Scalar maximum(Scalar a, Scalar b) { return binary(ScalarOp::Maximum, a, b); }
 Scalar equal(Scalar a, Scalar b) { return binary(ScalarOp::Eq, a, b); }
 Scalar not_equal(Scalar a, Scalar b) { return binary(ScalarOp::Ne, a, b); }
 Scalar logical_and(Scalar a, Scalar b) { return binary(ScalarOp::And, a, b); }
@@ -254,21 +237,13 @@ Scalar logical_or(Scalar a, Scalar b) { return binary(ScalarOp::Or, a, b); }
 Scalar logical_not(Scalar a) { return unary(ScalarOp::Not, a); }
 Scalar where(Scalar c, Scalar a, Scalar b) { return Scalar(Scalar::builder().select(c.id(), a.id(), b.id())); }
 Scalar cast(Scalar x, DType to) { return Scalar(Scalar::builder().cast(x.id(), to)); }
-Scalar abs(Scalar x) { return unary(ScalarOp::Abs, x); }
-Scalar exp(Scalar x) { return unary(ScalarOp::Exp, x); }
-Scalar exp2(Scalar x) { return unary(ScalarOp::Exp2, x); }
-Scalar log(Scalar x) { return unary(ScalarOp::Log, x); }
-Scalar log2(Scalar x) { return unary(ScalarOp::Log2, x); }
-Scalar sqrt(Scalar x) { return unary(ScalarOp::Sqrt, x); }
-Scalar rsqrt(Scalar x) { return unary(ScalarOp::Rsqrt, x); }
-Scalar sin(Scalar x) { return unary(ScalarOp::Sin, x); }
-Scalar cos(Scalar x) { return unary(ScalarOp::Cos, x); }
-Scalar tan(Scalar x) { return unary(ScalarOp::Tan, x); }
-Scalar tanh(Scalar x) { return unary(ScalarOp::Tanh, x); }
-Scalar sigmoid(Scalar x) { return unary(ScalarOp::Sigmoid, x); }
-Scalar relu(Scalar x) { return unary(ScalarOp::Relu, x); }
-Scalar floor(Scalar x) { return unary(ScalarOp::Floor, x); }
-Scalar ceil(Scalar x) { return unary(ScalarOp::Ceil, x); }
-Scalar round(Scalar x) { return unary(ScalarOp::Round, x); }
+#define FUSE_NAMED_SCALAR_OP(Enum, name, arity, ...) FUSE_SCALAR_FN_##arity(Enum, name)
+#define FUSE_SCALAR_FN_1(Enum, name) \
+  Scalar name(Scalar x) { return unary(ScalarOp::Enum, x); }
+#define FUSE_SCALAR_FN_2(Enum, name) \
+  Scalar name(Scalar a, Scalar b) { return binary(ScalarOp::Enum, a, b); }
+#include "ir/scalar_ops.def"
+#undef FUSE_SCALAR_FN_1
+#undef FUSE_SCALAR_FN_2
 
 }  // namespace fuse

@@ -131,9 +131,6 @@ Tensor operator>(Operand a, Operand b);
 Tensor operator>=(Operand a, Operand b);
 Tensor operator-(TensorArg a);
 Tensor floordiv(Operand a, Operand b);
-Tensor pow(Operand a, Operand b);
-Tensor minimum(Operand a, Operand b);
-Tensor maximum(Operand a, Operand b);
 Tensor equal(Operand a, Operand b);
 Tensor not_equal(Operand a, Operand b);
 Tensor logical_and(Operand a, Operand b);
@@ -142,24 +139,13 @@ Tensor logical_not(Operand a);
 Tensor where(Operand cond, Operand a, Operand b);
 Tensor cast(TensorArg x, DType to);
 
-#define FUSE_UNARY_TENSOR_FN(name) Tensor name(Operand x);
-FUSE_UNARY_TENSOR_FN(abs)
-FUSE_UNARY_TENSOR_FN(exp)
-FUSE_UNARY_TENSOR_FN(exp2)
-FUSE_UNARY_TENSOR_FN(log)
-FUSE_UNARY_TENSOR_FN(log2)
-FUSE_UNARY_TENSOR_FN(sqrt)
-FUSE_UNARY_TENSOR_FN(rsqrt)
-FUSE_UNARY_TENSOR_FN(sin)
-FUSE_UNARY_TENSOR_FN(cos)
-FUSE_UNARY_TENSOR_FN(tan)
-FUSE_UNARY_TENSOR_FN(tanh)
-FUSE_UNARY_TENSOR_FN(sigmoid)
-FUSE_UNARY_TENSOR_FN(relu)
-FUSE_UNARY_TENSOR_FN(floor)
-FUSE_UNARY_TENSOR_FN(ceil)
-FUSE_UNARY_TENSOR_FN(round)
-#undef FUSE_UNARY_TENSOR_FN
+// The named ops of ir/scalar_ops.def (abs, exp, ..., pow, minimum, maximum): np.<name> elementwise.
+#define FUSE_NAMED_SCALAR_OP(Enum, name, arity, ...) FUSE_TENSOR_FN_##arity(name)
+#define FUSE_TENSOR_FN_1(name) Tensor name(Operand x);
+#define FUSE_TENSOR_FN_2(name) Tensor name(Operand a, Operand b);
+#include "ir/scalar_ops.def"
+#undef FUSE_TENSOR_FN_1
+#undef FUSE_TENSOR_FN_2
 
 // ---- Reductions, matmul, views ----
 
@@ -217,9 +203,6 @@ Scalar operator>(Scalar a, Scalar b);
 Scalar operator>=(Scalar a, Scalar b);
 Scalar operator-(Scalar a);
 Scalar floordiv(Scalar a, Scalar b);
-Scalar pow(Scalar a, Scalar b);
-Scalar minimum(Scalar a, Scalar b);
-Scalar maximum(Scalar a, Scalar b);
 Scalar equal(Scalar a, Scalar b);
 Scalar not_equal(Scalar a, Scalar b);
 Scalar logical_and(Scalar a, Scalar b);
@@ -227,22 +210,13 @@ Scalar logical_or(Scalar a, Scalar b);
 Scalar logical_not(Scalar a);
 Scalar where(Scalar cond, Scalar a, Scalar b);
 Scalar cast(Scalar x, DType to);
-Scalar abs(Scalar x);
-Scalar exp(Scalar x);
-Scalar exp2(Scalar x);
-Scalar log(Scalar x);
-Scalar log2(Scalar x);
-Scalar sqrt(Scalar x);
-Scalar rsqrt(Scalar x);
-Scalar sin(Scalar x);
-Scalar cos(Scalar x);
-Scalar tan(Scalar x);
-Scalar tanh(Scalar x);
-Scalar sigmoid(Scalar x);
-Scalar relu(Scalar x);
-Scalar floor(Scalar x);
-Scalar ceil(Scalar x);
-Scalar round(Scalar x);
+// The named ops of ir/scalar_ops.def.
+#define FUSE_NAMED_SCALAR_OP(Enum, name, arity, ...) FUSE_SCALAR_FN_##arity(name)
+#define FUSE_SCALAR_FN_1(name) Scalar name(Scalar x);
+#define FUSE_SCALAR_FN_2(name) Scalar name(Scalar a, Scalar b);
+#include "ir/scalar_ops.def"
+#undef FUSE_SCALAR_FN_1
+#undef FUSE_SCALAR_FN_2
 
 /// Makes the builder of a new scalar function current on this thread for its lifetime.
 class ScalarTrace {

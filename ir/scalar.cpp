@@ -3,67 +3,23 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <utility>
 
 #include "ir/error.h"
 #include "ir/host_array.h"
 
 namespace fuse::ir {
 
-std::string_view scalar_op_name(ScalarOp op) {
-  switch (op) {
-    case ScalarOp::Param: return "param";
-    case ScalarOp::Literal: return "literal";
-    case ScalarOp::Neg: return "neg";
-    case ScalarOp::Abs: return "abs";
-    case ScalarOp::Exp: return "exp";
-    case ScalarOp::Exp2: return "exp2";
-    case ScalarOp::Log: return "log";
-    case ScalarOp::Log2: return "log2";
-    case ScalarOp::Sqrt: return "sqrt";
-    case ScalarOp::Rsqrt: return "rsqrt";
-    case ScalarOp::Sin: return "sin";
-    case ScalarOp::Cos: return "cos";
-    case ScalarOp::Tan: return "tan";
-    case ScalarOp::Tanh: return "tanh";
-    case ScalarOp::Sigmoid: return "sigmoid";
-    case ScalarOp::Relu: return "relu";
-    case ScalarOp::Floor: return "floor";
-    case ScalarOp::Ceil: return "ceil";
-    case ScalarOp::Round: return "round";
-    case ScalarOp::Not: return "not";
-    case ScalarOp::Cast: return "cast";
-    case ScalarOp::Add: return "add";
-    case ScalarOp::Sub: return "sub";
-    case ScalarOp::Mul: return "mul";
-    case ScalarOp::Div: return "div";
-    case ScalarOp::FloorDiv: return "floordiv";
-    case ScalarOp::Mod: return "mod";
-    case ScalarOp::Pow: return "pow";
-    case ScalarOp::Minimum: return "minimum";
-    case ScalarOp::Maximum: return "maximum";
-    case ScalarOp::Eq: return "eq";
-    case ScalarOp::Ne: return "ne";
-    case ScalarOp::Lt: return "lt";
-    case ScalarOp::Le: return "le";
-    case ScalarOp::Gt: return "gt";
-    case ScalarOp::Ge: return "ge";
-    case ScalarOp::And: return "and";
-    case ScalarOp::Or: return "or";
-    case ScalarOp::Select: return "select";
-  }
-  return "?";
+const ScalarOpInfo& scalar_op_info(ScalarOp op) {
+  static constexpr ScalarOpInfo kInfo[] = {
+#define FUSE_SCALAR_OP(Enum, spelling, arity, Category, Typing, cost, gpu_f64) \
+  {spelling, arity, ScalarOpCategory::Category, ScalarTyping::Typing, cost, gpu_f64, false},
+#define FUSE_NAMED_SCALAR_OP(Enum, identifier, arity, Category, Typing, cost, gpu_f64) \
+  {#identifier, arity, ScalarOpCategory::Category, ScalarTyping::Typing, cost, gpu_f64, true},
+#include "ir/scalar_ops.def"
+  };
+  return kInfo[static_cast<size_t>(op)];
 }
-
-int scalar_op_arity(ScalarOp op) {
-  if (op == ScalarOp::Param || op == ScalarOp::Literal) return 0;
-  if (op == ScalarOp::Select) return 3;
-  if (op >= ScalarOp::Add) return 2;
-  return 1;
-}
-
-static bool is_comparison(ScalarOp op) { return op >= ScalarOp::Eq && op <= ScalarOp::Ge; }
-static bool is_logical(ScalarOp op) { return op == ScalarOp::And || op == ScalarOp::Or || op == ScalarOp::Not; }
-static bool is_transcendental(ScalarOp op) { return op >= ScalarOp::Exp && op <= ScalarOp::Sigmoid; }
 
 ScalarValue ScalarValue::of(double v, DType t) {
   ScalarValue s;
@@ -137,6 +93,15 @@ static ScalarValue eval_float(ScalarOp op, DType result, const ScalarValue* a) {
     case ScalarOp::Floor: r = std::floor(x); break;
     case ScalarOp::Ceil: r = std::ceil(x); break;
     case ScalarOp::Round: r = round_half_even(x); break;
+    case ScalarOp::Log1p: r = std::log1p(x); break;
+    case ScalarOp::Expm1: r = std::expm1(x); break;
+    case ScalarOp::Erf: r = std::erf(x); break;
+    case ScalarOp::Asin: r = std::asin(x); break;
+    case ScalarOp::Acos: r = std::acos(x); break;
+    case ScalarOp::Atan: r = std::atan(x); break;
+    case ScalarOp::Sinh: r = std::sinh(x); break;
+    case ScalarOp::Cosh: r = std::cosh(x); break;
+    case ScalarOp::Sign: r = x > 0 ? 1.0 : x < 0 ? -1.0 : x == 0 ? 0.0 : x; break;  // NumPy: sign(-0) = +0, NaN stays
     case ScalarOp::Add: r = x + y; break;
     case ScalarOp::Sub: r = x - y; break;
     case ScalarOp::Mul: r = x * y; break;
@@ -148,6 +113,7 @@ static ScalarValue eval_float(ScalarOp op, DType result, const ScalarValue* a) {
       break;
     }
     case ScalarOp::Pow: r = std::pow(x, y); break;
+    case ScalarOp::Atan2: r = std::atan2(x, y); break;
     case ScalarOp::Minimum: r = (std::isnan(x) || std::isnan(y)) ? NAN : std::fmin(x, y); break;
     case ScalarOp::Maximum: r = (std::isnan(x) || std::isnan(y)) ? NAN : std::fmax(x, y); break;
     default: break;
@@ -164,6 +130,7 @@ static ScalarValue eval_int(ScalarOp op, DType t, const ScalarValue* a) {
     case ScalarOp::Abs: r = x < 0 ? static_cast<int64_t>(0 - u(x)) : x; break;
     case ScalarOp::Relu: r = x > 0 ? x : 0; break;
     case ScalarOp::Floor: case ScalarOp::Ceil: case ScalarOp::Round: r = x; break;
+    case ScalarOp::Sign: r = (x > 0) - (x < 0); break;
     case ScalarOp::Add: r = static_cast<int64_t>(u(x) + u(y)); break;
     case ScalarOp::Sub: r = static_cast<int64_t>(u(x) - u(y)); break;
     case ScalarOp::Mul: r = static_cast<int64_t>(u(x) * u(y)); break;
@@ -196,7 +163,7 @@ ScalarValue evaluate_scalar_op(ScalarOp op, DType operand, DType result, const S
     if (is_float(operand)) return ScalarValue::of(args[0].f, result);
     return ScalarValue::of_int(result == DType::Bool ? args[0].i != 0 : args[0].i, result);
   }
-  if (is_comparison(op)) {
+  if (scalar_op_info(op).typing == ScalarTyping::Compare) {
     bool r = false;
     if (is_float(operand)) {
       double x = args[0].f, y = args[1].f;
@@ -221,6 +188,9 @@ ScalarValue evaluate_scalar_op(ScalarOp op, DType operand, DType result, const S
     }
     return ScalarValue::of_int(r, DType::Bool);
   }
+  if (op == ScalarOp::IsNan) return ScalarValue::of_int(std::isnan(args[0].f), DType::Bool);
+  if (op == ScalarOp::IsInf) return ScalarValue::of_int(std::isinf(args[0].f), DType::Bool);
+  if (op == ScalarOp::IsFinite) return ScalarValue::of_int(std::isfinite(args[0].f), DType::Bool);
   if (op == ScalarOp::Not) return ScalarValue::of_int(args[0].i == 0, DType::Bool);
   if (op == ScalarOp::And) return ScalarValue::of_int(args[0].i && args[1].i, DType::Bool);
   if (op == ScalarOp::Or) return ScalarValue::of_int(args[0].i || args[1].i, DType::Bool);
@@ -371,14 +341,23 @@ static ScalarNode fold_weak(ScalarOp op, DType result, DType operand, const Scal
                           : weak_literal(static_cast<double>(r.i), r.i, result);
 }
 
+// The operand and result dtypes of `op` on operands whose common dtype is `t`.
+static std::pair<DType, DType> op_dtypes(ScalarOp op, DType t) {
+  switch (scalar_op_info(op).typing) {
+    case ScalarTyping::Arithmetic: return {arithmetic_type(t), arithmetic_type(t)};
+    case ScalarTyping::Float: return {float_type(t), float_type(t)};
+    case ScalarTyping::Compare: return {t, DType::Bool};
+    case ScalarTyping::Logical: return {DType::Bool, DType::Bool};
+    case ScalarTyping::FloatTest: return {float_type(t), DType::Bool};
+    default: return {t, t};
+  }
+}
+
 ScalarId ScalarBuilder::unary(ScalarOp op, ScalarId x) {
   DType in = dtype(x);
   if (op == ScalarOp::Neg && in == DType::Bool)
     throw Error("'neg' is not defined for bool (use 'not')");
-  DType operand = in, result = in;
-  if (is_transcendental(op)) operand = result = float_type(in);
-  else if (op == ScalarOp::Not) operand = result = DType::Bool;
-  else if (op == ScalarOp::Abs || op == ScalarOp::Relu) operand = result = arithmetic_type(in);
+  auto [operand, result] = op_dtypes(op, in);
   if (fn_.nodes[x].weak) {
     const ScalarNode* args[] = {&fn_.nodes[x]};
     return add(fold_weak(op, result, operand, args, 1));
@@ -391,12 +370,7 @@ ScalarId ScalarBuilder::unary(ScalarOp op, ScalarId x) {
 }
 
 ScalarId ScalarBuilder::binary(ScalarOp op, ScalarId a, ScalarId b) {
-  DType common = common_type(a, b);
-  DType operand = common, result = common;
-  if (is_comparison(op)) result = DType::Bool;
-  else if (is_logical(op)) operand = result = DType::Bool;
-  else if (op == ScalarOp::Div) operand = result = float_type(common);
-  else operand = result = arithmetic_type(common);
+  auto [operand, result] = op_dtypes(op, common_type(a, b));
   if (fn_.nodes[a].weak && fn_.nodes[b].weak) {
     const ScalarNode* args[] = {&fn_.nodes[a], &fn_.nodes[b]};
     return add(fold_weak(op, result, operand, args, 2));

@@ -16,20 +16,36 @@
 
 namespace fuse::ir {
 
+/// The scalar ops: one row each in ir/scalar_ops.def.
 enum class ScalarOp {
-  Param, Literal,
-  // unary
-  Neg, Abs, Exp, Exp2, Log, Log2, Sqrt, Rsqrt, Sin, Cos, Tan, Tanh, Sigmoid, Relu,
-  Floor, Ceil, Round, Not, Cast,
-  // binary
-  Add, Sub, Mul, Div, FloorDiv, Mod, Pow, Minimum, Maximum,
-  Eq, Ne, Lt, Le, Gt, Ge, And, Or,
-  // ternary
-  Select,
+#define FUSE_SCALAR_OP(Enum, ...) Enum,
+#include "ir/scalar_ops.def"
+};
+inline constexpr int kScalarOpCount = 0
+#define FUSE_SCALAR_OP(...) +1
+#include "ir/scalar_ops.def"
+    ;
+
+/// What kind of function an op is (ir/scalar_ops.def).
+enum class ScalarOpCategory { Leaf, Arithmetic, Transcendental, Rounding, Comparison, Logical, Classification, Conversion, Selection };
+
+/// How an op's operand and result dtypes follow from its operands' common dtype (ir/scalar_ops.def).
+enum class ScalarTyping { Same, Arithmetic, Float, Compare, Logical, FloatTest, Special };
+
+/// An op's row of ir/scalar_ops.def.
+struct ScalarOpInfo {
+  std::string_view name;  // "add", "exp", ...
+  int arity;              // 0 for Param/Literal
+  ScalarOpCategory category;
+  ScalarTyping typing;
+  int cost;               // the fusion cost model's weight of one evaluation
+  bool gpu_f64;           // f32 computed in f64 on CUDA (unless fast math)
+  bool named;             // a builtin of .expr and a free function of the C++ API
 };
 
-std::string_view scalar_op_name(ScalarOp op);  // "add", "exp", ...
-int scalar_op_arity(ScalarOp op);              // 0 for Param/Literal
+const ScalarOpInfo& scalar_op_info(ScalarOp op);
+inline std::string_view scalar_op_name(ScalarOp op) { return scalar_op_info(op).name; }
+inline int scalar_op_arity(ScalarOp op) { return scalar_op_info(op).arity; }
 
 using ScalarId = int32_t;
 

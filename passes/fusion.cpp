@@ -18,23 +18,10 @@ static bool is_elementwise_like(const Node& n) {
   return n.kind == OpKind::Elementwise || ir::is_view(n.kind) || is_generator(n.kind);
 }
 
-static bool is_transcendental(ir::ScalarOp op) {
-  using ir::ScalarOp;
-  switch (op) {
-    case ScalarOp::Exp: case ScalarOp::Exp2: case ScalarOp::Log: case ScalarOp::Log2:
-    case ScalarOp::Sin: case ScalarOp::Cos: case ScalarOp::Tan: case ScalarOp::Tanh:
-    case ScalarOp::Sigmoid: case ScalarOp::Pow: return true;
-    default: return false;
-  }
-}
-
 int node_cost(const Node& n) {
   if (n.kind == OpKind::Elementwise) {
     int cost = 0;
-    for (const ir::ScalarNode& s : n.as<ir::ElementwiseAttrs>().body.nodes) {
-      if (s.op == ir::ScalarOp::Param || s.op == ir::ScalarOp::Literal) continue;
-      cost += is_transcendental(s.op) ? kTranscendentalCost : 1;
-    }
+    for (const ir::ScalarNode& s : n.as<ir::ElementwiseAttrs>().body.nodes) cost += ir::scalar_op_info(s.op).cost;
     return cost;
   }
   if (n.kind == OpKind::Rand) return 2;  // a few integer multiplies per element

@@ -10,9 +10,9 @@
 // 6. two matmuls never fuse; a producer with consumers in several kernels is recomputed in each
 //    only when cheap (cost model below), otherwise materialized.
 //
-// Cost model: a node's cost is the number of scalar ops in its body, transcendental functions
-// (exp, log, sin, tanh, pow, ...) counting kTranscendentalCost. Views, generators and ops of cost
-// <= kCheapCost are "cheap": they may be recomputed in several kernels, across expanding
+// Cost model: a node's cost is the sum of its body's scalar op costs (ir/scalar_ops.def: 1 for
+// arithmetic, 8 for transcendental functions such as exp, log, sin, tanh, pow). Views,
+// generators and ops of cost <= kCheapCost are "cheap": they may be recomputed in several kernels, across expanding
 // broadcasts, and in matmul prologues. Anything else is computed once and materialized.
 #pragma once
 
@@ -24,7 +24,6 @@
 
 namespace fuse::passes {
 
-inline constexpr int kTranscendentalCost = 8;
 inline constexpr int kCheapCost = 4;
 
 struct FusionGroup {

@@ -56,6 +56,20 @@ TEST_CASE("literal-only subexpressions fold exactly", "[api][types]") {
   CHECK(fn.nodes[1].value.f == 1.0 / 3.0);  // not rounded through f32
 }
 
+TEST_CASE("the named ops of ir/scalar_ops.def are free functions on tensors and traced scalars", "[api][ops]") {
+  Graph g;
+  Tensor x = g.input("x", DType::F32, {4});
+  Tensor i = g.input("i", DType::I32, {4});
+  for (Tensor t : {log1p(x), expm1(x), erf(x), asin(x), acos(x), atan(x), sinh(x), cosh(x), atan2(x, 2.0), sign(x)})
+    CHECK(t.dtype() == DType::F32);
+  CHECK(ir::to_string(body(atan2(x, 2.0))) == "(p0: f32) -> atan2(p0, 2.0:f32)");
+  CHECK(sign(i).dtype() == DType::I32);
+  CHECK(asin(i).dtype() == DType::F32);
+  for (Tensor t : {isnan(x), isinf(x), isfinite(i)}) CHECK(t.dtype() == DType::Bool);
+  auto f = vectorize([](Scalar a, Scalar b) { return where(isfinite(a), atan2(sinh(a), cosh(b)), sign(b)); });
+  CHECK(ir::to_string(body(f(x, x))) == "(p0: f32, p1: f32) -> select(isfinite(p0), atan2(sinh(p0), cosh(p1)), sign(p1))");
+}
+
 TEST_CASE("vectorize traces a lambda into one elementwise node", "[api][trace]") {
   Graph g;
   Tensor a = g.input("a", DType::F32, {sym("N")});

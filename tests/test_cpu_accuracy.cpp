@@ -1,5 +1,5 @@
 // Accuracy of every float op the CPU backend compiles, in ulps of the reference interpreter:
-// for each unary float op (and pow) and each float dtype, a one-op graph is compiled and run on
+// for each unary float op (and pow, atan2) and each float dtype, a one-op graph is compiled and run on
 // 2^20 inputs (2^18 under the sanitizers): dense grids over the op's interesting ranges, random
 // bit patterns over the whole finite range, and the special values 0, -0, subnormals, +-inf, NaN
 // and the largest finite values; each compared with ir::interpret. NaN must give NaN, infinities
@@ -205,7 +205,8 @@ Measured run_op(ScalarOp op, const std::vector<std::vector<T>>& args) {
         inputs[input] = ir::HostArray::from<T>({n}, values[i]);
       }
     }
-    g.output("y", fuse::apply(op, operands));
+    Tensor y = fuse::apply(op, operands);
+    g.output("y", y.dtype() == DType::Bool ? cast(y, t) : y);  // isnan and co. as 0 and 1
     runtime::Executable exe = compile(g);
     m.compiled_kernels += exe.compiled_kernel_count();
     ir::HostArray expected = ir::interpret(g.ir(), inputs).at("y");
@@ -249,12 +250,15 @@ struct OpAccuracy {
 // cover every finite value.
 //
 // Bounds: f64 transcendentals call the same libm as the interpreter, and every op without a
-// rounding of its own beyond IEEE's (neg, abs, sqrt, floor, ...) must be bit-exact: 0 ulp. f32
-// transcendentals are MLIR's polynomial approximations (exp, log, log2, tanh; sigmoid through exp),
-// fdlibm kernels in f64 (sin, cos: documented within 1 ulp) or libm's f32 functions (exp2, tan,
-// pow), against the interpreter's f64 result rounded once; rsqrt is sqrt then a division, two
-// roundings. Each bound is the measured maximum (docs/testing.md): exp's 6 ulp are near overflow
-// (1 ulp for |x| <= 87), tanh's 4 ulp are the documented ones.
+// rounding of its own beyond IEEE's (neg, abs, sqrt, floor, sign, ...) must be bit-exact: 0 ulp;
+// isnan, isinf and isfinite are compared as 0 and 1. f32 transcendentals are MLIR's polynomial
+// approximations (exp, log, log2, tanh, erf, acos; sigmoid through exp), fdlibm kernels in f64
+// (sin, cos: documented within 1 ulp), libm's f32 functions (exp2, tan, pow, sinh, cosh) or f64
+// libm rounded once (atan, asin, atan2: 0 ulp), against the interpreter's f64 result rounded once;
+// rsqrt is sqrt then a division, two roundings; log1p and expm1 are log and exp with the
+// quotient correction in both dtypes (codegen/scalar_lowering.h), 2 ulp in f64. Each bound is the
+// measured maximum (docs/testing.md): exp's 6 ulp are near overflow (1 ulp for |x| <= 87), and so
+// are expm1's; tanh's 4 ulp are the documented ones.
 const std::vector<OpAccuracy>& unary_ops() {
   static const std::vector<OpAccuracy> ops = {
       {ScalarOp::Exp, {{{-104, 89, 4}, {88.5, 88.8, 1}, {-104, -87, 1}, {-1, 1, 1}}, true},
@@ -280,29 +284,65 @@ const std::vector<OpAccuracy>& unary_ops() {
       {ScalarOp::Floor, {{{-10, 10, 1}, {-0.5, 0.5, 1}}, true}, {{{-10, 10, 1}, {-0.5, 0.5, 1}}, true}, 0, 0},
       {ScalarOp::Ceil, {{{-10, 10, 1}, {-0.5, 0.5, 1}}, true}, {{{-10, 10, 1}, {-0.5, 0.5, 1}}, true}, 0, 0},
       {ScalarOp::Round, {{{-10, 10, 1}, {-0.5, 0.5, 1}}, true}, {{{-10, 10, 1}, {-0.5, 0.5, 1}}, true}, 0, 0},
+      {ScalarOp::Log1p, {{{-1, 4, 4}, {-1e-3, 1e-3, 1}, {-1, -0.99, 1}}, true},
+       {{{-1, 4, 4}, {-1e-3, 1e-3, 1}, {-1, -0.99, 1}}, true}, 2, 2},
+      {ScalarOp::Expm1, {{{-20, 89, 4}, {-1e-3, 1e-3, 1}, {88, 88.8, 1}}, true},
+       {{{-40, 710, 4}, {-1e-3, 1e-3, 1}, {709, 709.8, 1}}, true}, 6, 2},
+      {ScalarOp::Erf, {{{-6, 6, 4}, {-1e-3, 1e-3, 1}}, true}, {{{-7, 7, 4}, {-1e-3, 1e-3, 1}}, true}, 5, 0},
+      {ScalarOp::Asin, {{{-1, 1, 4}, {0.99, 1, 1}, {-1e-3, 1e-3, 1}}, true},
+       {{{-1, 1, 4}, {0.99, 1, 1}, {-1e-3, 1e-3, 1}}, true}, 0, 0},
+      {ScalarOp::Acos, {{{-1, 1, 4}, {0.99, 1, 1}, {-1, -0.99, 1}}, true},
+       {{{-1, 1, 4}, {0.99, 1, 1}, {-1, -0.99, 1}}, true}, 1, 0},
+      {ScalarOp::Atan, {{{-20, 20, 2}, {-1.5, 1.5, 2}, {-1e-3, 1e-3, 1}}, true},
+       {{{-20, 20, 2}, {-1.5, 1.5, 2}, {-1e-3, 1e-3, 1}}, true}, 0, 0},
+      {ScalarOp::Sinh, {{{-90, 90, 2}, {-1, 1, 2}, {-1e-3, 1e-3, 1}}, true},
+       {{{-711, 711, 2}, {-1, 1, 2}, {-1e-3, 1e-3, 1}}, true}, 2, 0},
+      {ScalarOp::Cosh, {{{-90, 90, 2}, {-1, 1, 2}, {-1e-3, 1e-3, 1}}, true},
+       {{{-711, 711, 2}, {-1, 1, 2}, {-1e-3, 1e-3, 1}}, true}, 2, 0},
+      {ScalarOp::Sign, {{{-10, 10, 1}}, true}, {{{-10, 10, 1}}, true}, 0, 0},
+      {ScalarOp::IsNan, {{{-10, 10, 1}}, true}, {{{-10, 10, 1}}, true}, 0, 0},
+      {ScalarOp::IsInf, {{{-10, 10, 1}}, true}, {{{-10, 10, 1}}, true}, 0, 0},
+      {ScalarOp::IsFinite, {{{-10, 10, 1}}, true}, {{{-10, 10, 1}}, true}, 0, 0},
   };
   return ops;
 }
-constexpr uint64_t kPowF32Bound = 1, kPowF64Bound = 0;
+/// A binary op's sweeps of its first and second operands (the same for f32 and f64) and bounds.
+struct BinaryAccuracy {
+  ScalarOp op;
+  Sweep x, y;
+  double integer_share;  // the share of y rounded to integers (pow of negative x needs them)
+  uint64_t f32_bound, f64_bound;
+};
+
+// pow: x over grids and every finite value, y over [-8, 8]; atan2(y, x): both operands over the
+// four quadrants, near the axes and every finite value. The bounds as for the unary ops.
+const std::vector<BinaryAccuracy>& binary_ops() {
+  static const std::vector<BinaryAccuracy> ops = {
+      {ScalarOp::Pow, {{{0, 4, 2}, {-4, 4, 1}}, true}, {{{-8, 8, 2}, {-2, 2, 1}}, false}, 0.25, 1, 0},
+      {ScalarOp::Atan2, {{{-4, 4, 2}, {-1e-3, 1e-3, 1}}, true}, {{{-4, 4, 2}, {-1e-3, 1e-3, 1}}, true}, 0, 0, 0},
+  };
+  return ops;
+}
 
 uint64_t bound_of(ScalarOp op, DType t) {
-  if (op == ScalarOp::Pow) return t == DType::F32 ? kPowF32Bound : kPowF64Bound;
+  for (const BinaryAccuracy& a : binary_ops())
+    if (a.op == op) return t == DType::F32 ? a.f32_bound : a.f64_bound;
   for (const OpAccuracy& a : unary_ops())
     if (a.op == op) return t == DType::F32 ? a.f32_bound : a.f64_bound;
   return 0;
 }
 
-/// pow(x, y): x over grids and every finite value, y over [-8, 8] (a quarter of it integers,
-/// which negative x needs), paired at random; plus every pair of special values.
+/// A binary op's operands: x and y over their sweeps, paired at random; plus every pair of
+/// special values.
 template <class T>
-std::vector<std::vector<T>> pow_inputs() {
+std::vector<std::vector<T>> binary_inputs(const BinaryAccuracy& a) {
   int64_t count = kSweepSize;
-  std::vector<T> x = sweep_inputs<T>({{{0, 4, 2}, {-4, 4, 1}}, true}, count, 2);
-  std::vector<T> y = sweep_inputs<T>({{{-8, 8, 2}, {-2, 2, 1}}, false}, count, 3);
+  std::vector<T> x = sweep_inputs<T>(a.x, count, 2);
+  std::vector<T> y = sweep_inputs<T>(a.y, count, 3);
   testing::detail::Rng rng(4);
   for (int64_t i = count - 1; i > 0; --i) std::swap(y[i], y[rng.next() % static_cast<uint64_t>(i + 1)]);
   for (T& v : y)
-    if (rng.chance(0.25)) v = std::round(v);
+    if (rng.chance(a.integer_share)) v = std::round(v);
   std::vector<T> specials = special_values<T>();
   size_t at = 0;
   for (T a : specials)
@@ -349,7 +389,8 @@ void check_region(ScalarOp op, DType t, Region region, const RegionStats& r, uin
 
 template <class T>
 Measured measure_op(ScalarOp op) {
-  if (op == ScalarOp::Pow) return run_op<T>(op, pow_inputs<T>());
+  for (const BinaryAccuracy& a : binary_ops())
+    if (a.op == op) return run_op<T>(op, binary_inputs<T>(a));
   for (const OpAccuracy& a : unary_ops())
     if (a.op == op) return run_op<T>(op, {sweep_inputs<T>(sizeof(T) == 4 ? a.f32 : a.f64, kSweepSize, 1)});
   FAIL("no sweep for " << ir::scalar_op_name(op));
@@ -392,9 +433,11 @@ TEST_CASE("float ops: compiled f32 and f64 within their ulp bounds of the interp
       check_op<double>(a.op);
     }
   }
-  SECTION("pow") {
-    check_op<float>(ScalarOp::Pow);
-    check_op<double>(ScalarOp::Pow);
+  for (const BinaryAccuracy& a : binary_ops()) {
+    SECTION(std::string(ir::scalar_op_name(a.op))) {
+      check_op<float>(a.op);
+      check_op<double>(a.op);
+    }
   }
 }
 

@@ -69,14 +69,18 @@ std::string sizes_str(const ir::SymbolBindings& sizes) {
 int f32_ulps(ir::ScalarOp op) {
   using ir::ScalarOp;
   switch (op) {
-    case ScalarOp::Exp: return 6;
+    case ScalarOp::Exp: case ScalarOp::Expm1: return 6;
+    case ScalarOp::Erf: return 5;
     case ScalarOp::Tanh: return 4;
-    case ScalarOp::Log2: case ScalarOp::Sigmoid: return 2;
+    case ScalarOp::Log2: case ScalarOp::Sigmoid: case ScalarOp::Log1p: case ScalarOp::Sinh: case ScalarOp::Cosh: return 2;
     case ScalarOp::Exp2: case ScalarOp::Log: case ScalarOp::Rsqrt: case ScalarOp::Sin: case ScalarOp::Cos:
-    case ScalarOp::Tan: case ScalarOp::Pow: return 1;
+    case ScalarOp::Tan: case ScalarOp::Pow: case ScalarOp::Acos: return 1;
     default: return 0;
   }
 }
+
+/// The same for f64 `op`: 0 but for log1p and expm1, computed with a correction term around libm.
+int f64_ulps(ir::ScalarOp op) { return op == ir::ScalarOp::Log1p || op == ir::ScalarOp::Expm1 ? 2 : 0; }
 
 struct Tolerance {
   double rtol = 0, atol = 0;
@@ -91,7 +95,8 @@ constexpr double kMagnitude = 8;
 /// - integers and bools, and floats computed by exact ops only (IEEE + - * / sqrt, abs, min,
 ///   max, floor, casts, compares, selects, views, f64 libm functions, max/min/custom reductions,
 ///   generators): bit-equal;
-/// - each f32 transcendental adds its measured ulp bound (f32_ulps) to rtol, in f32 ulps;
+/// - each f32 transcendental adds its measured ulp bound (f32_ulps) to rtol, in f32 ulps (f64
+///   log1p and expm1 theirs, f64_ulps, in f64 ulps);
 /// - each float sum, mean, prod or matmul over L elements (f64 accumulators, summed in another
 ///   order; f32 matmuls accumulate in f32, about sqrt(L) ulps off, which the absolute floor
 ///   below covers) adds one ulp of its result's type plus L * 2^-52;
@@ -100,7 +105,7 @@ constexpr double kMagnitude = 8;
 Tolerance tolerance_for(const ir::Graph& g, ir::NodeId out, const ir::SymbolBindings& sizes) {
   std::vector<bool> on_path(g.nodes.size(), false);
   on_path[out] = true;
-  int ulps = 0;
+  int ulps = 0, ulps_f64 = 0;
   double reductions = 0;  // in relative terms
   int64_t longest_sum = 1;
   std::string why;
@@ -111,8 +116,10 @@ Tolerance tolerance_for(const ir::Graph& g, ir::NodeId out, const ir::SymbolBind
     int64_t length = 0;
     if (n.kind == ir::OpKind::Elementwise) {
       const ir::ScalarFn& body = n.as<ir::ElementwiseAttrs>().body;
-      for (const ir::ScalarNode& s : body.nodes)
+      for (const ir::ScalarNode& s : body.nodes) {
         if (s.arity() > 0 && body.node(s.args[0]).dtype == DType::F32) ulps += f32_ulps(s.op);
+        if (s.arity() > 0 && body.node(s.args[0]).dtype == DType::F64) ulps_f64 += f64_ulps(s.op);
+      }
     } else if (n.kind == ir::OpKind::Reduce && ir::is_float(n.dtype)) {
       ir::ReduceKind kind = n.as<ir::ReduceAttrs>().kind;
       if (kind != ir::ReduceKind::Sum && kind != ir::ReduceKind::Mean && kind != ir::ReduceKind::Prod) continue;
@@ -130,7 +137,7 @@ Tolerance tolerance_for(const ir::Graph& g, ir::NodeId out, const ir::SymbolBind
     }
   }
   Tolerance t;
-  t.rtol = ulps * 0x1p-23 + reductions;
+  t.rtol = ulps * 0x1p-23 + ulps_f64 * 0x1p-52 + reductions;
   t.atol = t.rtol * kMagnitude * static_cast<double>(longest_sum);
   if (ulps > 0) why = std::to_string(ulps) + " ulp of f32 transcendentals; " + why;
   t.why = why.empty() ? "exact ops only" : why;

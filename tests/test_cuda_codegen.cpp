@@ -458,6 +458,39 @@ TEST_CASE("f32 ops round like the interpreter: IEEE sqrt and division, transcend
   CHECK_THAT(exp_line(codegen::emit_cuda_mlir(p, fast)), Catch::EndsWith(": f32"));
 }
 
+TEST_CASE("log1p expm1 erf asin acos atan sinh cosh atan2 sign isnan isinf isfinite compile through libdevice", "[cuda]") {
+  for (DType t : {DType::F32, DType::F64}) {
+    for (bool fast_math : {false, true}) {
+      SECTION(std::string(ir::dtype_name(t)) + (fast_math ? " fast math" : "")) {
+        Graph g;
+        Tensor x = g.input("x", t, {testing::N});
+        Tensor y = g.input("y", t, {testing::N});
+        g.output("m", log1p(x) + expm1(x) + erf(x) + asin(x) + acos(x) + atan(x) + sinh(x) + cosh(x) + atan2(y, x) + sign(x));
+        g.output("c", logical_or(isnan(x), logical_and(isinf(y), isfinite(x))));
+        ir::Program p = cuda_program(g.ir());
+        codegen::CudaOptions options;
+        options.fast_math = fast_math;
+        codegen::CudaModule m = codegen::compile_cuda(p, options);
+        check_plan(p, m);
+        INFO(ptxas_errors(m.ptx, "sm_80"));
+        CHECK(ptxas_errors(m.ptx, "sm_80").empty());
+        // f32 computes in f64 (libdevice's double functions) unless fast math.
+        std::string mlir = codegen::emit_cuda_mlir(p, options);
+        bool f64 = t == DType::F64 || !fast_math;
+        for (const char* fn : {"asin", "acos", "sinh", "cosh"}) {
+          INFO(fn);
+          CHECK(count(mlir, std::string("@__nv_") + fn + (f64 ? "(" : "f(")) > 0);
+        }
+        for (const char* op : {"math.log1p", "math.expm1", "math.erf", "math.atan ", "math.atan2"}) {
+          size_t at = mlir.find(op);
+          REQUIRE(at != std::string::npos);
+          CHECK_THAT(mlir.substr(at, mlir.find('\n', at) - at), Catch::EndsWith(f64 ? ": f64" : ": f32"));
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("random graphs compile for CUDA: plans match the PTX, ptxas accepts every tenth", "[cuda][random]") {
   for (uint64_t seed = 0; seed < 150; ++seed) {
     testing::RandomCase c = testing::random_case(seed);

@@ -177,6 +177,28 @@ output y = norm(x, 3)
   CHECK(y.inputs.size() == 1);
 }
 
+TEST_CASE("the math builtins: log1p expm1 erf asin acos atan sinh cosh atan2 sign isnan isinf isfinite", "[expr]") {
+  ir::Graph g = compile_ok(R"(
+fn f(x, y) = log1p(x) + expm1(x) + erf(x) + asin(x) + acos(x) + atan(x) + sinh(x) + cosh(x) + atan2(y, x)
+fn odd(x, y, i) = isnan(x) or isinf(y) or not isfinite(i)
+input x: f32[N]
+input y: f64[N]
+input i: i32[N]
+output a = f(x, x)
+output b = atan2(y, x)
+output c = odd(x, y, i)
+output d = sign(i) + sign(x)
+)");
+  CHECK(ir::to_string(output(g, "a").as<ir::ElementwiseAttrs>().body) ==
+        "(p0: f32) -> add(add(add(add(add(add(add(add(log1p(p0), expm1(p0)), erf(p0)), asin(p0)), acos(p0)), atan(p0)), "
+        "sinh(p0)), cosh(p0)), atan2(p0, p0))");
+  CHECK(output(g, "b").dtype == DType::F64);
+  CHECK(ir::to_string(output(g, "c").as<ir::ElementwiseAttrs>().body) ==
+        "(p0: f32, p1: f64, p2: i32) -> or(or(isnan(p0), isinf(p1)), not(isfinite(f32(p2))))");
+  CHECK(output(g, "d").dtype == DType::F32);
+  CHECK_THAT(first_error("input x: f32[N]\noutput y = atan2(x)\n"), Catch::Contains("'atan2' takes 2 arguments, got 1"));
+}
+
 TEST_CASE("reductions, custom reduce, views and generators", "[expr]") {
   ir::Graph g = compile_ok(R"(
 fn absmax(acc, v) = maximum(acc, abs(v))

@@ -543,6 +543,75 @@ TEST_CASE("NaN propagates through max, min, maximum and minimum", "[interpreter]
   CHECK(out.at("any").get_i64(0) == 1);  // NaN counts as true
 }
 
+TEST_CASE("log1p expm1 erf asin acos atan sinh cosh atan2 sign isnan isinf isfinite: NumPy's values", "[interpreter][math]") {
+  const std::vector<double> xs = {0.0, -0.0, 1e-20, -1.0, 0.5, -0.75, 2.0, 30.0, -kInf, kInf, kNaN};
+  const std::vector<double> ys = {1.0, -1.0, -1.0, 0.0, -0.0, -kInf, kInf, 2.0, -3.0, kInf, 1.0};
+  const int64_t n = static_cast<int64_t>(xs.size());
+  Graph g;
+  NodeId x = add_input(g, "x", DType::F64, {n});
+  NodeId y = add_input(g, "y", DType::F64, {n});
+  struct Unary {
+    ScalarOp op;
+    double (*f)(double);
+  };
+  const Unary unary[] = {{ScalarOp::Log1p, [](double v) { return std::log1p(v); }},
+                         {ScalarOp::Expm1, [](double v) { return std::expm1(v); }},
+                         {ScalarOp::Erf, [](double v) { return std::erf(v); }},
+                         {ScalarOp::Asin, [](double v) { return std::asin(v); }},
+                         {ScalarOp::Acos, [](double v) { return std::acos(v); }},
+                         {ScalarOp::Atan, [](double v) { return std::atan(v); }},
+                         {ScalarOp::Sinh, [](double v) { return std::sinh(v); }},
+                         {ScalarOp::Cosh, [](double v) { return std::cosh(v); }}};
+  for (auto [op, f] : unary) add_output(g, std::string(scalar_op_name(op)), add_scalar_op(g, op, {x}));
+  add_output(g, "atan2", add_scalar_op(g, ScalarOp::Atan2, {y, x}));
+  add_output(g, "sign", add_scalar_op(g, ScalarOp::Sign, {x}));
+  for (ScalarOp op : {ScalarOp::IsNan, ScalarOp::IsInf, ScalarOp::IsFinite})
+    add_output(g, std::string(scalar_op_name(op)), add_scalar_op(g, op, {x}));
+  TensorMap out = interpret(g, {{"x", HostArray::from<double>({n}, xs)}, {"y", HostArray::from<double>({n}, ys)}});
+  auto column = [&](auto f) {
+    HostArray a(DType::F64, {n});
+    for (int64_t i = 0; i < n; ++i) a.set_f64(i, f(i));
+    return a;
+  };
+  for (auto [op, f] : unary) {
+    INFO(scalar_op_name(op));
+    check_same(out.at(std::string(scalar_op_name(op))), column([&](int64_t i) { return f(xs[i]); }));
+  }
+  check_same(out.at("atan2"), column([&](int64_t i) { return std::atan2(ys[i], xs[i]); }));
+  // sign: -1, 0 or 1; +0 for both zeros (NumPy), NaN for NaN.
+  check_same(out.at("sign"), column([&](int64_t i) { return std::isnan(xs[i]) ? kNaN : (xs[i] > 0) - (xs[i] < 0) + 0.0; }));
+  CHECK_FALSE(std::signbit(out.at("sign").get_f64(1)));
+  for (int64_t i = 0; i < n; ++i) {
+    INFO("x = " << xs[i]);
+    CHECK(out.at("isnan").get_i64(i) == std::isnan(xs[i]));
+    CHECK(out.at("isinf").get_i64(i) == std::isinf(xs[i]));
+    CHECK(out.at("isfinite").get_i64(i) == std::isfinite(xs[i]));
+  }
+  CHECK(out.at("isnan").dtype == DType::Bool);
+}
+
+TEST_CASE("the new math ops' dtypes: f32 rounds the f64 result once, integers compute as floats, sign keeps ints", "[interpreter][math]") {
+  Graph g;
+  NodeId f = add_input(g, "f", DType::F32, {3});
+  NodeId i = add_input(g, "i", DType::I32, {3});
+  NodeId b = add_input(g, "b", DType::Bool, {3});
+  add_output(g, "erf", add_scalar_op(g, ScalarOp::Erf, {f}));
+  add_output(g, "atan2", add_scalar_op(g, ScalarOp::Atan2, {i, i}));
+  add_output(g, "sign_i", add_scalar_op(g, ScalarOp::Sign, {i}));
+  add_output(g, "sign_b", add_scalar_op(g, ScalarOp::Sign, {b}));
+  add_output(g, "isnan_i", add_scalar_op(g, ScalarOp::IsNan, {i}));
+  add_output(g, "isinf_f", add_scalar_op(g, ScalarOp::IsInf, {f}));
+  TensorMap out = interpret(g, {{"f", HostArray::from<float>({3}, {0.3f, -2.0f, std::numeric_limits<float>::infinity()})},
+                                {"i", HostArray::from<int32_t>({3}, {-5, 0, 7})},
+                                {"b", HostArray::from<bool>({3}, {true, false, true})}});
+  CHECK(floats(out.at("erf")) == std::vector<float>{round_f32(std::erf(double{0.3f})), round_f32(std::erf(-2.0)), 1.0f});
+  CHECK(floats(out.at("atan2")) == std::vector<float>{round_f32(std::atan2(-5.0, -5.0)), 0.0f, round_f32(std::atan2(7.0, 7.0))});
+  check_same(out.at("sign_i"), HostArray::from<int32_t>({3}, {-1, 0, 1}));
+  check_same(out.at("sign_b"), HostArray::from<int32_t>({3}, {1, 0, 1}));
+  check_same(out.at("isnan_i"), HostArray::from<bool>({3}, {false, false, false}));
+  check_same(out.at("isinf_f"), HostArray::from<bool>({3}, {false, false, true}));
+}
+
 // ------------------------------------------------------------------ integer and dtype rules
 
 TEST_CASE("integer arithmetic wraps; // and % are Python's, and 0 for a zero divisor", "[interpreter][int]") {

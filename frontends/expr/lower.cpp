@@ -84,17 +84,14 @@ const std::vector<Builtin>& builtins() {
     std::vector<Builtin> t;
     t.push_back({"inf", K::Constant, {}, 0, {}, {}, {}, std::numeric_limits<double>::infinity()});
     t.push_back({"nan", K::Constant, {}, 0, {}, {}, {}, std::numeric_limits<double>::quiet_NaN()});
-    const std::pair<std::string_view, ScalarOp> unary[] = {
-        {"abs", ScalarOp::Abs},     {"exp", ScalarOp::Exp},     {"exp2", ScalarOp::Exp2},
-        {"log", ScalarOp::Log},     {"log2", ScalarOp::Log2},   {"sqrt", ScalarOp::Sqrt},
-        {"rsqrt", ScalarOp::Rsqrt}, {"sin", ScalarOp::Sin},     {"cos", ScalarOp::Cos},
-        {"tan", ScalarOp::Tan},     {"tanh", ScalarOp::Tanh},   {"sigmoid", ScalarOp::Sigmoid},
-        {"relu", ScalarOp::Relu},   {"floor", ScalarOp::Floor}, {"ceil", ScalarOp::Ceil},
-        {"round", ScalarOp::Round}};
-    for (auto [name, op] : unary) t.push_back({name, K::Unary, {"x"}, 1, op});
-    const std::pair<std::string_view, ScalarOp> binary[] = {
-        {"minimum", ScalarOp::Minimum}, {"maximum", ScalarOp::Maximum}, {"pow", ScalarOp::Pow}};
-    for (auto [name, op] : binary) t.push_back({name, K::Binary, {"a", "b"}, 2, op});
+    // The named scalar ops of ir/scalar_ops.def.
+    for (int i = 0; i < ir::kScalarOpCount; ++i) {
+      auto op = static_cast<ScalarOp>(i);
+      const ir::ScalarOpInfo& info = ir::scalar_op_info(op);
+      if (!info.named) continue;
+      if (info.arity == 1) t.push_back({info.name, K::Unary, {"x"}, 1, op});
+      else t.push_back({info.name, K::Binary, {"a", "b"}, 2, op});
+    }
     t.push_back({"where", K::Where, {"cond", "a", "b"}, 3});
     for (DType d : ir::kAllDTypes) t.push_back({ir::dtype_name(d), K::Cast, {"x"}, 1, {}, d});
     const std::pair<std::string_view, ir::ReduceKind> reductions[] = {
