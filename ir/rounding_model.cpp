@@ -332,7 +332,9 @@ double unit_roundoff(DType t) {
 }
 
 int transcendental_ulps(ScalarOp op, DType t) {
-  if (t != DType::F32) return 0;
+  if (!is_float(t)) return 0;
+  bool transcendental = op >= ScalarOp::Exp && op <= ScalarOp::Sigmoid && op != ScalarOp::Sqrt;
+  if (t == DType::F64) return transcendental || op == ScalarOp::Pow ? 1 : 0;
   switch (op) {
     case ScalarOp::Exp: return 6;
     case ScalarOp::Tanh: return 4;

@@ -22,7 +22,8 @@
 //        float->int cast gets δ_int <= δ_float + 1, and integer ops then carry it exactly.
 //      own(p) = ulps(p)·ulp(r) for a float transcendental (the CPU lowering's measured ulp
 //        bounds, tests/test_cpu_accuracy.cpp: f32 exp 6, tanh 4, log2 and sigmoid 2, exp2, log,
-//        rsqrt, sin, cos, tan and pow 1; f64 0, the same libm), plus ulp(r) when propagated > 0
+//        rsqrt, sin, cos, tan and pow 1; f64 1: the same libm, but LLVM rewrites some calls, e.g.
+//        pow(8, y) into exp2(3 * y), random graph seed 1919), plus ulp(r) when propagated > 0
 //        (the result of other operands may round the other way); 0 otherwise (IEEE ops on the
 //        same operands give the same result).
 //      δ(p) = propagated(p) + own(p).
@@ -70,7 +71,8 @@ HostArray node_error_bound(const Node& n, const std::vector<const HostArray*>& o
 /// The unit roundoff of a dtype: 2^-24 for f32, 2^-53 for f64, 0 for bool and integers.
 double unit_roundoff(DType t);
 
-/// The ulp bound of the CPU backend's float `op` against the interpreter (0 for IEEE ops).
+/// The ulps a correct backend's float `op` may be from the interpreter's on the same operands
+/// (0 for IEEE ops, which round the same exact result).
 int transcendental_ulps(ScalarOp op, DType t);
 
 }  // namespace fuse::ir
