@@ -372,23 +372,10 @@ HostArray node_error_bound(const Node& n, const std::vector<const HostArray*>& o
 ValuesAndBounds interpret_with_bounds(const Graph& g, const TensorMap& inputs, const SymbolBindings& known) {
   SymbolBindings symbols = bind_inputs(g, inputs, known);
   size_t count = g.nodes.size();
-  std::vector<bool> needed(count, false);
-  for (const GraphOutput& o : g.outputs) {
-    if (o.node < 0 || static_cast<size_t>(o.node) >= count)
-      throw Error("output '" + o.name + "' is not a node of the graph");
-    needed[o.node] = true;
-  }
-  for (size_t id = count; id-- > 0;)
-    if (needed[id])
-      for (NodeId in : g.nodes[id].inputs) {
-        if (in < 0 || static_cast<size_t>(in) >= id)
-          throw Error("node " + std::to_string(id) + " reads node " + std::to_string(in) +
-                      ", which does not precede it", g.nodes[id].loc);
-        needed[in] = true;
-      }
+  std::vector<size_t> last_use = last_uses(g);
   std::vector<HostArray> values(count), bounds(count);
   for (size_t id = 0; id < count; ++id) {
-    if (!needed[id]) continue;
+    if (last_use[id] == 0) continue;
     const Node& n = g.nodes[id];
     std::vector<const HostArray*> operands, operand_bounds;
     for (NodeId in : n.inputs) {
@@ -397,6 +384,8 @@ ValuesAndBounds interpret_with_bounds(const Graph& g, const TensorMap& inputs, c
     }
     values[id] = n.kind == OpKind::Input ? inputs.at(n.as<InputAttrs>().name) : evaluate_node(n, operands, symbols);
     bounds[id] = node_error_bound(n, operands, operand_bounds, values[id], symbols);
+    for (NodeId in : n.inputs)
+      if (last_use[in] == id) values[in] = bounds[in] = HostArray();
   }
   ValuesAndBounds out;
   for (const GraphOutput& o : g.outputs) {

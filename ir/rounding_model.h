@@ -45,6 +45,11 @@
 //      Σ_k (|a|·δb + δa·|b| + δa·δb) + γ(K)·Σ_k |a|·|b|.
 // Any δ that comes out NaN is infinite. The bound of a graph output is what compare_arrays
 // (runtime/compare.h) holds a backend's output to.
+//
+// The bounds are worst-case and element-wise: errors are assumed to add up with the worst signs,
+// and the shared errors of related values (e and sum(e) in a softmax) are not known to cancel. So
+// a bound is never tripped by a correct backend but grows along chains of matmuls (each multiplies
+// it by about Σ|a||b| / |Σab|, √K for random signs) far beyond the errors that occur.
 #pragma once
 
 #include "ir/interpreter.h"
