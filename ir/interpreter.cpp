@@ -471,32 +471,34 @@ SymbolBindings bind_inputs(const Graph& g, const TensorMap& inputs, const Symbol
   return symbols;
 }
 
-TensorMap interpret(const Graph& g, const TensorMap& inputs, const SymbolBindings& known) {
-  SymbolBindings symbols = bind_inputs(g, inputs, known);
+std::vector<size_t> last_uses(const Graph& g) {
   size_t count = g.nodes.size();
-  // Which nodes the outputs need, and the last node that reads each (outputs: read at the end).
-  std::vector<bool> needed(count, false);
   std::vector<size_t> last_use(count, 0);
   for (const GraphOutput& o : g.outputs) {
     if (o.node < 0 || static_cast<size_t>(o.node) >= count)
       throw Error("output '" + o.name + "' is not a node of the graph");
-    needed[o.node] = true;
     last_use[o.node] = count;
   }
   for (size_t id = count; id-- > 0;) {
-    if (!needed[id]) continue;
+    if (last_use[id] == 0) continue;
     for (NodeId in : g.nodes[id].inputs) {
       if (in < 0 || static_cast<size_t>(in) >= id)
         throw Error("node " + std::to_string(id) + " reads node " + std::to_string(in) +
                     ", which does not precede it", g.nodes[id].loc);
-      needed[in] = true;
       last_use[in] = std::max(last_use[in], id);
     }
   }
+  return last_use;
+}
+
+TensorMap interpret(const Graph& g, const TensorMap& inputs, const SymbolBindings& known) {
+  SymbolBindings symbols = bind_inputs(g, inputs, known);
+  size_t count = g.nodes.size();
+  std::vector<size_t> last_use = last_uses(g);
   std::vector<HostArray> owned(count);
   std::vector<const HostArray*> values(count, nullptr);
   for (size_t id = 0; id < count; ++id) {
-    if (!needed[id]) continue;
+    if (last_use[id] == 0) continue;
     const Node& n = g.nodes[id];
     if (n.kind == OpKind::Input) {
       values[id] = &inputs.at(n.as<InputAttrs>().name);

@@ -30,6 +30,11 @@ SymbolBindings bind_inputs(const Graph& g, const TensorMap& inputs, const Symbol
 /// output's value under its name.
 TensorMap interpret(const Graph& g, const TensorMap& inputs, const SymbolBindings& known = {});
 
+/// For each node, the last node that reads it (g.nodes.size() for an output), or 0 when no output
+/// depends on it: the nodes interpret evaluates, and when it may drop each value. Throws Error
+/// when an output is not a node or a node reads one that does not precede it.
+std::vector<size_t> last_uses(const Graph& g);
+
 /// The value of node `n`, given operands[k] = the value of n.inputs[k] and the bound symbols.
 /// The result has n.dtype and the shape evaluate(n.shape, symbols). Exact semantics:
 ///  - Input: has no operands; its value comes from the inputs (interpret): throws here.

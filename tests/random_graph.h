@@ -22,6 +22,7 @@
 
 #include "ir/graph.h"
 #include "ir/interpreter.h"
+#include "ir/rounding_model.h"
 #include "runtime/compare.h"
 
 namespace fuse::testing {
@@ -55,6 +56,10 @@ ir::TensorMap random_inputs(const ir::Graph& g, const ir::SymbolBindings& symbol
 /// to the same infinity. Returns "" or a description of the first mismatch.
 std::string compare_outputs(const ir::TensorMap& expected, const ir::TensorMap& actual, double rtol,
                             double atol);
+/// Compares a backend's outputs with the interpreter's under the rounding model
+/// (ir::interpret_with_bounds, runtime::compare_arrays with bounds): names as above, each element
+/// within its error bound. Returns "" or a description of the first mismatch.
+std::string compare_outputs(const ir::ValuesAndBounds& expected, const ir::TensorMap& actual);
 
 // ------------------------------------------------------------------------------------------------
 
@@ -817,17 +822,32 @@ inline RandomCase random_case(uint64_t seed, const RandomGraphOptions& options) 
   return c;
 }
 
-inline std::string compare_outputs(const ir::TensorMap& expected, const ir::TensorMap& actual, double rtol,
-                                   double atol) {
+// The checks of names both compare_outputs share; `compare` compares one output.
+template <class Compare>
+std::string compare_output_maps(const ir::TensorMap& expected, const ir::TensorMap& actual, Compare&& compare) {
   for (const auto& [name, value] : actual)
     if (!expected.count(name)) return "unexpected output '" + name + "'";
   for (const auto& [name, e] : expected) {
     auto it = actual.find(name);
     if (it == actual.end()) return "output '" + name + "' is missing";
-    std::string mismatch = runtime::compare_arrays(e, it->second, rtol, atol, "output '" + name + "'");
+    std::string mismatch = compare(name, e, it->second);
     if (!mismatch.empty()) return mismatch;
   }
   return "";
+}
+
+inline std::string compare_outputs(const ir::TensorMap& expected, const ir::TensorMap& actual, double rtol,
+                                   double atol) {
+  return compare_output_maps(expected, actual, [&](const std::string& name, const ir::HostArray& e, const ir::HostArray& a) {
+    return runtime::compare_arrays(e, a, rtol, atol, "output '" + name + "'");
+  });
+}
+
+inline std::string compare_outputs(const ir::ValuesAndBounds& expected, const ir::TensorMap& actual) {
+  return compare_output_maps(expected.values, actual,
+                             [&](const std::string& name, const ir::HostArray& e, const ir::HostArray& a) {
+                               return runtime::compare_arrays(e, a, expected.bounds.at(name), "output '" + name + "'");
+                             });
 }
 
 }  // namespace fuse::testing

@@ -643,6 +643,11 @@ TEST_CASE("run --check compares with the interpreter and --bench reports a media
   CHECK(bench.out.find("GB/s") != std::string::npos);
   Result interp = fusec("run " + kExamples + "hypot.expr --target=interp --random --dim N=5 --check");
   CHECK(interp.status == 0);
+  // f32 matmuls accumulated in f32, judged by the rounding model rather than a fixed tolerance.
+  Result transformer = fusec("run " + kExamples + "transformer_block.expr --random --check");
+  INFO(transformer.out << transformer.err);
+  CHECK(transformer.status == 0);
+  CHECK(transformer.out.find("of the allowed error: ok") != std::string::npos);
 }
 
 TEST_CASE("the disk cache survives a process restart", "[fusec][cache]") {

@@ -33,9 +33,11 @@
 #include "ir/error.h"
 #include "ir/interpreter.h"
 #include "ir/printer.h"
+#include "ir/rounding_model.h"
 #include "ir/program.h"
 #include "passes/pipeline.h"
 #include "runtime/bundle.h"
+#include "runtime/compare.h"
 #include "runtime/cuda_driver.h"
 #include "runtime/npy.h"
 
@@ -229,8 +231,9 @@ const Flag kFlags[] = {
     {"--out", "DIR", kRun, false, "write each output to DIR/NAME.npy",
      "fusec run examples/hypot.expr --random --dim N=10 --out results"},
     {"--check", "", kRun, false,
-     "compare every output with the reference interpreter on the unfused graph; print the max abs "
-     "and rel error; exit 1 beyond tolerance (floats: 1e-5 rel + 1e-6 abs; integers exact)",
+     "compare every output with the reference interpreter on the unfused graph under its rounding "
+     "model (each element within 2x its error bound + 4 ulps; docs/testing.md); print the max abs "
+     "and rel error and the max error in units of the allowed one; exit 1 beyond it",
      "fusec run examples/softmax.expr --random --dim N=64 --dim M=1000 --check"},
     {"--bench", "N", kRun, false,
      "time N runs after a warm-up: median wall time and GB/s over the inputs' and outputs' bytes",
@@ -589,28 +592,18 @@ ir::SymbolBindings random_bindings(const Args& args, const ir::Graph& g, const i
   return bindings;
 }
 
-/// --check: every output against the interpreter on the source graph.
+/// --check: every output against the interpreter on the source graph, each element within the
+/// error bound of the rounding model (ir/rounding_model.h, runtime::compare_arrays with bounds).
 int check_outputs(const ir::Graph& graph, const ir::TensorMap& inputs, const ir::TensorMap& outputs) {
-  ir::TensorMap expected = ir::interpret(graph, inputs);
+  ir::ValuesAndBounds expected = ir::interpret_with_bounds(graph, inputs);
   bool ok = true;
   for (const ir::GraphOutput& o : graph.outputs) {
-    const ir::HostArray &want = expected.at(o.name), &got = outputs.at(o.name);
-    double max_abs = 0, max_rel = 0;
-    bool within = want.shape == got.shape && want.dtype == got.dtype;
-    for (int64_t i = 0; within && i < want.size(); ++i) {
-      if (!ir::is_float(want.dtype)) {
-        within = want.get_i64(i) == got.get_i64(i);
-        continue;
-      }
-      double w = want.get_f64(i), g = got.get_f64(i);
-      if ((std::isnan(w) && std::isnan(g)) || w == g) continue;
-      double abs_error = std::fabs(w - g), rel_error = abs_error / std::max(std::fabs(w), 1e-30);
-      max_abs = std::max(max_abs, abs_error);
-      max_rel = std::max(max_rel, rel_error);
-      within = abs_error <= 1e-6 + 1e-5 * std::fabs(w);
-    }
-    std::printf("check %s: max abs error %.3g, max rel error %.3g: %s\n", o.name.c_str(), max_abs, max_rel,
-                within ? "ok" : "MISMATCH");
+    runtime::BoundedError e =
+        runtime::bounded_error(expected.values.at(o.name), outputs.at(o.name), expected.bounds.at(o.name));
+    bool within = e.max_in_bounds <= 1;
+    std::string unchecked = e.unchecked ? ", " + std::to_string(e.unchecked) + " uncertain elements unchecked" : "";
+    std::printf("check %s: max abs error %.3g, max rel error %.3g, %.3g of the allowed error%s: %s\n", o.name.c_str(),
+                e.max_abs, e.max_rel, e.max_in_bounds, unchecked.c_str(), within ? "ok" : "MISMATCH");
     ok = ok && within;
   }
   return ok ? 0 : 1;
