@@ -1,8 +1,9 @@
 // The soak test (make soak; not part of make test: it takes minutes): compiles and runs
 // FUSE_SOAK_GRAPHS distinct random graphs (default 10^4, tests/random_graph.h) from
 // FUSE_SOAK_THREADS threads (default 4) in one process, with the compile caches bounded, and
-// checks each against the interpreter within the rounding model (ir/rounding_model.h). Prints the resident memory after warm-up and every 10%
-// so that a plateau (or a leak) shows; exits 1 on any mismatch.
+// checks each against the interpreter within the rounding model (ir/rounding_model.h). Prints
+// the resident memory after warm-up and every 10% so that a plateau (or a leak) shows; exits 1
+// on any mismatch.
 #include <atomic>
 #include <chrono>
 #include <cstdio>
