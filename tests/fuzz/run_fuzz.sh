@@ -27,7 +27,7 @@ launcher=()
 command -v ccache >/dev/null && launcher=(ccache)
 objects=()
 for src in "${sources[@]}"; do
-  obj="$dir/obj/${src%.cpp}.o"
+  obj="$dir/obj-$name/${src%.cpp}.o"  # one tree per fuzzer: two may build at once
   mkdir -p "$(dirname "$obj")"
   "${launcher[@]}" clang++-19 "${flags[@]}" -fsanitize=fuzzer-no-link -c "$src" -o "$obj"
   objects+=("$obj")
