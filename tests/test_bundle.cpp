@@ -260,4 +260,16 @@ TEST_CASE("fuzzer regressions: corrupt plans give clean errors", "[bundle][fuzz]
   CHECK(corrupt("nul_name", edit_plan("\"constant_0.npy\"", "\"constant_0.npy\\u0000x\"")) ==
         (fs::path(FUSE_BINARY_DIR) / "tests" / "bundles" / "nul_name" / "plan.json").string() +
             ": constants[0]: 'constant_0.npy" + std::string(1, '\0') + "x' is not a file name in the bundle");
+  CHECK(error_of([] { fuse::ir::parse_dim("4294967296*N*4294967296"); }) ==
+        "'4294967296*N*4294967296' is not a dim (the product overflows 64 bits; expected e.g. 4, N or 2*N*M)");
+  CHECK(fuse::ir::parse_dim("N*0*M") == Dim(0));
+  // Long products and big objects took quadratic time (10^9 and more steps for these; a hang for
+  // a hostile plan.json of a few MB): the symbols were re-sorted at each factor, and each member
+  // name was compared with all those before it.
+  std::string product = "K";
+  for (int i = 0; i < 50000; ++i) product += i % 2 ? "*K" : "*1";
+  CHECK(fuse::ir::parse_dim(product).symbols.size() == 25001);
+  std::string object = "{";
+  for (int i = 0; i < 100000; ++i) object += (i ? ", \"m" : "\"m") + std::to_string(i) + "\": " + std::to_string(i);
+  CHECK(Json::parse(object + "}", "big.json").at("m99999", "big").as_int("m99999") == 99999);
 }
