@@ -86,7 +86,10 @@ soak: deps $(BUILD)/build.ninja
 clean:
 	rm -rf $(BUILD) $(BUILD_ASAN) $(BUILD_TSAN)
 
-# The .expr front-end fuzzer (libFuzzer + ASan/UBSan, clang-19): RUNS executions on one core.
+# The fuzzers (libFuzzer + ASan/LeakSanitizer/UBSan, clang-19; tests/fuzz/run_fuzz.sh): the .expr
+# front end, the .npy reader and the AOT bundle loader, RUNS executions each on one core, stopping
+# at the first crash, hang, leak or sanitizer report. `make fuzz FUZZER=npy` runs one.
 RUNS ?= 1000000
+FUZZER ?= expr npy bundle
 fuzz: deps
-	tests/fuzz/run_fuzz.sh $(RUNS)
+	@for f in $(FUZZER); do tests/fuzz/run_fuzz.sh $$f $(RUNS) || exit 1; done

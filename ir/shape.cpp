@@ -40,10 +40,10 @@ Dim parse_dim(std::string_view text) {
       for (; pos < text.size() && std::isdigit(static_cast<unsigned char>(text[pos])); ++pos)
         if (__builtin_mul_overflow(value, 10, &value) || __builtin_add_overflow(value, text[pos] - '0', &value))
           throw fail("the number overflows 64 bits");
-      d = d * Dim(value);
+      if (__builtin_mul_overflow(d.factor, value, &d.factor)) throw fail("the product overflows 64 bits");
     } else if (pos < text.size() && (std::isalpha(static_cast<unsigned char>(text[pos])) || text[pos] == '_')) {
       while (pos < text.size() && (std::isalnum(static_cast<unsigned char>(text[pos])) || text[pos] == '_')) ++pos;
-      d = d * Dim::symbol(std::string(text.substr(start, pos - start)));
+      d.symbols.emplace_back(text.substr(start, pos - start));
     } else {
       throw fail(pos < text.size() ? "unexpected '" + std::string(1, text[pos]) + "'" : "a factor is missing");
     }
@@ -52,6 +52,10 @@ Dim parse_dim(std::string_view text) {
     if (text[pos] != '*') throw fail("unexpected '" + std::string(1, text[pos]) + "'");
     ++pos;
   }
+  // The symbols are sorted once, not at each factor as operator* would: a long product (in a
+  // hostile bundle) must not take quadratic time.
+  if (d.factor == 0) d.symbols.clear();  // 0 * N is 0 whatever N is
+  std::sort(d.symbols.begin(), d.symbols.end());
   return d;
 }
 

@@ -64,14 +64,21 @@ void write_file(const fs::path& path, const std::string& contents) {
   if (!f) throw Error("cannot write " + path.string());
 }
 
-std::string read_file(const fs::path& path, const std::string& dir) {
+/// A bundle file's bytes; nullopt when it is not a regular file.
+std::optional<std::string> read_file(const fs::path& path) {
   std::error_code ec;
-  if (!fs::is_regular_file(path, ec)) throw Error("bundle '" + dir + "' has no " + path.filename().string());
+  if (!fs::is_regular_file(path, ec)) return std::nullopt;
   std::ifstream f(path, std::ios::binary);
   std::ostringstream s;
   s << f.rdbuf();
   if (!f) throw Error("cannot read " + path.string());
   return s.str();
+}
+
+std::string required_file(const BundleFiles& files, const std::string& name, const std::string& dir) {
+  std::optional<std::string> bytes = files(name);
+  if (!bytes) throw Error("bundle '" + dir + "' has no " + name);
+  return std::move(*bytes);
 }
 
 // ---- Reading plan.json: each function names the JSON path it reads in its errors. ----
@@ -234,9 +241,12 @@ void write_bundle(const std::string& dir, const CudaProgram& p) {
 CudaProgram read_bundle(const std::string& dir) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) throw Error("bundle '" + dir + "' is not a directory");
-  fs::path plan_path = fs::path(dir) / "plan.json";
-  std::string what = plan_path.string();
-  Json root = Json::parse(read_file(plan_path, dir), what);
+  return parse_bundle([&](const std::string& name) { return read_file(fs::path(dir) / name); }, dir);
+}
+
+CudaProgram parse_bundle(const BundleFiles& files, const std::string& dir) {
+  std::string what = (fs::path(dir) / "plan.json").string();
+  Json root = Json::parse(required_file(files, "plan.json", dir), what);
   CudaProgram p;
   try {
     if (root.kind() != Json::Kind::Object || !root.has("format") ||
@@ -261,17 +271,19 @@ CudaProgram read_bundle(const std::string& dir) {
     const std::vector<Json>& constants = root.at("constants", "plan").items("constants");
     for (size_t i = 0; i < constants.size(); ++i) {
       const std::string& file = constants[i].as_string("constants[" + std::to_string(i) + "]");
-      if (file.empty() || file.find('/') != std::string::npos || file == "..")
+      // A NUL would end the path early: "x.npy\u0000" would name x.npy.
+      if (file.empty() || file.find_first_of(std::string("/\0", 2)) != std::string::npos || file == "." ||
+          file == "..")
         throw Error("constants[" + std::to_string(i) + "]: '" + file + "' is not a file name in the bundle");
-      fs::path path = fs::path(dir) / file;
-      if (!fs::is_regular_file(path, ec)) throw Error("constant file " + file + " is missing from the bundle");
-      p.plan.constants.push_back(read_npy(path.string()));
+      std::optional<std::string> bytes = files(file);
+      if (!bytes) throw Error("constant file " + file + " is missing from the bundle");
+      p.plan.constants.push_back(parse_npy(*bytes, (fs::path(dir) / file).string()));
     }
   } catch (const Error& e) {
     if (e.message().rfind(what, 0) == 0) throw;
     throw Error(what + ": " + e.message());
   }
-  p.ptx = read_file(fs::path(dir) / "kernels.ptx", dir);
+  p.ptx = required_file(files, "kernels.ptx", dir);
   validate(p, what);
   return p;
 }

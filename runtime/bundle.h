@@ -8,6 +8,8 @@
 // The format is described, with an example plan.json, in docs/architecture.md.
 #pragma once
 
+#include <functional>
+#include <optional>
 #include <string>
 
 #include "runtime/cuda_executable.h"
@@ -25,6 +27,14 @@ void write_bundle(const std::string& dir, const CudaProgram& p);
 /// file, malformed JSON, another format version, a field of the wrong type, an unknown dtype,
 /// role or argument kind, an unparsable dim, a bad constant file, or an inconsistent plan.
 CudaProgram read_bundle(const std::string& dir);
+
+/// One file of a bundle by name ("plan.json", "kernels.ptx", "constant_0.npy"): its bytes, or
+/// nullopt when the bundle has no such file.
+using BundleFiles = std::function<std::optional<std::string>(const std::string& name)>;
+
+/// What read_bundle does once it has found the directory, on files from anywhere (a directory,
+/// memory): the same checks and errors, with `dir` naming the bundle in messages.
+CudaProgram parse_bundle(const BundleFiles& files, const std::string& dir);
 
 /// plan.json's contents for `p` (the bundle without the PTX and constants' data).
 std::string bundle_plan_json(const CudaProgram& p);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cstdio>
+#include <set>
 
 #include "ir/error.h"
 
@@ -214,13 +215,14 @@ class JsonParser {
       ++pos_;
       Json j = Json::object();
       if (eat('}')) return j;
+      std::set<std::string> keys;  // has() and set() scan the members: quadratic in a big object
       do {
         skip_space();
         if (pos_ >= text_.size() || text_[pos_] != '"') throw fail("expected a member name");
         std::string key = string();
         expect(':');
-        if (j.has(key)) throw fail("duplicate member \"" + key + "\"");
-        j.set(key, value(depth + 1));
+        if (!keys.insert(key).second) throw fail("duplicate member \"" + key + "\"");
+        j.members_.emplace_back(std::move(key), value(depth + 1));
       } while (eat(','));
       expect('}');
       return j;

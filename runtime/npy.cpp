@@ -217,16 +217,22 @@ HostArray parse_npy(std::string_view bytes, const std::string& what) {
                 " bytes but the file has " + std::to_string(bytes.size() - header_start) + " left");
   NpyHeader h = HeaderParser(bytes.substr(header_start, header_len), what).parse();
 
-  uint64_t count = 1;
-  for (int64_t d : h.shape)
-    if (__builtin_mul_overflow(count, static_cast<uint64_t>(d), &count))
+  // The product of the nonzero dims must fit int64 even when a 0 dim empties the array: strides
+  // and sizes are computed over all dims.
+  int64_t nonzero_count = 1;
+  bool empty = false;
+  for (int64_t d : h.shape) {
+    empty |= d == 0;
+    if (d != 0 && __builtin_mul_overflow(nonzero_count, d, &nonzero_count))
       throw Error(what + ": shape " + ir::shape_str(h.shape) + " has too many elements");
-  uint64_t data_bytes = 0;
-  if (__builtin_mul_overflow(count, ir::dtype_size(h.dtype), &data_bytes))
+  }
+  int64_t data_bytes = 0;
+  if (__builtin_mul_overflow(empty ? 0 : nonzero_count, static_cast<int64_t>(ir::dtype_size(h.dtype)),
+                             &data_bytes))
     throw Error(what + ": shape " + ir::shape_str(h.shape) + " has too many elements");
   std::string_view data = bytes.substr(header_start + header_len);
-  if (data.size() != data_bytes)
-    throw Error(what + ": " + (data.size() < data_bytes ? "truncated" : "unexpected extra") +
+  if (data.size() != static_cast<uint64_t>(data_bytes))
+    throw Error(what + ": " + (data.size() < static_cast<uint64_t>(data_bytes) ? "truncated" : "unexpected extra") +
                 " data: shape " + ir::shape_str(h.shape) + " of " +
                 std::string(ir::dtype_name(h.dtype)) + " needs " + std::to_string(data_bytes) +
                 " bytes, the file has " + std::to_string(data.size()));
@@ -245,16 +251,16 @@ HostArray read_npy(const std::string& path) { return parse_npy(read_file(path), 
 std::string serialize_npy(const HostArray& array) {
   std::string header = "{'descr': '" + std::string(descr_of(array.dtype)) +
                        "', 'fortran_order': False, 'shape': " + python_tuple(array.shape) + ", }";
-  size_t unpadded = kMagic.size() + 4 + header.size() + 1;  // + version, length, '\n'
+  // Version 1.0 has 2 bytes for the header length; a longer header (a rank in the thousands) is
+  // written as 2.0, with 4, as NumPy does. Padding and the '\n' add at most 64 bytes.
+  size_t len_width = header.size() + 64 > 0xffff ? 4 : 2;
+  size_t unpadded = kMagic.size() + 2 + len_width + header.size() + 1;  // + version, length, '\n'
   header.append((64 - unpadded % 64) % 64, ' ');
   header += '\n';
-  if (header.size() > 0xffff)
-    throw Error("array of rank " + std::to_string(array.rank()) + " is too large for a .npy header");
   std::string out(kMagic);
-  out += '\x01';
+  out += static_cast<char>(len_width == 2 ? 1 : 2);
   out += '\x00';
-  out += static_cast<char>(header.size() & 0xff);
-  out += static_cast<char>(header.size() >> 8);
+  for (size_t i = 0; i < len_width; ++i) out += static_cast<char>((header.size() >> (8 * i)) & 0xff);
   out += header;
   out.append(reinterpret_cast<const char*>(array.bytes.data()), array.bytes.size());
   return out;

@@ -17,7 +17,8 @@ ir::HostArray read_npy(const std::string& path);
 /// The same from bytes already in memory; `what` names their origin in error messages.
 ir::HostArray parse_npy(std::string_view bytes, const std::string& what);
 
-/// Writes format 1.0, C order, header padded so the data starts at a multiple of 64 bytes.
+/// Writes format 1.0 (2.0 when the header needs over 64 KiB, as NumPy does), C order, header
+/// padded so the data starts at a multiple of 64 bytes.
 void write_npy(const std::string& path, const ir::HostArray& array);
 std::string serialize_npy(const ir::HostArray& array);
 

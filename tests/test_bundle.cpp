@@ -5,6 +5,8 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
+#include <optional>
 #include <sstream>
 #include <string>
 
@@ -226,4 +228,48 @@ TEST_CASE("missing and corrupt bundles give errors naming the file and the probl
              Contains("constant_0.npy"));
   CHECK(corrupt("escape", edit_plan("\"constant_0.npy\"", "\"../x.npy\"")) ==
         in_plan("escape", "constants[0]: '../x.npy' is not a file name in the bundle"));
+}
+
+TEST_CASE("parse_bundle reads a bundle's files from memory", "[bundle]") {
+  CudaProgram p = sample_program();
+  std::map<std::string, std::string> files = {{"plan.json", fuse::runtime::bundle_plan_json(p)},
+                                              {"kernels.ptx", p.ptx},
+                                              {"constant_0.npy", fuse::runtime::serialize_npy(p.plan.constants[0])}};
+  auto from = [](const std::map<std::string, std::string>& f) {
+    return [&f](const std::string& name) -> std::optional<std::string> {
+      auto it = f.find(name);
+      return it == f.end() ? std::nullopt : std::optional(it->second);
+    };
+  };
+  CudaProgram q = fuse::runtime::parse_bundle(from(files), "mem");
+  CHECK(fuse::runtime::bundle_plan_json(q) == fuse::runtime::bundle_plan_json(p));
+  CHECK(q.ptx == p.ptx);
+  std::map<std::string, std::string> no_ptx = files;
+  no_ptx.erase("kernels.ptx");
+  CHECK(error_of([&] { fuse::runtime::parse_bundle(from(no_ptx), "mem"); }) == "bundle 'mem' has no kernels.ptx");
+  std::map<std::string, std::string> bad_constant = files;
+  bad_constant["constant_0.npy"] = "";
+  CHECK(error_of([&] { fuse::runtime::parse_bundle(from(bad_constant), "mem"); }) ==
+        "mem/plan.json: mem/constant_0.npy: not a .npy file (no \\x93NUMPY magic)");
+}
+
+// Found while writing tests/fuzz/fuzz_bundle.cpp (10^6 fuzzed runs found nothing more): a path
+// that named another file, and hostile plans that took quadratic time.
+TEST_CASE("hostile inputs: clean errors, and no quadratic time", "[bundle][fuzz]") {
+  // A NUL ends the path early: "constant_0.npy\u0000x" would read constant_0.npy.
+  CHECK(corrupt("nul_name", edit_plan("\"constant_0.npy\"", "\"constant_0.npy\\u0000x\"")) ==
+        (fs::path(FUSE_BINARY_DIR) / "tests" / "bundles" / "nul_name" / "plan.json").string() +
+            ": constants[0]: 'constant_0.npy" + std::string(1, '\0') + "x' is not a file name in the bundle");
+  CHECK(error_of([] { fuse::ir::parse_dim("4294967296*N*4294967296"); }) ==
+        "'4294967296*N*4294967296' is not a dim (the product overflows 64 bits; expected e.g. 4, N or 2*N*M)");
+  CHECK(fuse::ir::parse_dim("N*0*M") == Dim(0));
+  // Long products and big objects took quadratic time (10^9 and more steps for these; a hang for
+  // a hostile plan.json of a few MB): the symbols were re-sorted at each factor, and each member
+  // name was compared with all those before it.
+  std::string product = "K";
+  for (int i = 0; i < 50000; ++i) product += i % 2 ? "*K" : "*1";
+  CHECK(fuse::ir::parse_dim(product).symbols.size() == 25001);
+  std::string object = "{";
+  for (int i = 0; i < 100000; ++i) object += (i ? ", \"m" : "\"m") + std::to_string(i) + "\": " + std::to_string(i);
+  CHECK(Json::parse(object + "}", "big.json").at("m99999", "big").as_int("m99999") == 99999);
 }

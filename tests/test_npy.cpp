@@ -167,6 +167,30 @@ TEST_CASE("malformed files are rejected with a message naming the file and the p
   }
 }
 
+// Found while writing tests/fuzz/fuzz_npy.cpp; the harness on the old reader gave a UBSan report
+// (signed overflow in row_major_strides) for the Fortran-ordered cases.
+TEST_CASE("hostile inputs: lying headers give clean errors", "[npy][fuzz]") {
+  // A 0 dim empties the array, but strides multiply the other dims: their product must fit int64.
+  for (const char* shape : {"(0, 4294967296, 4294967296)", "(0, 4294967296, 2147483648)"})
+    for (const char* order : {"False", "True"})
+      CHECK(parse_error(npy_bytes("{'descr': '<f4', 'fortran_order': " + std::string(order) +
+                                  ", 'shape': " + shape + ", }", "")).find("too many elements") != std::string::npos);
+  HostArray empty = parse_npy(npy_bytes("{'descr': '<f4', 'fortran_order': True, 'shape': (0, 4294967296, 2147483647), }", ""), "e.npy");
+  CHECK(empty.shape == fuse::ir::ConcreteShape{0, 4294967296, 2147483647});
+  CHECK(empty.bytes.empty());
+}
+
+TEST_CASE("a header over 64 KiB is written as version 2.0", "[npy]") {
+  HostArray a(DType::I32, fuse::ir::ConcreteShape(30000, 1));
+  std::string bytes = serialize_npy(a);
+  CHECK(bytes[6] == 2);
+  size_t header_len = 0;
+  for (int i = 0; i < 4; ++i) header_len |= static_cast<size_t>(static_cast<unsigned char>(bytes[8 + i])) << (8 * i);
+  CHECK(header_len > 0xffff);
+  CHECK((12 + header_len) % 64 == 0);
+  CHECK(same(parse_npy(bytes, "big.npy"), a));
+}
+
 TEST_CASE("reading a missing file names it", "[npy]") {
   CHECK_THROWS_WITH(read_npy("/nonexistent/x.npy"),
                     Catch::Contains("cannot read '/nonexistent/x.npy'") &&
