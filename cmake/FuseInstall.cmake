@@ -26,10 +26,11 @@ foreach(tool fusec fuse-run)
   endif()
 endforeach()
 
+# .def: X-macro tables that headers include (ir/scalar_ops.def).
 install(DIRECTORY ir passes runtime DESTINATION ${FUSE_INSTALL_INCLUDEDIR}
-        FILES_MATCHING PATTERN "*.h")
+        FILES_MATCHING PATTERN "*.h" PATTERN "*.def")
 install(DIRECTORY frontends DESTINATION ${FUSE_INSTALL_INCLUDEDIR}
-        FILES_MATCHING PATTERN "*.h"
+        FILES_MATCHING PATTERN "*.h" PATTERN "*.def"
         PATTERN fusec EXCLUDE PATTERN fuse-run EXCLUDE PATTERN python EXCLUDE)
 # codegen's plain C++ interface; scalar_lowering.h includes MLIR and stays inside codegen/.
 install(FILES codegen/cpu_codegen.h codegen/cpu_object.h codegen/cuda_codegen.h
