@@ -784,7 +784,7 @@ TEST_CASE("CUDA options that do not apply are clear user errors", "[fusec][error
   }
 }
 
-TEST_CASE("--cpu schedules for another CPU's vector width and caches", "[fusec]") {
+TEST_CASE("fusec --cpu schedules for another CPU's vector width and caches", "[fusec]") {
   std::string matmul = kExamples + "matmul.expr";
   Result xeon = fusec(matmul + " --emit=fused --cpu=avx512,l1=48K,l2=2M,l3=480M,cores=2");
   CHECK(xeon.status == 0);
