@@ -39,6 +39,7 @@ struct CompiledKernel {
 };
 
 /// A JIT-loaded Program. Owns the machine code: function pointers live as long as it does.
+/// Immutable once made: its functions may be called from any number of threads at once.
 class CpuModule {
  public:
   ~CpuModule();
@@ -63,7 +64,8 @@ bool cpu_compiles(const ir::Kernel& k);
 
 /// Compiles the kernels the backend handles, following their CPU schedules (vector width), or
 /// takes them from the cache: in memory (same process), then on disk (cache_directory()).
-/// Equal Programs share one module.
+/// Equal Programs share one module. Thread-safe: any number of threads may compile at once
+/// (the caches are locked; concurrent processes share the disk cache through atomic renames).
 std::shared_ptr<const CpuModule> compile_cpu(const ir::Program& p, const CpuOptions& options = {});
 
 /// The MLIR of the compiled kernels, before lowering (`fusec --emit=mlir`).

@@ -41,7 +41,7 @@ concept Literal = std::is_arithmetic_v<T>;
 
 class Graph;
 
-/// A handle to one node of a Graph.
+/// A handle to one node of a Graph. Thread safety: that of its Graph.
 class Tensor {
  public:
   Tensor() = default;
@@ -92,6 +92,10 @@ struct Axes {
 };
 
 /// Owns the ir::Graph being built. Tensors point into it, so it neither copies nor moves.
+///
+/// Thread safety: none of its own. A Graph (and the Tensors pointing into it) is built by one
+/// thread at a time; different Graphs may be built on different threads at once. Once built,
+/// ir() only reads, so several threads may compile or interpret the same finished Graph.
 class Graph {
  public:
   Graph() = default;
@@ -218,7 +222,8 @@ Scalar cast(Scalar x, DType to);
 #undef FUSE_SCALAR_FN_1
 #undef FUSE_SCALAR_FN_2
 
-/// Makes the builder of a new scalar function current on this thread for its lifetime.
+/// Makes the builder of a new scalar function current on this thread for its lifetime. The
+/// builder is per thread, so functions may be traced on several threads at once.
 class ScalarTrace {
  public:
   ScalarTrace();

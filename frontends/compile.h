@@ -31,6 +31,7 @@ struct Target {
 /// Compiles for the CPU: the passes, then MLIR -> LLVM -> machine code for every kernel the CPU
 /// backend handles (codegen::cpu_compiles: all but reductions/matmuls whose epilogue reorders
 /// elements, which run in the reference interpreter until the backend covers them).
+/// Thread-safe: several threads may compile (the same graph or others) at once.
 runtime::Executable compile(const ir::Graph& g, const CompileOptions& options = {});
 /// The CPU backend alone, for a Program the passes made (`options.pipeline.simplify.fast_math`
 /// turns on fast math in the code generator too).

@@ -27,6 +27,7 @@ template <> constexpr DType dtype_of<int64_t>() { return DType::I64; }
 template <> constexpr DType dtype_of<float>() { return DType::F32; }
 template <> constexpr DType dtype_of<double>() { return DType::F64; }
 
+/// Thread safety: a plain value (like std::vector): concurrent reads are safe.
 struct HostArray {
   DType dtype = DType::F32;
   ConcreteShape shape;

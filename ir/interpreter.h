@@ -27,7 +27,7 @@ SymbolBindings bind_inputs(const Graph& g, const TensorMap& inputs, const Symbol
 
 /// Runs the graph: binds the inputs (bind_inputs), evaluates in order every node that an output
 /// depends on (evaluate_node; values are dropped after their last use), and returns each
-/// output's value under its name.
+/// output's value under its name. A pure function of its arguments: safe from any threads.
 TensorMap interpret(const Graph& g, const TensorMap& inputs, const SymbolBindings& known = {});
 
 /// For each node, the last node that reads it (g.nodes.size() for an output), or 0 when no output

@@ -38,6 +38,8 @@ struct Device {
 ///
 /// Host memory only: asking for a CUDA device throws ir::Error. GPU memory is a DeviceBuffer
 /// (runtime/device_buffer.h).
+///
+/// Thread safety: like a std::vector: concurrent reads are safe, a write needs the only access.
 class Buffer {
  public:
   static constexpr std::size_t kAlignment = 64;

@@ -62,6 +62,10 @@ class DeviceAllocator {
 /// Transfers use the legacy default stream, which is ordered after the work already queued on
 /// every executable's stream: to_host() sees the results of earlier runs. to_device and to_host
 /// return once the copy is done; copy_to is asynchronous.
+///
+/// Thread safety: one DeviceBuffer object is used by one thread at a time (moving or resetting
+/// it while another thread reads it is a race); different DeviceBuffers, on any threads, share
+/// only the allocator, which is thread-safe.
 class DeviceBuffer {
  public:
   DeviceBuffer() = default;  // empty: f32[0] on cuda:0, holding no memory
