@@ -944,7 +944,9 @@ class KernelEmitter {
       const ir::Shape& from = k_.body.node(n.inputs[0]).shape;
       size_t offset = n.shape.size() - from.size();
       std::vector<mlir::Value> idx;
-      for (size_t p = 0; p < from.size(); ++p) idx.push_back(p + offset < kept.size() ? kept[p + offset] : i64(0));
+      // A dim of size 1 is broadcast along the rows too (a total's [1, 1] read by every row).
+      for (size_t p = 0; p < from.size(); ++p)
+        idx.push_back(p + offset < kept.size() && !(from[p] == ir::Dim(1)) ? kept[p + offset] : i64(0));
       v = general_value(n.inputs[0], idx);
       v = b_.create<mlir::vector::BroadcastOp>(loc_, lane_type(scalar_type(n.dtype), lanes), v);
     }

@@ -520,3 +520,24 @@ TEST_CASE("a tiny static matmul with a sigmoid epilogue returns on every target 
     CHECK(check_random_seed(seed) == "");
   }
 }
+
+// Found by make soak (CPU codegen, row-wise kernels; fixed): a row-wise kernel reading a value
+// of shape [1, 1] broadcast to every row (the total of an earlier softmax over all elements)
+// read it at [row, 0], past its one element, for every row but the first: garbage, inf or NaN
+// there. Soak seeds 5004298 and 5005004 (of 10^4) are this pattern, and random graph seed 1733
+// compiled for AVX2 (where f64 rows take the row-vector path).
+TEST_CASE("a row-wise kernel reading a total broadcast to every row", "[cpu][reduce]") {
+  Graph g;
+  Tensor x = g.input("x", DType::F64, {5, sym("M")});
+  Tensor e = exp(x - max(x, {}, true));
+  Tensor s = e / sum(e, {}, true);
+  Tensor e2 = exp(s - max(s, 1, true));
+  g.output("y", e2 / sum(e2, 1, true));
+  runtime::Executable exe = compile(g);
+  for (int64_t m : {1, 9, 33}) {
+    INFO("M = " << m);
+    ir::TensorMap inputs = inputs_of(g.ir(), {{"M", m}}, 5);
+    CHECK(testing::compare_outputs(ir::interpret(g.ir(), inputs), exe.run(inputs), 1e-12, 1e-14) == "");
+  }
+  CHECK(check_random_seed(1733) == "");
+}
