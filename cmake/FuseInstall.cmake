@@ -32,9 +32,9 @@ install(DIRECTORY ir passes runtime DESTINATION ${FUSE_INSTALL_INCLUDEDIR}
 install(DIRECTORY frontends DESTINATION ${FUSE_INSTALL_INCLUDEDIR}
         FILES_MATCHING PATTERN "*.h" PATTERN "*.def"
         PATTERN fusec EXCLUDE PATTERN fuse-run EXCLUDE PATTERN python EXCLUDE)
-# codegen's plain C++ interface; scalar_lowering.h includes MLIR and stays inside codegen/.
+# codegen's plain C++ interface; the emitters and scalar_lowering.h include MLIR and stay inside
+# codegen/.
 install(FILES codegen/cpu_codegen.h codegen/cpu_object.h codegen/cuda_codegen.h
-              codegen/kernel_queries.h
         DESTINATION ${FUSE_INSTALL_INCLUDEDIR}/codegen)
 
 configure_package_config_file(cmake/fuseConfig.cmake.in

@@ -1,4 +1,4 @@
-// Internal to codegen: the MLIR half (cpu_codegen.cpp) turns a Program into an object file;
+// Internal to codegen: the MLIR half (codegen/cpu/lower.cpp) turns a Program into an object file;
 // the JIT half (cpu_jit.cpp) caches and loads it. Not included outside codegen/.
 #pragma once
 

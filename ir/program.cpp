@@ -30,12 +30,24 @@ std::string_view buffer_role_name(BufferRole r) {
   return "?";
 }
 
-std::string_view cuda_reduction_name(CudaReduction r) {
-  switch (r) {
-    case CudaReduction::None: return "none";
-    case CudaReduction::WarpShuffle: return "warp_shuffle";
-    case CudaReduction::BlockPerRow: return "block_per_row";
-    case CudaReduction::TwoStage: return "two_stage";
+std::string_view loop_form_name(LoopForm f) {
+  switch (f) {
+    case LoopForm::Interpreted: return "interpreted";
+    case LoopForm::Contiguous: return "contiguous";
+    case LoopForm::Rows: return "rows";
+    case LoopForm::TiledRows: return "tiled_rows";
+    case LoopForm::General: return "general";
+    case LoopForm::ReductionRows: return "reduction_rows";
+    case LoopForm::ColumnReduction: return "column_reduction";
+    case LoopForm::SplitReduction: return "split_reduction";
+    case LoopForm::BlockedMatmul: return "blocked_matmul";
+    case LoopForm::MatmulRows: return "matmul_rows";
+    case LoopForm::GridStride: return "grid_stride";
+    case LoopForm::SharedTileTranspose: return "shared_tile_transpose";
+    case LoopForm::BlockPerRow: return "block_per_row";
+    case LoopForm::TwoStage: return "two_stage";
+    case LoopForm::SharedTileMatmul: return "shared_tile_matmul";
+    case LoopForm::PerElement: return "per_element";
   }
   return "?";
 }
@@ -72,13 +84,14 @@ static std::vector<std::pair<std::string, std::string>> schedule_fields(const Ke
   };
   const Schedule& s = k.schedule;
   add("target", target_kind_name(s.target));
+  add("form", loop_form_name(s.form));
   if (s.target == TargetKind::Cpu) {
-    add("parallel_dims", s.cpu.parallel_dims);
+    if (s.form == LoopForm::Interpreted) return f;
     add("grain", s.cpu.grain);
     add("vector_width", s.cpu.vector_width);
-    if (k.kind == KernelKind::Reduction || k.kind == KernelKind::RowWise) add("accumulators", s.cpu.accumulators);
-    if (k.kind == KernelKind::Transpose) add("transpose_block", s.cpu.transpose_block);
-    if (k.kind == KernelKind::Matmul) {
+    if (s.form == LoopForm::ReductionRows || s.form == LoopForm::SplitReduction) add("accumulators", s.cpu.accumulators);
+    if (s.form == LoopForm::TiledRows) add("transpose_block", s.cpu.transpose_block);
+    if (s.form == LoopForm::BlockedMatmul) {
       add("mc", s.cpu.mc);
       add("kc", s.cpu.kc);
       add("nc", s.cpu.nc);
@@ -88,15 +101,13 @@ static std::vector<std::pair<std::string, std::string>> schedule_fields(const Ke
   } else {
     add("block_x", s.cuda.block_x);
     add("block_y", s.cuda.block_y);
-    add("items_per_thread", s.cuda.items_per_thread);
-    add("vector_bytes", s.cuda.vector_bytes);
-    add("reduction", cuda_reduction_name(s.cuda.reduction));
-    if (k.kind == KernelKind::Transpose || k.kind == KernelKind::Matmul) {
+    if (s.form == LoopForm::GridStride || s.form == LoopForm::TwoStage) add("items_per_thread", s.cuda.items_per_thread);
+    if (s.form == LoopForm::GridStride) add("vector_bytes", s.cuda.vector_bytes);
+    if (s.form == LoopForm::SharedTileTranspose) {
       add("tile_rows", s.cuda.tile_rows);
-      add("tile_cols", s.cuda.tile_cols);
       add("shared_cols", s.cuda.shared_cols);
     }
-    if (k.kind == KernelKind::Matmul) {
+    if (s.form == LoopForm::SharedTileMatmul) {
       add("tile_k", s.cuda.tile_k);
       add("thread_rows", s.cuda.thread_rows);
       add("thread_cols", s.cuda.thread_cols);

@@ -37,30 +37,49 @@ struct Buffer {
   Dim bytes() const { return num_elements(shape) * Dim(static_cast<int64_t>(dtype_size(dtype))); }
 };
 
-/// CPU schedule: which loops run in parallel, vector width, blocking.
+/// How a kernel's loops are laid out: chosen per target by passes/schedule.cpp from the kernel's
+/// body (ir/kernel_forms.h); each code generator dispatches on it.
+enum class LoopForm {
+  // CPU
+  Interpreted,      // rows out of order (results_in_row_order fails): the reference interpreter runs it
+  Contiguous,       // a flat SIMD loop: every operand laid out like the space or a single element
+  Rows,             // row by row, views as strides of 0 or 1 along the row: SIMD columns
+  TiledRows,        // row by row in square tiles: an operand strided along the row (a transpose)
+  General,          // element by element, each index taken apart and followed through the views
+  ReductionRows,    // one row of kept dims at a time: its reductions, then its outputs
+  ColumnReduction,  // reductions over leading axes: lanes are adjacent outputs, each down its column
+  SplitReduction,   // a reduction to single elements over chunks, combined by a second function
+  BlockedMatmul,    // BLIS-style packing, cache blocks and an mr x nr register tile
+  MatmulRows,       // rows of C: strips of columns sharing vectors of B, or one dot product per element
+  // CUDA
+  GridStride,       // elementwise: a grid-stride loop, 16-byte vectors where aligned
+  SharedTileTranspose,  // a tile through shared memory, read and written along rows
+  BlockPerRow,      // one block per row: in registers when the row fits on chip, else loops
+  TwoStage,         // a reduction to single elements: per-block partials, then one block
+  SharedTileMatmul, // shared-memory tiles of A and B, a register tile of C per thread
+  PerElement,       // each output element recomputes its reductions or dot product
+};
+std::string_view loop_form_name(LoopForm f);
+
+/// CPU schedule: vector width, task size, blocking.
 struct CpuSchedule {
-  int parallel_dims = 1;       // outermost dims flattened into the [begin, end) range split over threads
-  int64_t grain = 1;           // minimum iterations of that range per task
+  int64_t grain = 1;           // minimum iterations of the parallel range per task
   int vector_width = 16;       // SIMD lanes for the innermost loop (elements of the kernel's dtype)
-  int accumulators = 1;        // independent partial sums in reductions (latency hiding)
-  int transpose_block = 0;     // Transpose: square block edge in elements (0: not blocked)
-  int64_t mc = 0, kc = 0, nc = 0;  // Matmul: cache blocking (rows of A, depth, cols of B)
-  int mr = 0, nr = 0;              // Matmul: register tile (rows x cols of C kept in registers)
+  int accumulators = 2;        // ReductionRows, SplitReduction: independent vector accumulators per reduction
+  int transpose_block = 16;    // TiledRows: square tile edge in elements
+  int64_t mc = 0, kc = 0, nc = 0;  // BlockedMatmul: cache blocking (rows of A, depth, cols of B)
+  int mr = 0, nr = 0;              // BlockedMatmul: register tile (rows x cols of C kept in registers)
 };
 
-enum class CudaReduction { None, WarpShuffle, BlockPerRow, TwoStage };
-std::string_view cuda_reduction_name(CudaReduction r);
-
-/// CUDA schedule: block and grid shapes, tiles, shared memory, reduction strategy.
+/// CUDA schedule: block shape, items per thread, tiles.
 struct CudaSchedule {
   int block_x = 256, block_y = 1;
-  int items_per_thread = 4;          // grid-stride loops: elements per thread per step
-  int vector_bytes = 16;             // 128-bit loads/stores where aligned
-  CudaReduction reduction = CudaReduction::None;
-  int tile_rows = 0, tile_cols = 0;  // Transpose/Matmul: tile edge in elements
-  int shared_cols = 0;               // shared-memory row length (tile + 1 padding for transposes)
-  int tile_k = 0;                    // Matmul: depth of a shared-memory tile
-  int thread_rows = 0, thread_cols = 0;  // Matmul: outputs per thread (register blocking)
+  int items_per_thread = 4;          // GridStride and TwoStage: elements per thread per step
+  int vector_bytes = 16;             // GridStride: 128-bit loads/stores where aligned
+  int tile_rows = 0;                 // SharedTileTranspose: tile edge in elements
+  int shared_cols = 0;               // SharedTileTranspose: shared-memory row length (tile + 1 padding)
+  int tile_k = 0;                    // SharedTileMatmul: depth of a shared-memory tile
+  int thread_rows = 0, thread_cols = 0;  // SharedTileMatmul: outputs per thread (register blocking)
 };
 
 enum class TargetKind { Cpu, Cuda };
@@ -68,6 +87,7 @@ std::string_view target_kind_name(TargetKind t);
 
 struct Schedule {
   TargetKind target = TargetKind::Cpu;
+  LoopForm form = LoopForm::General;
   CpuSchedule cpu;
   CudaSchedule cuda;
 };

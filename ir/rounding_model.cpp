@@ -333,23 +333,8 @@ double unit_roundoff(DType t) {
 
 int transcendental_ulps(ScalarOp op, DType t) {
   if (!is_float(t)) return 0;
-  bool transcendental = scalar_op_info(op).category == ScalarOpCategory::Transcendental || op == ScalarOp::Rsqrt;
-  if (t == DType::F64) {
-    // libm's, or LLVM's rewrites of them (pow(8, y) as exp2(3 y)); log1p and expm1 are
-    // corrected formulas over log and exp (codegen/scalar_lowering.h).
-    if (op == ScalarOp::Log1p || op == ScalarOp::Expm1) return 2;
-    return transcendental ? 1 : 0;
-  }
-  // The f32 lowering's largest errors on normal values, as tests/test_cpu_accuracy.cpp holds them.
-  switch (op) {
-    case ScalarOp::Exp: case ScalarOp::Expm1: return 6;
-    case ScalarOp::Erf: return 5;
-    case ScalarOp::Tanh: return 4;
-    case ScalarOp::Log2: case ScalarOp::Sigmoid: case ScalarOp::Log1p: case ScalarOp::Sinh: case ScalarOp::Cosh: return 2;
-    case ScalarOp::Exp2: case ScalarOp::Log: case ScalarOp::Rsqrt: case ScalarOp::Sin: case ScalarOp::Cos:
-    case ScalarOp::Tan: case ScalarOp::Pow: case ScalarOp::Acos: return 1;
-    default: return 0;  // asin, atan, atan2: f64 libm rounded once, as the interpreter does
-  }
+  const ScalarOpInfo& info = scalar_op_info(op);
+  return t == DType::F64 ? info.ulps_f64 : info.ulps_f32;
 }
 
 HostArray node_error_bound(const Node& n, const std::vector<const HostArray*>& operands,

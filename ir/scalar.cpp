@@ -12,10 +12,10 @@ namespace fuse::ir {
 
 const ScalarOpInfo& scalar_op_info(ScalarOp op) {
   static constexpr ScalarOpInfo kInfo[] = {
-#define FUSE_SCALAR_OP(Enum, spelling, arity, Category, Typing, cost, gpu_f64) \
-  {spelling, arity, ScalarOpCategory::Category, ScalarTyping::Typing, cost, gpu_f64, false},
-#define FUSE_NAMED_SCALAR_OP(Enum, identifier, arity, Category, Typing, cost, gpu_f64) \
-  {#identifier, arity, ScalarOpCategory::Category, ScalarTyping::Typing, cost, gpu_f64, true},
+#define FUSE_SCALAR_OP(Enum, spelling, arity, Category, Typing, cost, gpu_f64, ulps_f32, ulps_f64) \
+  {spelling, arity, ScalarOpCategory::Category, ScalarTyping::Typing, cost, gpu_f64, false, ulps_f32, ulps_f64},
+#define FUSE_NAMED_SCALAR_OP(Enum, identifier, arity, Category, Typing, cost, gpu_f64, ulps_f32, ulps_f64) \
+  {#identifier, arity, ScalarOpCategory::Category, ScalarTyping::Typing, cost, gpu_f64, true, ulps_f32, ulps_f64},
 #include "ir/scalar_ops.def"
   };
   return kInfo[static_cast<size_t>(op)];

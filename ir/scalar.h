@@ -41,6 +41,7 @@ struct ScalarOpInfo {
   int cost;               // the fusion cost model's weight of one evaluation
   bool gpu_f64;           // f32 computed in f64 on CUDA (unless fast math)
   bool named;             // a builtin of .expr and a free function of the C++ API
+  int ulps_f32, ulps_f64; // the CPU lowering's largest error in ulp on normal values (0: exact)
 };
 
 const ScalarOpInfo& scalar_op_info(ScalarOp op);

@@ -1,10 +1,12 @@
-// Structural invariants of a Graph, checked after every pass in tests and debug builds.
+// Structural invariants of a Graph and of a Program, checked after every pass (PipelineOptions::
+// verify_each_pass, on by default).
 #pragma once
 
 #include <string>
 #include <vector>
 
 #include "ir/graph.h"
+#include "ir/program.h"
 
 namespace fuse::ir {
 
@@ -18,6 +20,15 @@ struct VerifyOptions {
 std::vector<std::string> verify(const Graph& g, VerifyOptions options = {});
 /// Throws fuse::ir::Error listing the problems, prefixed by `stage` (e.g. "after broadcast").
 void verify_or_throw(const Graph& g, const std::string& stage, VerifyOptions options = {});
+
+/// Invariants of a Program: every kernel's body valid, its buffers in range and shaped and typed
+/// like the body's inputs and outputs, reduced axes in range, intermediates in planned slots, the
+/// launch order a permutation in which every buffer is written before it is read, and (once
+/// scheduled) a loop form of the schedule's target that the kernel's body allows, with the
+/// parameters that form reads. Every broken invariant, one message each ("k1_reduction: ...").
+std::vector<std::string> verify(const Program& p);
+/// Throws fuse::ir::Error listing the problems, prefixed by `stage` (e.g. "after scheduling").
+void verify_or_throw(const Program& p, const std::string& stage);
 
 /// Invariants of a ScalarFn: args precede users, arities, parameter indices, operand dtypes.
 std::vector<std::string> verify_scalar_fn(const ScalarFn& fn);

@@ -46,6 +46,7 @@ PipelineResult run_pipeline(const ir::Graph& g, const PipelineOptions& options) 
   result.partition = std::move(fused.first);
   result.program = std::move(fused.second);
   schedule_program(result.program, options.target);
+  if (options.verify_each_pass) ir::verify_or_throw(result.program, "after scheduling");
   return result;
 }
 

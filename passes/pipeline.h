@@ -15,7 +15,7 @@
 namespace fuse::passes {
 
 struct PipelineOptions {
-  /// Run the verifier after every pass (cheap; on by default).
+  /// Run the verifier after every pass and on the scheduled Program (cheap; on by default).
   bool verify_each_pass = true;
   /// Called after each pass with its name and its result, e.g. to dump it.
   std::function<void(const std::string& pass, const ir::Graph& after)> after_pass;

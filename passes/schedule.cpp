@@ -1,6 +1,7 @@
 #include "passes/schedule.h"
 
 #include "ir/error.h"
+#include "ir/kernel_forms.h"
 
 #include <algorithm>
 #include <cctype>
@@ -102,32 +103,15 @@ static size_t widest_element(const Kernel& k) {
   return widest;
 }
 
-// The outer dims whose iterations are independent, flattened into the range split over threads:
-// every dim of elementwise work, the rows (dims before the first reduced axis) of reductions,
-// the batch and row dims of a matmul.
-static int parallel_dims(const Kernel& k) {
-  int rank = static_cast<int>(k.space.size());
-  switch (k.kind) {
-    case KernelKind::Reduction:
-    case KernelKind::RowWise: return k.axes.empty() ? rank : k.axes.front();
-    case KernelKind::Matmul: return std::max(0, rank - 1);
-    default: return rank;
-  }
-}
-
 static ir::CpuSchedule cpu_schedule(const Kernel& k, const TargetInfo& t) {
   ir::CpuSchedule s;
   size_t elem = widest_element(k);
   s.vector_width = std::max(1, static_cast<int>(t.vector_bits / 8 / elem));
-  s.parallel_dims = parallel_dims(k);
   // Enough work per task to amortize a thread-pool wake-up (~a few microseconds).
   s.grain = k.kind == KernelKind::Elementwise || k.kind == KernelKind::Copy ? 1 << 14 : 1;
   switch (k.kind) {
     case KernelKind::Reduction:
-    case KernelKind::RowWise: s.accumulators = 4; break;  // hides the FMA/add latency of 4 cycles
-    case KernelKind::Transpose:
-      s.transpose_block = static_cast<int>(64 / elem) * 2;  // two cache lines per block row
-      break;
+    case KernelKind::RowWise: s.accumulators = 2; break;  // two dependency chains in flight per reduction
     case KernelKind::Matmul: {
       // BLIS-style blocking: an mr x nr tile of C in registers (mr * nr / lanes accumulators
       // plus the nr / lanes vectors of B and a broadcast of A must fit the register file:
@@ -154,37 +138,83 @@ static ir::CudaSchedule cuda_schedule(const Kernel& k, const TargetInfo&) {
   switch (k.kind) {
     case KernelKind::Elementwise:
     case KernelKind::Copy: break;  // grid-stride, 256 threads, 4 items of 16 bytes per thread
-    case KernelKind::Reduction: {
-      // Keeping some dims: one block per output row; reducing everything: deterministic two stages.
-      const ir::Node& out = k.body.node(k.body.outputs.front().node);
-      s.reduction = ir::num_elements(out.shape) == ir::Dim(1) ? ir::CudaReduction::TwoStage
-                                                              : ir::CudaReduction::BlockPerRow;
-      break;
-    }
-    case KernelKind::RowWise: s.reduction = ir::CudaReduction::BlockPerRow; break;
+    case KernelKind::Reduction:
+    case KernelKind::RowWise: break;  // block per row: 256 threads; two stages: 4 items per thread
     case KernelKind::Transpose:
       s.block_x = 32;
       s.block_y = 8;
-      s.tile_rows = s.tile_cols = 32;
+      s.tile_rows = 32;
       s.shared_cols = 33;  // one padding column: the column reads hit 32 different banks
       break;
     case KernelKind::Matmul:
       s.block_x = 16;
       s.block_y = 16;
-      s.tile_rows = s.tile_cols = 128;
-      s.tile_k = 8;
-      s.shared_cols = 128;
+      s.tile_k = 8;  // a 128 x 128 tile of C: 16 x 16 threads of 8 x 8 outputs
       s.thread_rows = s.thread_cols = 8;
       break;
   }
   return s;
 }
 
+// The CPU loop form: the first of these the kernel's body allows.
+static ir::LoopForm cpu_form(const Kernel& k, const ir::CpuSchedule& s) {
+  using ir::LoopForm;
+  if (!ir::results_in_row_order(k)) return LoopForm::Interpreted;
+  ir::KernelAccess access(k);
+  switch (k.kind) {
+    case KernelKind::Matmul: {
+      // The blocked form takes float and integer matmuls whose epilogue runs on column vectors;
+      // it accumulates in the matmul's own dtype (as BLAS does for floats; integer sums wrap
+      // exactly as the interpreter's i64 sums cast back).
+      ir::DType t = k.body.node(ir::matmul_node(k)).dtype;
+      bool numeric = t == ir::DType::F32 || t == ir::DType::F64 || t == ir::DType::I32 || t == ir::DType::I64;
+      bool tiled = s.mr > 0 && s.nr > 0 && s.kc > 0 && s.mc > 0 && s.nc > 0 && s.vector_width >= 2;
+      return tiled && numeric && access.epilogue_on_column_vectors() ? LoopForm::BlockedMatmul : LoopForm::MatmulRows;
+    }
+    case KernelKind::Reduction:
+      if (ir::reduces_to_one_element(k)) return LoopForm::SplitReduction;
+      if (access.column_reduction()) return LoopForm::ColumnReduction;
+      return LoopForm::ReductionRows;
+    case KernelKind::RowWise: return LoopForm::ReductionRows;
+    default: break;
+  }
+  if (ir::elementwise_contiguous(k)) return LoopForm::Contiguous;
+  switch (access.kernel_inner()) {
+    case ir::InnerAccess::Constant:
+    case ir::InnerAccess::Unit: return LoopForm::Rows;
+    case ir::InnerAccess::Strided: return LoopForm::TiledRows;
+    default: return LoopForm::General;
+  }
+}
+
+// The CUDA loop form.
+static ir::LoopForm cuda_form(const Kernel& k) {
+  using ir::LoopForm;
+  bool in_row_order = ir::results_in_row_order(k);
+  if (in_row_order && k.kind == KernelKind::Matmul)
+    for (const ir::GraphOutput& o : k.body.outputs) in_row_order = in_row_order && k.body.node(o.node).shape == k.space;
+  if (!in_row_order) return LoopForm::PerElement;
+  switch (k.kind) {
+    case KernelKind::Matmul: return LoopForm::SharedTileMatmul;
+    case KernelKind::Reduction:
+    case KernelKind::RowWise: return ir::reduces_to_one_element(k) ? LoopForm::TwoStage : LoopForm::BlockPerRow;
+    case KernelKind::Transpose:
+      if (ir::transpose_inner_axis(k) >= 0) return LoopForm::SharedTileTranspose;
+      return LoopForm::GridStride;
+    default: return LoopForm::GridStride;
+  }
+}
+
 void schedule_program(ir::Program& p, const TargetInfo& target) {
   for (Kernel& k : p.kernels) {
     k.schedule.target = target.kind;
-    if (target.kind == ir::TargetKind::Cpu) k.schedule.cpu = cpu_schedule(k, target);
-    else k.schedule.cuda = cuda_schedule(k, target);
+    if (target.kind == ir::TargetKind::Cpu) {
+      k.schedule.cpu = cpu_schedule(k, target);
+      k.schedule.form = cpu_form(k, k.schedule.cpu);
+    } else {
+      k.schedule.cuda = cuda_schedule(k, target);
+      k.schedule.form = cuda_form(k);
+    }
   }
 }
 

@@ -395,7 +395,7 @@ TEST_CASE("matmuls with empty, unit and odd dims, and transposed operands", "[cp
 // Found (CPU codegen, row-wise kernels; fixed in fusion): a reduction's result without keepdims, broadcast back by
 // NumPy's trailing alignment, is read as the current row's value. On a square x,
 // `x + sum(x, 1)` means y[i, j] = x[i, j] + s[j], but the compiled row-wise kernel computes
-// x[i, j] + s[i] (KernelEmitter::general_value returns reduced_ for a Reduce node whatever index
+// x[i, j] + s[i] (KernelEmitterBase::general_value returns reduced_ for a Reduce node whatever index
 // the broadcast_to maps to). The Program itself is right (interpret_program agrees with the graph).
 // Random graph seeds 3256 and 7593 (of 10^4) hit it. Fusion now keeps such a reduction in its own kernel.
 TEST_CASE("a reduction without keepdims broadcast along the trailing axis of a square matrix",

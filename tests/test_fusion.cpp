@@ -137,7 +137,7 @@ TEST_CASE("the Program prints as text and JSON", "[fusion][program]") {
   g.output("y", e / sum(e, -1, true));
   passes::PipelineResult r = passes::run_pipeline(g.ir());
   std::string text = ir::print_program(r.program);
-  CHECK_THAT(text, Catch::Contains("kernel k0_rowwise rowwise over [R, C] axes=[1] (x) -> (y)") && Catch::Contains("schedule: target=cpu parallel_dims=1"));
+  CHECK_THAT(text, Catch::Contains("kernel k0_rowwise rowwise over [R, C] axes=[1] (x) -> (y)") && Catch::Contains("schedule: target=cpu form=reduction_rows grain=1"));
   std::string json = ir::program_to_json(r.program);
   CHECK_THAT(json, Catch::Contains("\"kernels\": [") && Catch::Contains("\"buffers\": [") &&
                        Catch::Contains("\"launch_order\": [\"k0_rowwise\"]") &&

@@ -1,0 +1,206 @@
+// CPU loop forms without reductions: Contiguous, Rows, TiledRows and General.
+#include "codegen/cpu/emitter.h"
+
+#include <algorithm>
+
+namespace fuse::codegen {
+
+using ir::DType;
+using ir::Node;
+using ir::NodeId;
+using ir::OpKind;
+
+// ---- the two loop forms ----
+void CpuKernelEmitter::emit_contiguous(mlir::Value base, int lanes) {
+  for (size_t o = 0; o < k_.body.outputs.size(); ++o) {
+    const Node& n = k_.body.node(k_.body.outputs[o].node);
+    store(output_slot_[o], n.dtype, base, contiguous_value(k_.body.outputs[o].node, base, lanes), lanes);
+  }
+}
+
+// The contiguous SIMD loop over [begin, end), with non-temporal stores when the kernel is large
+// and has one output: scalar iterations until the output is 64-byte aligned, aligned streaming
+// vectors, a scalar tail.
+// The contiguous loop over [begin, end) as one loop of whole vectors: the first and last
+// iterations load and store under a lane mask (masked-off lanes touch no memory), so the body
+// is emitted once, with no scalar copy for the tails (compile time). A large kernel with one
+// output starts at the 64-byte boundary below `begin` and writes its whole vectors with
+// non-temporal stores.
+void CpuKernelEmitter::emit_contiguous_loops(mlir::Value begin, mlir::Value end, int lanes) {
+  mlir::Value streaming = b_.create<mlir::arith::ConstantIntOp>(loc_, 0, 1);
+  mlir::Value aligned = begin;
+  DType out_type = k_.body.node(k_.body.outputs[0].node).dtype;
+  int64_t out_size = static_cast<int64_t>(ir::dtype_size(out_type));
+  // Streaming needs one output whose vectors span whole 64-byte lines.
+  if (k_.body.outputs.size() == 1 && out_size * lanes >= 64) {
+    int64_t bytes_per_element = out_size;
+    for (const Node& n : k_.body.nodes)
+      if (n.kind == OpKind::Input && n.shape == k_.space) bytes_per_element += static_cast<int64_t>(ir::dtype_size(n.dtype));
+    mlir::Value total = dim(ir::num_elements(k_.space));
+    mlir::Value large = cmpi(mlir::arith::CmpIPredicate::sgt, mul(total, i64(bytes_per_element)), i64(kStreamingBytes));
+    mlir::Value address = b_.create<mlir::LLVM::PtrToIntOp>(loc_, i64_type(), base_[output_slot_[0]]);
+    // Elements are aligned to their size (the runtime's buffers are), so a boundary is an element.
+    mlir::Value element_aligned =
+        cmpi(mlir::arith::CmpIPredicate::eq, b_.create<mlir::arith::RemUIOp>(loc_, address, i64(out_size)), i64(0));
+    streaming = b_.create<mlir::arith::AndIOp>(loc_, large, element_aligned);
+    mlir::Value misalignment = b_.create<mlir::arith::RemUIOp>(loc_, add(address, mul(begin, i64(out_size))), i64(64));
+    mlir::Value peel = b_.create<mlir::arith::DivUIOp>(
+        loc_, b_.create<mlir::arith::RemUIOp>(loc_, sub(i64(64), misalignment), i64(64)), i64(out_size));
+    aligned = select(streaming, min_i64(add(begin, peel), end), begin);  // peel <= lanes
+  }
+  // Whole vectors from `aligned` on, unmasked; the elements before it and after the last whole
+  // vector are one masked vector each (no scalar copy of the body: compile time).
+  mlir::Value vector_end = whole_steps_end(aligned, end, lanes);
+  mlir::Type lane_index = mlir::VectorType::get({lanes}, b_.getI64Type());
+  std::vector<mlir::Attribute> iota;
+  for (int l = 0; l < lanes; ++l) iota.push_back(b_.getI64IntegerAttr(l));
+  mlir::Value lane_numbers = b_.create<mlir::arith::ConstantOp>(
+      loc_, mlir::DenseElementsAttr::get(mlir::cast<mlir::ShapedType>(lane_index), iota));
+  // Lanes [lo, hi) of the vector at i, under a mask; nothing when the range is empty.
+  auto masked_vector = [&](mlir::Value i, mlir::Value lo, mlir::Value hi) {
+    auto branch = b_.create<mlir::scf::IfOp>(loc_, cmpi(mlir::arith::CmpIPredicate::slt, lo, hi), /*withElseRegion=*/false);
+    mlir::OpBuilder::InsertionGuard guard(b_);
+    b_.setInsertionPointToStart(&branch.getThenRegion().front());
+    clear_caches();
+    auto splat = [&](mlir::Value v) { return b_.create<mlir::vector::BroadcastOp>(loc_, lane_index, v).getResult(); };
+    mask_ = b_.create<mlir::arith::AndIOp>(loc_, cmpi(mlir::arith::CmpIPredicate::sge, lane_numbers, splat(lo)),
+                                           cmpi(mlir::arith::CmpIPredicate::slt, lane_numbers, splat(hi)));
+    emit_contiguous(i, lanes);
+    mask_ = {};
+    clear_caches();
+  };
+  // Before `aligned`: lanes [lanes - (aligned - begin), lanes) of the vector ending there.
+  mlir::Value head = sub(aligned, i64(lanes));
+  masked_vector(head, sub(begin, head), min_i64(i64(lanes), sub(end, head)));
+  loop(aligned, vector_end, lanes, [&](mlir::Value i) {
+    for (size_t o = 0; o < k_.body.outputs.size(); ++o) {
+      const Node& n = k_.body.node(k_.body.outputs[o].node);
+      mlir::Value v = contiguous_value(k_.body.outputs[o].node, i, lanes);
+      auto branch = b_.create<mlir::scf::IfOp>(loc_, streaming, /*withElseRegion=*/true);
+      mlir::OpBuilder::InsertionGuard guard(b_);
+      b_.setInsertionPointToStart(&branch.getThenRegion().front());
+      store(output_slot_[o], n.dtype, i, v, lanes, true);
+      b_.setInsertionPointToStart(&branch.getElseRegion().front());
+      store(output_slot_[o], n.dtype, i, v, lanes, false);
+    }
+  });
+  // After the last whole vector: lanes [0, end - vector_end), when the head did not cover them.
+  masked_vector(vector_end, max_i64(i64(0), sub(begin, vector_end)), sub(end, vector_end));
+}
+
+mlir::Value CpuKernelEmitter::contiguous_value(NodeId id, mlir::Value base, int lanes) {
+  auto it = contiguous_cache_.find(id);
+  if (it != contiguous_cache_.end()) return it->second;
+  const Node& n = k_.body.node(id);
+  mlir::Value v;
+  if (n.kind == OpKind::BroadcastTo) {
+    const Node& in = k_.body.node(n.inputs[0]);
+    v = general_value(n.inputs[0], std::vector<mlir::Value>(in.shape.size(), i64(0)));
+    if (lanes > 1) v = b_.create<mlir::vector::BroadcastOp>(loc_, lane_type(scalar_type(n.dtype), lanes), v);
+  } else if (n.kind == OpKind::Elementwise) {
+    std::vector<mlir::Value> args;
+    for (NodeId in : n.inputs) args.push_back(contiguous_value(in, base, lanes));
+    v = scalar_fn(n.as<ir::ElementwiseAttrs>().body, args, lanes);
+  } else {
+    v = load(input_slot_.at(id), n.dtype, base, lanes);
+  }
+  contiguous_cache_[id] = v;
+  return v;
+}
+
+// Outputs may differ in shape from the space (same element count, e.g. x.T and its reshape):
+// each is evaluated at its own index of the same row-major position.
+void CpuKernelEmitter::emit_general(mlir::Value linear) {
+  for (size_t o = 0; o < k_.body.outputs.size(); ++o) {
+    const Node& n = k_.body.node(k_.body.outputs[o].node);
+    store(output_slot_[o], n.dtype, linear, general_value(k_.body.outputs[o].node, delinearize(linear, n.shape)), 1);
+  }
+}
+
+// Value of `id` at columns [c, c + lanes) of the row whose index (with the innermost index 0
+// on `axis`) is `idx0`. Only for nodes whose inner_access is Constant or Unit.
+mlir::Value CpuKernelEmitter::lane_value(NodeId id, const std::vector<mlir::Value>& idx0, int axis, mlir::Value c, int lanes) {
+  // Keyed by index too: one node can be read at several indices (x broadcast two ways).
+  std::vector<const void*> key{reinterpret_cast<const void*>(static_cast<intptr_t>(id)),
+                               reinterpret_cast<const void*>(static_cast<intptr_t>(axis)), c.getAsOpaquePointer()};
+  for (mlir::Value v : idx0) key.push_back(v.getAsOpaquePointer());
+  auto it = lane_cache_.find(key);
+  if (it != lane_cache_.end()) return it->second;
+  const Node& n = k_.body.node(id);
+  mlir::Value v;
+  if (n.kind == OpKind::Matmul) {
+    v = matmul_strip_;  // this strip of C (emit_matmul_strips)
+  } else if (axis < 0 || access_.inner(id, axis) == ir::InnerAccess::Constant) {
+    v = general_value(id, idx0);
+    if (lanes > 1) v = b_.create<mlir::vector::BroadcastOp>(loc_, lane_type(scalar_type(n.dtype), lanes), v);
+  } else if (n.kind == OpKind::Input || n.kind == OpKind::Constant) {
+    v = load(input_slot_.at(id), n.dtype, add(linearize(idx0, n.shape), c), lanes);
+  } else if (n.kind == OpKind::Elementwise) {
+    std::vector<mlir::Value> args;
+    for (NodeId in : n.inputs) args.push_back(lane_value(in, idx0, axis, c, lanes));
+    v = scalar_fn(n.as<ir::ElementwiseAttrs>().body, args, lanes);
+  } else {  // a view
+    v = lane_value(n.inputs[0], operand_index(n, idx0), ir::view_operand_axis(k_.body, n, axis), c, lanes);
+  }
+  lane_cache_[key] = v;
+  return v;
+}
+
+// Stores every output at columns [c, c + lanes) of the row `row` (its index `outer`).
+void CpuKernelEmitter::emit_lanes(const std::vector<mlir::Value>& outer, mlir::Value row_start, mlir::Value c, int lanes) {
+  std::vector<mlir::Value> idx0 = outer;
+  idx0.push_back(i64(0));
+  int axis = static_cast<int>(k_.space.size()) - 1;
+  for (size_t o = 0; o < k_.body.outputs.size(); ++o) {
+    NodeId out = k_.body.outputs[o].node;
+    store(output_slot_[o], k_.body.node(out).dtype, add(row_start, c), lane_value(out, idx0, axis, c, lanes), lanes);
+  }
+}
+
+// One element at column c of a row, through general_value (any strides).
+void CpuKernelEmitter::emit_element(const std::vector<mlir::Value>& outer, mlir::Value row_start, mlir::Value c) {
+  std::vector<mlir::Value> idx = outer;
+  idx.push_back(c);
+  for (size_t o = 0; o < k_.body.outputs.size(); ++o) {
+    NodeId out = k_.body.outputs[o].node;
+    store(output_slot_[o], k_.body.node(out).dtype, add(row_start, c), general_value(out, idx), 1);
+  }
+}
+
+// Elements [begin, end) row by row: SIMD columns and a scalar tail in each row.
+void CpuKernelEmitter::emit_rows(mlir::Value begin, mlir::Value end, int lanes) {
+  ir::Shape outer_shape(k_.space.begin(), k_.space.end() - 1);
+  for_each_row_piece(begin, end, k_.space.back(), outer_shape,
+                     [&](const std::vector<mlir::Value>& outer, mlir::Value row_start, mlir::Value from, mlir::Value to) {
+                       mlir::Value vector_end = from;
+                       if (lanes > 1) {
+                         vector_end = whole_steps_end(from, to, lanes);
+                         loop(from, vector_end, lanes, [&](mlir::Value c) { emit_lanes(outer, row_start, c, lanes); });
+                       }
+                       loop(vector_end, to, 1, [&](mlir::Value c) { emit_lanes(outer, row_start, c, 1); });
+                     });
+}
+
+void CpuKernelEmitter::emit_tiled(mlir::Value begin, mlir::Value end) {
+  ir::Shape outer_shape(k_.space.begin(), k_.space.end() - 1);
+  mlir::Value width = max_i64(dim(k_.space.back()), i64(1));
+  mlir::Value full_first = div(add(begin, sub(width, i64(1))), width);
+  mlir::Value full_last = max_i64(div(end, width), full_first);
+  mlir::Value head_end = min_i64(end, mul(full_first, width));
+  mlir::Value tail_begin = max_i64(head_end, mul(full_last, width));
+  loop(begin, head_end, 1, [&](mlir::Value i) { emit_general(i); });
+  loop(full_first, full_last, k_.schedule.cpu.transpose_block, [&](mlir::Value row_block) {
+    mlir::Value rows_end = min_i64(add(row_block, i64(k_.schedule.cpu.transpose_block)), full_last);
+    loop(i64(0), width, k_.schedule.cpu.transpose_block, [&](mlir::Value column_block) {
+      mlir::Value columns_end = min_i64(add(column_block, i64(k_.schedule.cpu.transpose_block)), width);
+      loop(row_block, rows_end, 1, [&](mlir::Value row) {
+        std::vector<mlir::Value> outer = delinearize(row, outer_shape);
+        mlir::Value row_start = mul(row, width);
+        loop(column_block, columns_end, 1, [&](mlir::Value c) { emit_element(outer, row_start, c); });
+      });
+    });
+  });
+  loop(tail_begin, end, 1, [&](mlir::Value i) { emit_general(i); });
+}
+
+}  // namespace fuse::codegen

@@ -1,0 +1,159 @@
+// The CPU kernel function: its dispatch on the loop form, slots and memory access.
+#include "codegen/cpu/emitter.h"
+
+#include <algorithm>
+
+namespace fuse::codegen {
+
+using ir::DType;
+using ir::Node;
+using ir::NodeId;
+using ir::OpKind;
+
+CpuKernelEmitter::CpuKernelEmitter(mlir::OpBuilder& b, const ir::Kernel& k, const std::map<std::string, int>& symbols,
+                                   const CpuOptions& options, std::vector<ir::HostArray>& constants)
+    : KernelEmitterBase(b, k, options.fast_math, /*libdevice=*/false, "CPU"),
+      symbols_(symbols),
+      options_(options),
+      constants_(constants) {}
+
+void CpuKernelEmitter::enter(mlir::func::FuncOp func) {
+  entry_ = func.addEntryBlock();
+  b_.setInsertionPointToStart(entry_);
+  buffers_ = entry_->getArgument(0);
+  symbols_arg_ = entry_->getArgument(1);
+  // Buffer addresses and dims are loaded once, before the loops: LLVM cannot hoist them out
+  // itself, since the kernel's stores might alias the arrays they come from.
+  load_bases();
+}
+
+void CpuKernelEmitter::emit(mlir::func::FuncOp func) {
+  enter(func);
+  mlir::Value begin = entry_->getArgument(2), end = entry_->getArgument(3);
+  const ir::CpuSchedule& s = k_.schedule.cpu;
+  int lanes = std::max(1, s.vector_width);
+  switch (k_.schedule.form) {
+    case ir::LoopForm::Contiguous:
+      if (lanes > 1) emit_contiguous_loops(begin, end, lanes);  // whole vectors, masked at both ends
+      else loop(begin, end, 1, [&](mlir::Value i) { emit_contiguous(i, 1); });
+      break;
+    case ir::LoopForm::Rows: emit_rows(begin, end, lanes); break;
+    case ir::LoopForm::TiledRows: emit_tiled(begin, end); break;
+    case ir::LoopForm::General: loop(begin, end, 1, [&](mlir::Value i) { emit_general(i); }); break;
+    case ir::LoopForm::ReductionRows: loop(begin, end, 1, [&](mlir::Value row) { emit_reduction_row(row); }); break;
+    case ir::LoopForm::ColumnReduction: emit_columns(begin, end, lanes); break;
+    case ir::LoopForm::SplitReduction: loop(begin, end, 1, [&](mlir::Value chunk) { emit_split_chunk(chunk); }); break;
+    case ir::LoopForm::BlockedMatmul: emit_matmul_blocked(begin, end); break;
+    case ir::LoopForm::MatmulRows: emit_matmul(begin, end); break;
+    default:
+      throw ir::Error(fail_text("kernel " + k_.name + " has loop form " + std::string(ir::loop_form_name(k_.schedule.form)) +
+                                ", which is not a CPU form"));
+  }
+  b_.create<mlir::func::ReturnOp>(loc_);
+}
+
+void CpuKernelEmitter::load_bases() {
+  slot_count_ = assign_slots([&](NodeId id) { constants_.push_back(k_.body.node(id).as<ir::ConstantAttrs>().value); });
+  int slots = slot_count_ + (k_.schedule.form == ir::LoopForm::SplitReduction ? 1 : 0);  // a split reduction's scratch
+  for (int slot = 0; slot < slots; ++slot) {
+    mlir::Value slot_ptr = b_.create<mlir::LLVM::GEPOp>(loc_, ptr_type(), ptr_type(), buffers_,
+                                                        mlir::ArrayRef<mlir::LLVM::GEPArg>{slot});
+    base_.push_back(b_.create<mlir::LLVM::LoadOp>(loc_, ptr_type(), slot_ptr));
+  }
+  for (const Node& n : k_.body.nodes)
+    for (const ir::Dim& d : n.shape) dim(d);
+  for (const ir::Dim& d : k_.space) dim(d);
+}
+
+mlir::Value CpuKernelEmitter::symbol_value(const std::string& name) {
+  mlir::Value address = b_.create<mlir::LLVM::GEPOp>(loc_, ptr_type(), i64_type(), symbols_arg_,
+                                                     mlir::ArrayRef<mlir::LLVM::GEPArg>{symbols_.at(name)});
+  return b_.create<mlir::LLVM::LoadOp>(loc_, i64_type(), address);
+}
+
+// Values cached while emitting one loop body are defined inside it: never reuse them outside.
+void CpuKernelEmitter::clear_caches() {
+  KernelEmitterBase::clear_caches();
+  contiguous_cache_.clear();
+  row_cache_.clear();
+  lane_cache_.clear();
+}
+
+// Byte address of element `offset` of the buffer in `slot`.
+mlir::Value CpuKernelEmitter::element_address(int slot, DType t, mlir::Value offset) {
+  return b_.create<mlir::LLVM::GEPOp>(loc_, ptr_type(), memory_type(t), base_[slot], mlir::ValueRange{offset});
+}
+
+mlir::Value CpuKernelEmitter::load(int slot, DType t, mlir::Value offset, int lanes) {
+  mlir::Value address = element_address(slot, t, offset);
+  unsigned align = static_cast<unsigned>(ir::dtype_size(t));
+  mlir::Value v;
+  if (mask_ && lanes > 1) {
+    // Masked-off lanes read nothing and hold ones: safe operands for every op (x / 1, log 1).
+    mlir::Value ones = t == DType::Bool ? constant_i8(1, lanes) : constant(t, 1, 1, lanes);
+    v = b_.create<mlir::LLVM::MaskedLoadOp>(loc_, lane_type(memory_type(t), lanes), address, mask_,
+                                            mlir::ValueRange{ones}, align);
+  } else {
+    v = b_.create<mlir::LLVM::LoadOp>(loc_, lane_type(memory_type(t), lanes), address, align);
+  }
+  if (t == DType::Bool) v = cmpi(mlir::arith::CmpIPredicate::ne, v, zero_i8(lanes));
+  return v;
+}
+
+mlir::Value CpuKernelEmitter::constant_i8(int64_t value, int lanes) {
+  mlir::TypedAttr attr = b_.getIntegerAttr(b_.getI8Type(), value);
+  if (lanes > 1) attr = mlir::DenseElementsAttr::get(mlir::cast<mlir::ShapedType>(lane_type(b_.getI8Type(), lanes)), attr);
+  return b_.create<mlir::arith::ConstantOp>(loc_, attr);
+}
+
+mlir::Value CpuKernelEmitter::zero_i8(int lanes) {
+  mlir::TypedAttr attr = b_.getIntegerAttr(b_.getI8Type(), 0);
+  if (lanes > 1) attr = mlir::DenseElementsAttr::get(mlir::cast<mlir::ShapedType>(lane_type(b_.getI8Type(), lanes)), attr);
+  return b_.create<mlir::arith::ConstantOp>(loc_, attr);
+}
+
+// `streaming`: a non-temporal store (the address must be 64-byte aligned), which writes
+// around the caches instead of first reading the line it overwrites.
+void CpuKernelEmitter::store(int slot, DType t, mlir::Value offset, mlir::Value v, int lanes, bool streaming) {
+  if (t == DType::Bool) v = b_.create<mlir::arith::ExtUIOp>(loc_, lane_type(b_.getI8Type(), lanes), v);
+  unsigned align = streaming ? 64 : static_cast<unsigned>(ir::dtype_size(t));
+  if (mask_ && lanes > 1 && !streaming) {
+    b_.create<mlir::LLVM::MaskedStoreOp>(loc_, v, element_address(slot, t, offset), mask_, align);
+    return;
+  }
+  b_.create<mlir::LLVM::StoreOp>(loc_, v, element_address(slot, t, offset), align, false, streaming);
+}
+
+// An llvm.call to a C library function (declared in the module on first use).
+mlir::Value CpuKernelEmitter::call_c(const std::string& name, mlir::Type result, mlir::ValueRange args) {
+  auto module = b_.getBlock()->getParentOp()->getParentOfType<mlir::ModuleOp>();
+  auto fn = module.lookupSymbol<mlir::LLVM::LLVMFuncOp>(name);
+  if (!fn) {
+    mlir::OpBuilder::InsertionGuard guard(b_);
+    b_.setInsertionPointToStart(module.getBody());
+    std::vector<mlir::Type> params;
+    for (mlir::Value a : args) params.push_back(a.getType());
+    fn = b_.create<mlir::LLVM::LLVMFuncOp>(loc_, name, mlir::LLVM::LLVMFunctionType::get(result, params));
+  }
+  auto call = b_.create<mlir::LLVM::CallOp>(loc_, fn, args);
+  return call.getNumResults() ? call.getResult() : mlir::Value();
+}
+
+// A 64-byte aligned heap buffer of `bytes` (rounded up to whole 64-byte lines, as
+// aligned_alloc wants), registered as a new slot.
+int CpuKernelEmitter::allocate_slot(mlir::Value bytes) {
+  mlir::Value rounded = mul(div(add(bytes, i64(63)), i64(64)), i64(64));
+  base_.push_back(call_c("aligned_alloc", ptr_type(), mlir::ValueRange{i64(64), rounded}));
+  return static_cast<int>(base_.size()) - 1;
+}
+
+mlir::Value CpuKernelEmitter::lanes_below(mlir::Value count, int lanes) {
+  mlir::Type lane_index = mlir::VectorType::get({lanes}, b_.getI64Type());
+  std::vector<mlir::Attribute> iota;
+  for (int l = 0; l < lanes; ++l) iota.push_back(b_.getI64IntegerAttr(l));
+  mlir::Value numbers = b_.create<mlir::arith::ConstantOp>(
+      loc_, mlir::DenseElementsAttr::get(mlir::cast<mlir::ShapedType>(lane_index), iota));
+  return cmpi(mlir::arith::CmpIPredicate::slt, numbers, b_.create<mlir::vector::BroadcastOp>(loc_, lane_index, count));
+}
+
+}  // namespace fuse::codegen

@@ -1,0 +1,234 @@
+// The CPU kernel emitter: one kernel of a Program as a function over a range of its parallel
+// iterations (internal to codegen/). It derives from the shared core (codegen/emitter.h) and emits
+// the CPU loop forms the schedule chose (ir::LoopForm), one file per form family:
+// codegen/cpu/emitter.cpp (the function, its slots and memory access), elementwise.cpp
+// (Contiguous, Rows, TiledRows, General), reduction.cpp (ReductionRows, ColumnReduction,
+// SplitReduction), matmul.cpp (BlockedMatmul, MatmulRows); codegen/cpu/lower.cpp builds the
+// module and lowers it to LLVM and machine code.
+//
+// Each kernel becomes `func @name(%buffers: !llvm.ptr, %symbols: !llvm.ptr, %begin: i64,
+// %end: i64)` over the flattened parallel iterations [begin, end). Buffers are addressed with
+// llvm.getelementptr/load/store (a plain pointer ABI the runtime calls without MLIR types);
+// arithmetic is arith/math on scalars or vector<N x T> values.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "codegen/cpu_codegen.h"
+#include "codegen/emitter.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
+
+namespace fuse::codegen {
+
+// How many chunks a split reduction's elements are divided into: enough for every core of a
+// large machine to take a few, few enough that combining them costs nothing.
+constexpr int64_t kSplitChunks = 64;
+
+/// Scratch bytes a SplitReduction kernel needs: one 8-byte accumulator per reduction and chunk.
+int64_t split_scratch_bytes(const ir::Kernel& k);
+
+class CpuKernelEmitter : public KernelEmitterBase {
+ public:
+  CpuKernelEmitter(mlir::OpBuilder& b, const ir::Kernel& k, const std::map<std::string, int>& symbols, const CpuOptions& options,
+                   std::vector<ir::HostArray>& constants);
+  void emit(mlir::func::FuncOp func);
+  // The second function of a split reduction: combines the chunks' accumulators, in chunk order,
+  // and writes the outputs (a single element each).
+  void emit_split_finish(mlir::func::FuncOp func);
+ private:
+  // Starts the body of `func` (buffers, symbols, begin, end) and loads the slots' addresses.
+  void enter(mlir::func::FuncOp func);
+  mlir::Value partial_address(int q, mlir::Value chunk);
+  void store_partial(NodeId id, int q, mlir::Value chunk, mlir::Value acc);
+  mlir::Value load_partial(NodeId id, int q, mlir::Value chunk);
+  void emit_split_chunk(mlir::Value chunk);
+  void load_bases();
+  // Values cached while emitting one loop body are defined inside it: never reuse them outside.
+  void clear_caches() override;
+  mlir::Value symbol_value(const std::string& name) override;
+  mlir::Value load_element(NodeId id, mlir::Value offset) override { return load(input_slot_.at(id), k_.body.node(id).dtype, offset, 1); }
+  template <class Body>
+  void loop(mlir::Value from, mlir::Value to, int64_t step, Body body) {
+    auto for_op = b_.create<mlir::scf::ForOp>(loc_, from, to, i64(step));
+    mlir::OpBuilder::InsertionGuard guard(b_);
+    b_.setInsertionPointToStart(for_op.getBody());
+    clear_caches();
+    body(for_op.getInductionVar());
+    clear_caches();
+  }
+  // Byte address of element `offset` of the buffer in `slot`.
+  mlir::Value element_address(int slot, DType t, mlir::Value offset);
+  mlir::Value load(int slot, DType t, mlir::Value offset, int lanes);
+  mlir::Value constant_i8(int64_t value, int lanes);
+  mlir::Value zero_i8(int lanes);
+  // `streaming`: a non-temporal store (the address must be 64-byte aligned), which writes
+  // around the caches instead of first reading the line it overwrites.
+  void store(int slot, DType t, mlir::Value offset, mlir::Value v, int lanes, bool streaming = false);
+  // ---- Contiguous, Rows, TiledRows, General (codegen/cpu/elementwise.cpp) ----
+  void emit_contiguous(mlir::Value base, int lanes);
+  // Kernels moving more than this many bytes write their output with non-temporal stores: the
+  // output could not stay in the caches anyway (larger than a typical L3 share), and streaming
+  // it saves reading every line before it is overwritten (a third of an add's traffic).
+  static constexpr int64_t kStreamingBytes = int64_t{32} << 20;
+  // The contiguous loop over [begin, end) as one loop of whole vectors: the first and last
+  // iterations load and store under a lane mask (masked-off lanes touch no memory), so the body
+  // is emitted once, with no scalar copy for the tails (compile time). A large kernel with one
+  // output starts at the 64-byte boundary below `begin` and writes its whole vectors with
+  // non-temporal stores.
+  void emit_contiguous_loops(mlir::Value begin, mlir::Value end, int lanes);
+  mlir::Value contiguous_value(NodeId id, mlir::Value base, int lanes);
+  // Outputs may differ in shape from the space (same element count, e.g. x.T and its reshape):
+  // each is evaluated at its own index of the same row-major position.
+  void emit_general(mlir::Value linear);
+  // Value of `id` at columns [c, c + lanes) of the row whose index (with the innermost index 0
+  // on `axis`) is `idx0`. Only for nodes whose inner_access is Constant or Unit.
+  mlir::Value lane_value(NodeId id, const std::vector<mlir::Value>& idx0, int axis, mlir::Value c, int lanes);
+  // Stores every output at columns [c, c + lanes) of the row `row` (its index `outer`).
+  void emit_lanes(const std::vector<mlir::Value>& outer, mlir::Value row_start, mlir::Value c, int lanes);
+  // One element at column c of a row, through general_value (any strides).
+  void emit_element(const std::vector<mlir::Value>& outer, mlir::Value row_start, mlir::Value c);
+  // Flattened positions [begin, end) of rows of `width` (of shape outer_shape x width), row by
+  // row: body(outer index, row start, first column, end column). A thread's range may start or
+  // end in the middle of a row.
+  template <class Body>
+  void for_each_row_piece(mlir::Value begin, mlir::Value end, const ir::Dim& row_width, const ir::Shape& outer_shape,
+                          Body body) {
+    mlir::Value width = max_i64(dim(row_width), i64(1));  // (an empty row has no elements)
+    mlir::Value first = div(begin, width);
+    mlir::Value last = div(add(end, sub(width, i64(1))), width);
+    loop(first, last, 1, [&](mlir::Value row) {
+      std::vector<mlir::Value> outer = delinearize(row, outer_shape);
+      mlir::Value row_start = mul(row, width);
+      body(outer, row_start, max_i64(sub(begin, row_start), i64(0)), min_i64(sub(end, row_start), width));
+    });
+  }
+  // Elements [begin, end) row by row: SIMD columns and a scalar tail in each row.
+  void emit_rows(mlir::Value begin, mlir::Value end, int lanes);
+  void emit_tiled(mlir::Value begin, mlir::Value end);
+  // A row: every reduction in order (a later one may use an earlier one's result, as softmax's
+  // sum uses its max), then the outputs: reduced-space ones once, full-space ones over the row.
+  void emit_reduction_row(mlir::Value row);
+  // ---- SIMD over a row, for reductions over trailing axes ----
+  // Element j of a row is element row*L + j of every value laid out like the space; a value
+  // broadcast from the row's own shape (a reduction's result, a per-row input) is one scalar for
+  // the whole row; an input broadcast along the rows (a layernorm's gamma) is element j of it.
+  enum class RowAccess { Contiguous, PerRow, RowLocal, Invalid };
+  RowAccess row_access(NodeId id);
+  bool row_vectorizable(NodeId reduce_id);
+  // The value of `id` at elements [j, j + lanes) of the row starting at `row_base`.
+  mlir::Value row_value(NodeId id, const std::vector<mlir::Value>& kept, mlir::Value row_base, mlir::Value j, int lanes);
+  // The horizontal (across lanes) form of a reduction's combine.
+  mlir::vector::CombiningKind lane_combining_kind(NodeId id);
+  // Elements [from, to) of the row folded into one accumulator per reduction in `ids` (none may
+  // depend on another), all in the same loops so that they share their loads: SIMD with the
+  // schedule's number of independent vector accumulators each (dependency chains in flight) for
+  // those row_vectorizable(), then one scalar loop for the rest and the SIMD loop's tail.
+  std::vector<mlir::Value> accumulate(const std::vector<NodeId>& ids, const std::vector<mlir::Value>& kept,
+                                      mlir::Value row_base, mlir::Value from, mlir::Value to, int lanes);
+  // One element at a time, each element's index taken apart into the reduced dims.
+  std::vector<mlir::Value> accumulate_scalar(const std::vector<NodeId>& ids, const std::vector<mlir::Value>& init,
+                                             const std::vector<mlir::Value>& kept, mlir::Value from, mlir::Value to);
+  static constexpr int kColumnVectors = 4;
+  void emit_columns(mlir::Value begin, mlir::Value end, int lanes);
+  // Outputs at kept positions [row_start + c, + lanes * vectors): every reduction down its
+  // columns, `vectors` adjacent vectors at a time (a row then supplies whole cache lines).
+  void emit_column_lanes(const std::vector<mlir::Value>& outer, mlir::Value row_start, mlir::Value c, int lanes,
+                         int vectors = 1);
+  // ---- matmul: one parallel iteration per row of C (batch dims and M) ----
+  // Rows [begin, end) of C. Where B's rows can be read as vectors along N (B, its prologue and
+  // the epilogue are contiguous or constant along N: inner_access), kMatmulRows rows of C at a
+  // time share each vector of B: for every `lanes`-wide strip of columns, accumulators for
+  // those rows (f64 or i64 lanes, like the interpreter) take A[i,k] * B[k, strip] over k, and
+  // the epilogue runs on the strip. The columns past the last whole strip, and kernels whose B
+  // is strided (A @ B.T), take one dot product per element.
+  static constexpr int64_t kMatmulRows = 4;
+  void emit_matmul(mlir::Value begin, mlir::Value end);
+  // ---- blocked matmul (BLIS-style): packing, cache blocking, a register-tiled micro-kernel ----
+  //
+  // A task's rows [begin, end) of C (flattened batch x M) are computed batch by batch:
+  //   for jc (nc columns): for pc (kc of K): pack B[pc:, jc:] into nr-wide panels
+  //     for ic (mc rows): pack A[ic:, pc:]; for each mr x nr tile: the micro-kernel
+  // The micro-kernel keeps the tile in mr x (nr / lanes) vector accumulators and adds one
+  // outer product per k (vector.fma of a broadcast element of A and vectors of B). Partial
+  // sums over K blocks live in C's buffer (or a task-local one when no output can hold them);
+  // after the last K block the epilogue runs on the tile in registers and the outputs are
+  // stored. Packing reads operands through their index maps, so transposes, broadcasts and
+  // elementwise prologues cost nothing in the loops that matter, and panels are padded to
+  // whole tiles (padding lanes are computed and never stored).
+  struct MatmulTiling {
+    int64_t mr, nr, kc, mc, nc;  // nr and kc multiples of lanes; mc a multiple of mr; nc of nr
+    int lanes;
+  };
+  MatmulTiling matmul_tiling() const;
+  // An llvm.call to a C library function (declared in the module on first use).
+  mlir::Value call_c(const std::string& name, mlir::Type result, mlir::ValueRange args);
+  // A 64-byte aligned heap buffer of `bytes` (rounded up to whole 64-byte lines, as
+  // aligned_alloc wants), registered as a new slot.
+  int allocate_slot(mlir::Value bytes);
+  mlir::Value lanes_below(mlir::Value count, int lanes);
+  // Runs `body` with vector loads and stores masked to the lanes below `count` (when count <
+  // lanes; the mask is a no-op otherwise).
+  template <class Body>
+  void masked(mlir::Value count, int lanes, Body body) {
+    mlir::Value saved = mask_;
+    mask_ = lanes_below(count, lanes);
+    body();
+    mask_ = saved;
+  }
+  struct MatmulPlan {
+    NodeId mm;
+    DType t;
+    MatmulTiling tiling;
+    mlir::Value m, n, k;         // C is (batch x) m x n, the depth k
+    int pack_a = -1, pack_b = -1, acc = -1;
+    mlir::Value acc_origin;      // the global row whose partial sums sit at the start of `acc`
+    bool a_by_columns = false;   // packed A holds columns of mc (A is unit-stride along M)
+    std::vector<mlir::Value> batch;  // this batch's index
+  };
+  void emit_matmul_blocked(mlir::Value begin, mlir::Value end);
+  // Rounds x up to a multiple of `to`.
+  mlir::Value round_up(mlir::Value x, int64_t to);
+  // B[pc : pc + kb, jc : jc + nb] into panels of nr columns: panel q holds, for each k, the
+  // columns [q*nr, q*nr + nr) contiguously. The last panel's columns past nb are padding: they
+  // are written too (masked-off lanes or a copy of the last column), because the micro-kernel
+  // computes whole tiles, and a lane read from never-written memory is undefined in LLVM: once
+  // such a lane reached a branch (the f32 patch test of sigmoid), LLVM proved the tile loop
+  // unreachable and compiled it to a jump to itself.
+  void pack_b(const MatmulPlan& p, mlir::Value pc, mlir::Value kb, mlir::Value jc, mlir::Value nb);
+  // A[ic : ic + mb, pc : pc + kb] (rows of this batch) into packed A: row r at r * kc (A unit
+  // along K, or any other layout, element by element), or column k at k * mc (A unit along M).
+  // Rows up to the next whole mr tile are written too (copies of the last row, or masked-off
+  // lanes): the micro-kernel reads whole tiles, and never-written lanes are undefined (pack_b).
+  void pack_a(const MatmulPlan& p, mlir::Value ic, mlir::Value mb, mlir::Value pc, mlir::Value kb);
+  mlir::Value fma(mlir::Value a, mlir::Value b, mlir::Value acc);
+  // One mr x nr tile of C at global row `row` (flattened batch x M) and column `col`, from
+  // packed A rows [ir, ir + mr) and packed B columns [jr, jr + nr) over kb. `rows`/`cols`
+  // null: a whole tile; else an edge tile (rows and columns past them are not stored).
+  void micro_kernel(const MatmulPlan& p, mlir::Value row, mlir::Value col, mlir::Value ir, mlir::Value jr, mlir::Value kb,
+                    mlir::Value first, mlir::Value last, mlir::Value rows, mlir::Value cols);
+  void emit_matmul_strips(mlir::Value first_row, int64_t rows, int lanes);
+  // Columns [first_column, N) of one row of C: a dot product per element, operands and
+  // prologues read through index maps, the epilogue applied to each element. Any shape, dtype
+  // and view.
+  void emit_matmul_columns(mlir::Value row, mlir::Value first_column);
+  const std::map<std::string, int>& symbols_;
+  const CpuOptions& options_;
+  std::vector<ir::HostArray>& constants_;
+  mlir::Value buffers_, symbols_arg_;
+  int slot_count_ = 0;
+  std::map<NodeId, RowAccess> row_access_memo_;
+  std::map<NodeId, mlir::Value> row_cache_;
+  std::map<NodeId, mlir::Value> contiguous_cache_;
+  std::map<std::vector<const void*>, mlir::Value> lane_cache_;
+  mlir::Value matmul_strip_;  // while emitting a matmul strip's epilogue: the strip of C
+  mlir::Value mask_;          // while set, vector loads and stores are masked by it
+};
+
+}  // namespace fuse::codegen

@@ -1,0 +1,416 @@
+// CPU matmuls: BlockedMatmul (BLIS-style) and MatmulRows.
+#include "codegen/cpu/emitter.h"
+
+#include <algorithm>
+
+namespace fuse::codegen {
+
+using ir::DType;
+using ir::Node;
+using ir::NodeId;
+using ir::OpKind;
+
+void CpuKernelEmitter::emit_matmul(mlir::Value begin, mlir::Value end) {
+  NodeId mm = ir::matmul_node(k_);
+  const Node& n = k_.body.node(mm);
+  int lanes = std::max(1, k_.schedule.cpu.vector_width);
+  int b_axis = static_cast<int>(k_.body.node(n.inputs[1]).shape.size()) - 1;
+  bool strips = lanes > 1 && access_.inner(n.inputs[1], b_axis) <= ir::InnerAccess::Unit && access_.epilogue_on_column_vectors();
+  if (!strips) {
+    loop(begin, end, 1, [&](mlir::Value row) { emit_matmul_columns(row, i64(0)); });
+    return;
+  }
+  // Several rows per block only without batch dims: rows of a block then share B.
+  int64_t block = k_.space.size() == 2 ? kMatmulRows : 1;
+  mlir::Value blocks_end = whole_steps_end(begin, end, block);
+  loop(begin, blocks_end, block, [&](mlir::Value row) { emit_matmul_strips(row, block, lanes); });
+  loop(blocks_end, end, 1, [&](mlir::Value row) { emit_matmul_strips(row, 1, lanes); });
+}
+
+CpuKernelEmitter::MatmulTiling CpuKernelEmitter::matmul_tiling() const {
+  const ir::CpuSchedule& s = k_.schedule.cpu;
+  MatmulTiling t;
+  t.lanes = s.vector_width;
+  t.mr = s.mr;
+  t.nr = (s.nr + t.lanes - 1) / t.lanes * t.lanes;
+  t.kc = (s.kc + t.lanes - 1) / t.lanes * t.lanes;
+  t.mc = std::max<int64_t>(t.mr, s.mc / t.mr * t.mr);
+  t.nc = std::max<int64_t>(t.nr, s.nc / t.nr * t.nr);
+  return t;
+}
+
+void CpuKernelEmitter::emit_matmul_blocked(mlir::Value begin, mlir::Value end) {
+  MatmulPlan p;
+  p.mm = ir::matmul_node(k_);
+  const Node& n = k_.body.node(p.mm);
+  p.t = n.dtype;
+  p.tiling = matmul_tiling();
+  const MatmulTiling& t = p.tiling;
+  int rank = static_cast<int>(k_.space.size());
+  p.m = dim(k_.space[rank - 2]);
+  p.n = dim(k_.space[rank - 1]);
+  p.k = dim(k_.body.node(n.inputs[0]).shape.back());
+  int64_t elem = static_cast<int64_t>(ir::dtype_size(p.t));
+  NodeId a_id = n.inputs[0];
+  p.a_by_columns = access_.inner(a_id, rank - 1) > ir::InnerAccess::Unit && access_.inner(a_id, rank - 2) <= ir::InnerAccess::Unit;
+  // Packing buffers as large as this problem needs (a full nc x kc panel of B is megabytes).
+  mlir::Value kc_used = min_i64(i64(t.kc), max_i64(p.k, i64(1)));
+  mlir::Value mc_used = min_i64(i64(t.mc), round_up(max_i64(p.m, i64(1)), t.mr));
+  mlir::Value nc_used = min_i64(i64(t.nc), round_up(max_i64(p.n, i64(1)), t.nr));
+  // (packed A's rows are kc apart, or its columns mc apart: see pack_a)
+  mlir::Value a_elements = p.a_by_columns ? mul(i64(t.mc), kc_used) : mul(mc_used, i64(t.kc));
+  p.pack_a = allocate_slot(mul(add(a_elements, i64(t.lanes)), i64(elem)));
+  p.pack_b = allocate_slot(mul(add(mul(nc_used, kc_used), i64(t.lanes)), i64(elem)));
+  // Partial sums over K blocks: in an output of the matmul's dtype (overwritten by its final
+  // value at the last K block), else in a task-local buffer of the task's rows.
+  int acc_output = -1;
+  for (size_t o = 0; o < k_.body.outputs.size(); ++o)
+    if (k_.body.node(k_.body.outputs[o].node).dtype == p.t) acc_output = static_cast<int>(o);
+  mlir::Value many_k_blocks = cmpi(mlir::arith::CmpIPredicate::sgt, p.k, i64(t.kc));
+  if (acc_output >= 0) {
+    p.acc = output_slot_[acc_output];
+    p.acc_origin = i64(0);
+  } else {
+    // Only needed with several K blocks: one element when K fits one block.
+    mlir::Value rows = b_.create<mlir::arith::SelectOp>(loc_, many_k_blocks, sub(end, begin), i64(1));
+    p.acc = allocate_slot(mul(mul(rows, max_i64(p.n, i64(1))), i64(elem)));
+    p.acc_origin = begin;
+  }
+  int first_alloc = p.pack_a;
+  ir::Shape batch_shape(k_.space.begin(), k_.space.end() - 2);
+  mlir::Value m_rows = max_i64(p.m, i64(1));
+  mlir::Value first_batch = div(begin, m_rows);
+  mlir::Value last_batch = div(add(end, sub(m_rows, i64(1))), m_rows);
+  loop(first_batch, last_batch, 1, [&](mlir::Value batch) {
+    p.batch = delinearize(batch, batch_shape);
+    mlir::Value batch_row = mul(batch, p.m);
+    mlir::Value r0 = sub(max_i64(begin, batch_row), batch_row);
+    mlir::Value r1 = sub(min_i64(end, add(batch_row, p.m)), batch_row);
+    loop(i64(0), p.n, t.nc, [&](mlir::Value jc) {
+      mlir::Value nb = min_i64(i64(t.nc), sub(p.n, jc));
+      // At least one K block, so that K = 0 still writes the (empty-sum) result.
+      loop(i64(0), max_i64(p.k, i64(1)), t.kc, [&](mlir::Value pc) {
+        mlir::Value kb = max_i64(min_i64(i64(t.kc), sub(p.k, pc)), i64(0));
+        mlir::Value first = cmpi(mlir::arith::CmpIPredicate::eq, pc, i64(0));
+        mlir::Value last = cmpi(mlir::arith::CmpIPredicate::sge, add(pc, kb), p.k);
+        pack_b(p, pc, kb, jc, nb);
+        loop(r0, r1, t.mc, [&](mlir::Value ic) {
+          mlir::Value mb = min_i64(i64(t.mc), sub(r1, ic));
+          pack_a(p, ic, mb, pc, kb);
+          loop(i64(0), nb, t.nr, [&](mlir::Value jr) {
+            loop(i64(0), mb, t.mr, [&](mlir::Value ir) {
+              mlir::Value rows = min_i64(i64(t.mr), sub(mb, ir));
+              mlir::Value cols = min_i64(i64(t.nr), sub(nb, jr));
+              mlir::Value whole = b_.create<mlir::arith::AndIOp>(loc_, cmpi(mlir::arith::CmpIPredicate::eq, rows, i64(t.mr)),
+                                                                 cmpi(mlir::arith::CmpIPredicate::eq, cols, i64(t.nr)));
+              auto branch = b_.create<mlir::scf::IfOp>(loc_, whole, /*withElseRegion=*/true);
+              mlir::OpBuilder::InsertionGuard guard(b_);
+              b_.setInsertionPointToStart(&branch.getThenRegion().front());
+              micro_kernel(p, add(batch_row, add(ic, ir)), add(jc, jr), ir, jr, kb, first, last, {}, {});
+              b_.setInsertionPointToStart(&branch.getElseRegion().front());
+              micro_kernel(p, add(batch_row, add(ic, ir)), add(jc, jr), ir, jr, kb, first, last, rows, cols);
+            });
+          });
+        });
+      });
+    });
+  });
+  for (int slot = first_alloc; slot < static_cast<int>(base_.size()); ++slot)
+    call_c("free", mlir::LLVM::LLVMVoidType::get(b_.getContext()), mlir::ValueRange{base_[slot]});
+}
+
+// Rounds x up to a multiple of `to`.
+mlir::Value CpuKernelEmitter::round_up(mlir::Value x, int64_t to) {
+  return mul(div(add(x, i64(to - 1)), i64(to)), i64(to));
+}
+
+// B[pc : pc + kb, jc : jc + nb] into panels of nr columns: panel q holds, for each k, the
+// columns [q*nr, q*nr + nr) contiguously. The last panel's columns past nb are padding: they
+// are written too (masked-off lanes or a copy of the last column), because the micro-kernel
+// computes whole tiles, and a lane read from never-written memory is undefined in LLVM: once
+// such a lane reached a branch (the f32 patch test of sigmoid), LLVM proved the tile loop
+// unreachable and compiled it to a jump to itself.
+void CpuKernelEmitter::pack_b(const MatmulPlan& p, mlir::Value pc, mlir::Value kb, mlir::Value jc, mlir::Value nb) {
+  const MatmulTiling& t = p.tiling;
+  NodeId b_id = k_.body.node(p.mm).inputs[1];
+  int rank = static_cast<int>(k_.space.size());
+  auto packed_offset = [&](mlir::Value kk, mlir::Value jj) {  // jj relative to jc
+    mlir::Value panel = div(jj, i64(t.nr));
+    return add(mul(panel, mul(kb, i64(t.nr))), add(mul(kk, i64(t.nr)), sub(jj, mul(panel, i64(t.nr)))));
+  };
+  mlir::Value padded = round_up(nb, t.nr);
+  if (access_.inner(b_id, rank - 1) <= ir::InnerAccess::Unit) {
+    loop(i64(0), kb, 1, [&](mlir::Value kk) {
+      std::vector<mlir::Value> idx0 = p.batch;
+      idx0.push_back(add(pc, kk));
+      idx0.push_back(i64(0));
+      loop(i64(0), padded, t.lanes, [&](mlir::Value jj) {
+        mlir::Value v;
+        masked(sub(nb, jj), t.lanes, [&] { v = lane_value(b_id, idx0, rank - 1, add(jc, jj), t.lanes); });
+        store(p.pack_b, p.t, packed_offset(kk, jj), v, t.lanes);  // whole vectors: padding included
+      });
+    });
+    return;
+  }
+  // Strided along the columns (a transposed B): element by element, k innermost so that the
+  // reads of B follow its unit stride.
+  mlir::Value last = sub(nb, i64(1));
+  loop(i64(0), padded, 1, [&](mlir::Value jj) {
+    loop(i64(0), kb, 1, [&](mlir::Value kk) {
+      std::vector<mlir::Value> idx = p.batch;
+      idx.push_back(add(pc, kk));
+      idx.push_back(add(jc, min_i64(jj, last)));
+      store(p.pack_b, p.t, packed_offset(kk, jj), general_value(b_id, idx), 1);
+    });
+  });
+}
+
+// A[ic : ic + mb, pc : pc + kb] (rows of this batch) into packed A: row r at r * kc (A unit
+// along K, or any other layout, element by element), or column k at k * mc (A unit along M).
+// Rows up to the next whole mr tile are written too (copies of the last row, or masked-off
+// lanes): the micro-kernel reads whole tiles, and never-written lanes are undefined (pack_b).
+void CpuKernelEmitter::pack_a(const MatmulPlan& p, mlir::Value ic, mlir::Value mb, mlir::Value pc, mlir::Value kb) {
+  const MatmulTiling& t = p.tiling;
+  NodeId a_id = k_.body.node(p.mm).inputs[0];
+  int rank = static_cast<int>(k_.space.size());
+  auto index = [&](mlir::Value row, mlir::Value kk) {
+    std::vector<mlir::Value> idx = p.batch;
+    idx.push_back(row);
+    idx.push_back(kk);
+    return idx;
+  };
+  mlir::Value padded = round_up(mb, t.mr);
+  mlir::Value last = sub(mb, i64(1));
+  if (access_.inner(a_id, rank - 1) <= ir::InnerAccess::Unit) {
+    loop(i64(0), padded, 1, [&](mlir::Value r) {
+      std::vector<mlir::Value> idx0 = index(add(ic, min_i64(r, last)), i64(0));
+      loop(i64(0), kb, t.lanes, [&](mlir::Value kk) {
+        masked(sub(kb, kk), t.lanes, [&] {
+          mlir::Value v = lane_value(a_id, idx0, rank - 1, add(pc, kk), t.lanes);
+          store(p.pack_a, p.t, add(mul(r, i64(t.kc)), kk), v, t.lanes);
+        });
+      });
+    });
+  } else if (p.a_by_columns) {
+    loop(i64(0), kb, 1, [&](mlir::Value kk) {
+      std::vector<mlir::Value> idx0 = index(i64(0), add(pc, kk));
+      loop(i64(0), padded, t.lanes, [&](mlir::Value r) {
+        mlir::Value v;
+        masked(sub(mb, r), t.lanes, [&] { v = lane_value(a_id, idx0, rank - 2, add(ic, r), t.lanes); });
+        // Whole vectors: padding included; a store past this column's end lands in the next
+        // column (written after it) or in the buffer's slack of one vector.
+        store(p.pack_a, p.t, add(mul(kk, i64(t.mc)), r), v, t.lanes);
+      });
+    });
+  } else {
+    loop(i64(0), padded, 1, [&](mlir::Value r) {
+      loop(i64(0), kb, 1, [&](mlir::Value kk) {
+        store(p.pack_a, p.t, add(mul(r, i64(t.kc)), kk),
+              general_value(a_id, index(add(ic, min_i64(r, last)), add(pc, kk))), 1);
+      });
+    });
+  }
+}
+
+mlir::Value CpuKernelEmitter::fma(mlir::Value a, mlir::Value b, mlir::Value acc) {
+  if (mlir::isa<mlir::FloatType>(mlir::getElementTypeOrSelf(acc.getType())))
+    return b_.create<mlir::vector::FMAOp>(loc_, a, b, acc);
+  return add(acc, mul(a, b));
+}
+
+// One mr x nr tile of C at global row `row` (flattened batch x M) and column `col`, from
+// packed A rows [ir, ir + mr) and packed B columns [jr, jr + nr) over kb. `rows`/`cols`
+// null: a whole tile; else an edge tile (rows and columns past them are not stored).
+void CpuKernelEmitter::micro_kernel(const MatmulPlan& p, mlir::Value row, mlir::Value col, mlir::Value ir, mlir::Value jr, mlir::Value kb,
+                  mlir::Value first, mlir::Value last, mlir::Value rows, mlir::Value cols) {
+  const MatmulTiling& t = p.tiling;
+  int64_t vectors = t.nr / t.lanes;
+  mlir::Type vec = lane_type(scalar_type(p.t), t.lanes);
+  int64_t tile = t.mr * vectors;
+  // Partial sums of tile row `r` (a Value: edge tiles clamp it), vector `v`.
+  auto acc_offset = [&](mlir::Value r, int64_t v) {
+    return add(mul(sub(add(row, r), p.acc_origin), p.n), add(col, i64(v * t.lanes)));
+  };
+  // Runs body for each row r of the tile that exists, under each vector's column mask.
+  auto each_stored = [&](auto body) {
+    for (int64_t r = 0; r < t.mr; ++r) {
+      mlir::OpBuilder::InsertionGuard guard(b_);
+      if (rows) {
+        auto exists = b_.create<mlir::scf::IfOp>(loc_, cmpi(mlir::arith::CmpIPredicate::slt, i64(r), rows), false);
+        b_.setInsertionPointToStart(&exists.getThenRegion().front());
+      }
+      clear_caches();
+      for (int64_t v = 0; v < vectors; ++v) {
+        if (cols) masked(sub(cols, i64(v * t.lanes)), t.lanes, [&] { body(r, v); });
+        else body(r, v);
+      }
+      clear_caches();
+    }
+  };
+  // The initial tile: zero for the first K block, else the partial sums.
+  auto init = b_.create<mlir::scf::IfOp>(loc_, mlir::TypeRange(std::vector<mlir::Type>(tile, vec)), first, true);
+  {
+    mlir::OpBuilder::InsertionGuard guard(b_);
+    b_.setInsertionPointToStart(&init.getThenRegion().front());
+    b_.create<mlir::scf::YieldOp>(loc_, std::vector<mlir::Value>(tile, constant(p.t, 0, 0, t.lanes)));
+    b_.setInsertionPointToStart(&init.getElseRegion().front());
+    std::vector<mlir::Value> partial;
+    for (int64_t r = 0; r < t.mr; ++r)
+      for (int64_t v = 0; v < vectors; ++v) {
+        // Rows past an edge tile's end read row `row` again (in bounds; never stored).
+        mlir::Value offset = acc_offset(rows ? min_i64(i64(r), sub(rows, i64(1))) : i64(r), v);
+        if (cols) {
+          mlir::Value x;
+          masked(sub(cols, i64(v * t.lanes)), t.lanes, [&] { x = load(p.acc, p.t, offset, t.lanes); });
+          partial.push_back(x);
+        } else {
+          partial.push_back(load(p.acc, p.t, offset, t.lanes));
+        }
+      }
+    b_.create<mlir::scf::YieldOp>(loc_, partial);
+  }
+  // The K loop: one outer product of a column of packed A and a row of packed B per k.
+  mlir::Value a_base = p.a_by_columns ? ir : mul(ir, i64(t.kc));
+  int64_t a_row_stride = p.a_by_columns ? 1 : t.kc;
+  int64_t a_k_stride = p.a_by_columns ? t.mc : 1;
+  mlir::Value b_base = mul(jr, kb);  // panel jr / nr starts at jr * kb
+  auto k_loop = b_.create<mlir::scf::ForOp>(loc_, i64(0), kb, i64(1), init.getResults());
+  {
+    mlir::OpBuilder::InsertionGuard guard(b_);
+    b_.setInsertionPointToStart(k_loop.getBody());
+    mlir::Value kk = k_loop.getInductionVar();
+    std::vector<mlir::Value> bv;
+    for (int64_t v = 0; v < vectors; ++v)
+      bv.push_back(load(p.pack_b, p.t, add(b_base, add(mul(kk, i64(t.nr)), i64(v * t.lanes))), t.lanes));
+    mlir::Value a_k = add(a_base, mul(kk, i64(a_k_stride)));
+    std::vector<mlir::Value> next;
+    for (int64_t r = 0; r < t.mr; ++r) {
+      mlir::Value a = load(p.pack_a, p.t, add(a_k, i64(r * a_row_stride)), 1);
+      a = b_.create<mlir::vector::BroadcastOp>(loc_, vec, a);
+      for (int64_t v = 0; v < vectors; ++v) next.push_back(fma(a, bv[v], k_loop.getRegionIterArgs()[r * vectors + v]));
+    }
+    b_.create<mlir::scf::YieldOp>(loc_, next);
+  }
+  // Done with K: the epilogue and the outputs; else the partial sums back.
+  auto finish = b_.create<mlir::scf::IfOp>(loc_, last, true);
+  mlir::OpBuilder::InsertionGuard guard(b_);
+  b_.setInsertionPointToStart(&finish.getThenRegion().front());
+  int c_axis = static_cast<int>(k_.space.size()) - 1;
+  each_stored([&](int64_t r, int64_t v) {
+    matmul_strip_ = k_loop.getResult(r * vectors + v);
+    std::vector<mlir::Value> idx0 = delinearize(add(row, i64(r)), ir::Shape(k_.space.begin(), k_.space.end() - 1));
+    idx0.push_back(i64(0));
+    mlir::Value c = add(col, i64(v * t.lanes));
+    for (size_t o = 0; o < k_.body.outputs.size(); ++o) {
+      NodeId out = k_.body.outputs[o].node;
+      store(output_slot_[o], k_.body.node(out).dtype, add(mul(add(row, i64(r)), p.n), c),
+            lane_value(out, idx0, c_axis, c, t.lanes), t.lanes);
+    }
+    lane_cache_.clear();
+    matmul_strip_ = {};
+  });
+  b_.setInsertionPointToStart(&finish.getElseRegion().front());
+  each_stored([&](int64_t r, int64_t v) { store(p.acc, p.t, acc_offset(i64(r), v), k_loop.getResult(r * vectors + v), t.lanes); });
+}
+
+void CpuKernelEmitter::emit_matmul_strips(mlir::Value first_row, int64_t rows, int lanes) {
+  NodeId mm = ir::matmul_node(k_);
+  const Node& n = k_.body.node(mm);
+  const ir::Shape& b_shape = k_.body.node(n.inputs[1]).shape;
+  ir::Shape rows_shape(k_.space.begin(), k_.space.end() - 1);
+  DType acc_type = ir::is_float(n.dtype) ? DType::F64 : DType::I64;
+  bool floating = acc_type == DType::F64;
+  mlir::Value width = dim(k_.space.back());
+  std::vector<std::vector<mlir::Value>> row_idx;
+  for (int64_t q = 0; q < rows; ++q) row_idx.push_back(delinearize(add(first_row, i64(q)), rows_shape));
+  mlir::Value strips_end = mul(div(width, i64(lanes)), i64(lanes));
+  loop(i64(0), strips_end, lanes, [&](mlir::Value j) {
+    std::vector<mlir::Value> init(rows, constant(acc_type, 0, 0, lanes));
+    auto dot = b_.create<mlir::scf::ForOp>(loc_, i64(0), dim(k_.body.node(n.inputs[0]).shape.back()), i64(1), init);
+    {
+      mlir::OpBuilder::InsertionGuard guard(b_);
+      b_.setInsertionPointToStart(dot.getBody());
+      clear_caches();
+      mlir::Value kk = dot.getInductionVar();
+      // B's row k for row 0's batch (every row of a block has the same batch: no batch dims).
+      std::vector<mlir::Value> b_idx(row_idx[0].begin(), row_idx[0].end() - 1);
+      b_idx.push_back(kk);
+      b_idx.push_back(i64(0));
+      mlir::Value b = cast(lane_value(n.inputs[1], b_idx, static_cast<int>(b_shape.size()) - 1, j, lanes), n.dtype,
+                           acc_type, lanes);
+      std::vector<mlir::Value> next;
+      for (int64_t q = 0; q < rows; ++q) {
+        std::vector<mlir::Value> a_idx = row_idx[q];
+        a_idx.push_back(kk);
+        mlir::Value a = cast(general_value(n.inputs[0], a_idx), n.dtype, acc_type, 1);
+        a = b_.create<mlir::vector::BroadcastOp>(loc_, lane_type(scalar_type(acc_type), lanes), a);
+        mlir::Value acc = dot.getRegionIterArgs()[q];
+        next.push_back(floating ? mlir::Value(b_.create<mlir::arith::AddFOp>(loc_, acc, b_.create<mlir::arith::MulFOp>(loc_, a, b)))
+                                : add(acc, mul(a, b)));
+      }
+      b_.create<mlir::scf::YieldOp>(loc_, next);
+      clear_caches();
+    }
+    for (int64_t q = 0; q < rows; ++q) {
+      clear_caches();
+      matmul_strip_ = cast(dot.getResult(q), acc_type, n.dtype, lanes);
+      std::vector<mlir::Value> idx0 = row_idx[q];
+      idx0.push_back(i64(0));
+      mlir::Value row_start = mul(add(first_row, i64(q)), width);
+      for (size_t o = 0; o < k_.body.outputs.size(); ++o) {
+        NodeId out = k_.body.outputs[o].node;
+        store(output_slot_[o], k_.body.node(out).dtype, add(row_start, j),
+              lane_value(out, idx0, static_cast<int>(k_.space.size()) - 1, j, lanes), lanes);
+      }
+    }
+    matmul_strip_ = {};
+  });
+  for (int64_t q = 0; q < rows; ++q) emit_matmul_columns(add(first_row, i64(q)), strips_end);
+}
+
+// Columns [first_column, N) of one row of C: a dot product per element, operands and
+// prologues read through index maps, the epilogue applied to each element. Any shape, dtype
+// and view.
+void CpuKernelEmitter::emit_matmul_columns(mlir::Value row, mlir::Value first_column) {
+  NodeId mm = ir::matmul_node(k_);
+  const Node& n = k_.body.node(mm);
+  const ir::Shape& a_shape = k_.body.node(n.inputs[0]).shape;
+  ir::Shape rows(k_.space.begin(), k_.space.end() - 1);
+  std::vector<mlir::Value> row_idx = delinearize(row, rows);
+  DType acc_type = ir::is_float(n.dtype) ? DType::F64 : DType::I64;
+  auto columns = b_.create<mlir::scf::ForOp>(loc_, first_column, dim(k_.space.back()), i64(1));
+  mlir::OpBuilder::InsertionGuard guard(b_);
+  b_.setInsertionPointToStart(columns.getBody());
+  clear_caches();
+  mlir::Value j = columns.getInductionVar();
+  auto dot = b_.create<mlir::scf::ForOp>(loc_, i64(0), dim(a_shape.back()), i64(1),
+                                         mlir::ValueRange{constant(acc_type, 0, 0, 1)});
+  {
+    mlir::OpBuilder::InsertionGuard inner(b_);
+    b_.setInsertionPointToStart(dot.getBody());
+    clear_caches();
+    mlir::Value kk = dot.getInductionVar();
+    std::vector<mlir::Value> a_idx(row_idx), b_idx(row_idx.begin(), row_idx.end() - 1);
+    a_idx.push_back(kk);
+    b_idx.push_back(kk);
+    b_idx.push_back(j);
+    mlir::Value a = cast(general_value(n.inputs[0], a_idx), n.dtype, acc_type, 1);
+    mlir::Value b = cast(general_value(n.inputs[1], b_idx), n.dtype, acc_type, 1);
+    mlir::Value acc = dot.getRegionIterArgs()[0];
+    mlir::Value next = ir::is_float(n.dtype)
+                           ? mlir::Value(b_.create<mlir::arith::AddFOp>(loc_, acc, b_.create<mlir::arith::MulFOp>(loc_, a, b)))
+                           : add(acc, mul(a, b));
+    b_.create<mlir::scf::YieldOp>(loc_, next);
+    clear_caches();
+  }
+  reduced_[mm] = cast(dot.getResult(0), acc_type, n.dtype, 1);
+  std::vector<mlir::Value> c_idx(row_idx);
+  c_idx.push_back(j);
+  for (size_t o = 0; o < k_.body.outputs.size(); ++o) {
+    const Node& out = k_.body.node(k_.body.outputs[o].node);
+    store(output_slot_[o], out.dtype, linearize(c_idx, k_.space), general_value(k_.body.outputs[o].node, c_idx), 1);
+  }
+  clear_caches();
+}
+
+}  // namespace fuse::codegen

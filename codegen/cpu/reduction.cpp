@@ -1,0 +1,365 @@
+// CPU reductions: ReductionRows (also row-wise kernels), ColumnReduction and SplitReduction.
+#include "codegen/cpu/emitter.h"
+
+#include <algorithm>
+
+namespace fuse::codegen {
+
+using ir::DType;
+using ir::Node;
+using ir::NodeId;
+using ir::OpKind;
+
+// The second function of a split reduction: combines the chunks' accumulators, in chunk order,
+// and writes the outputs (a single element each).
+void CpuKernelEmitter::emit_split_finish(mlir::func::FuncOp func) {
+  enter(func);
+  ir::Dim row_length = ir::num_elements(reduced_dims());
+  int q = 0;
+  for (NodeId id : reduce_nodes()) {
+    auto chunks = b_.create<mlir::scf::ForOp>(loc_, i64(0), i64(kSplitChunks), i64(1),
+                                              mlir::ValueRange{accumulator_identity(id, 1)});
+    {
+      mlir::OpBuilder::InsertionGuard guard(b_);
+      b_.setInsertionPointToStart(chunks.getBody());
+      mlir::Value partial = load_partial(id, q, chunks.getInductionVar());
+      b_.create<mlir::scf::YieldOp>(loc_, combine(id, chunks.getRegionIterArgs()[0], partial));
+    }
+    reduced_[id] = finish(id, chunks.getResult(0), row_length);
+    ++q;
+  }
+  clear_caches();
+  for (size_t o = 0; o < k_.body.outputs.size(); ++o) {
+    const Node& n = k_.body.node(k_.body.outputs[o].node);
+    store(output_slot_[o], n.dtype, i64(0), general_value(k_.body.outputs[o].node, delinearize(i64(0), n.shape)), 1);
+  }
+  b_.create<mlir::func::ReturnOp>(loc_);
+}
+
+mlir::Value CpuKernelEmitter::partial_address(int q, mlir::Value chunk) {
+  mlir::Value index = add(i64(static_cast<int64_t>(q) * kSplitChunks), chunk);
+  return b_.create<mlir::LLVM::GEPOp>(loc_, ptr_type(), i64_type(), base_[slot_count_], mlir::ValueRange{index});
+}
+
+void CpuKernelEmitter::store_partial(NodeId id, int q, mlir::Value chunk, mlir::Value acc) {
+  if (accumulator_type(id) == DType::Bool) acc = b_.create<mlir::arith::ExtUIOp>(loc_, b_.getI8Type(), acc);
+  b_.create<mlir::LLVM::StoreOp>(loc_, acc, partial_address(q, chunk), 8);
+}
+
+mlir::Value CpuKernelEmitter::load_partial(NodeId id, int q, mlir::Value chunk) {
+  DType t = accumulator_type(id);
+  mlir::Value v = b_.create<mlir::LLVM::LoadOp>(loc_, memory_type(t), partial_address(q, chunk), 8);
+  return t == DType::Bool ? cmpi(mlir::arith::CmpIPredicate::ne, v, zero_i8(1)) : v;
+}
+
+void CpuKernelEmitter::emit_split_chunk(mlir::Value chunk) {
+  ir::Dim row_length = ir::num_elements(reduced_dims());
+  mlir::Value length = dim(row_length);
+  mlir::Value from = div(mul(chunk, length), i64(kSplitChunks));
+  mlir::Value to = div(mul(add(chunk, i64(1)), length), i64(kSplitChunks));
+  int lanes = std::max(1, k_.schedule.cpu.vector_width);
+  std::vector<NodeId> ids = reduce_nodes();
+  std::vector<mlir::Value> kept(kept_dims().size(), i64(0));  // every kept dim has size 1
+  std::vector<mlir::Value> accs = accumulate(ids, kept, i64(0), from, to, lanes);
+  for (size_t q = 0; q < ids.size(); ++q) store_partial(ids[q], static_cast<int>(q), chunk, accs[q]);
+}
+
+// A row: every reduction in order (a later one may use an earlier one's result, as softmax's
+// sum uses its max), then the outputs: reduced-space ones once, full-space ones over the row.
+void CpuKernelEmitter::emit_reduction_row(mlir::Value row) {
+  std::vector<mlir::Value> kept = delinearize(row, kept_dims());
+  ir::Dim row_length = ir::num_elements(reduced_dims());
+  int lanes = std::max(1, k_.schedule.cpu.vector_width);
+  mlir::Value row_base = mul(row, dim(row_length));
+  mlir::Value vector_end = mul(div(dim(row_length), i64(lanes)), i64(lanes));
+  // Reductions in groups that read the row once each: a group ends where a reduction needs an
+  // earlier one's result (softmax's sum needs its max).
+  std::vector<NodeId> group;
+  auto flush = [&] {
+    std::vector<mlir::Value> accs = accumulate(group, kept, row_base, i64(0), dim(row_length), lanes);
+    for (size_t q = 0; q < group.size(); ++q) reduced_[group[q]] = finish(group[q], accs[q], row_length);
+    group.clear();
+  };
+  for (NodeId id : reduce_nodes()) {
+    for (NodeId earlier : group)
+      if (access_.depends_on(id, earlier)) {
+        flush();
+        break;
+      }
+    group.push_back(id);
+  }
+  if (!group.empty()) flush();
+  for (size_t o = 0; o < k_.body.outputs.size(); ++o) {
+    const Node& n = k_.body.node(k_.body.outputs[o].node);
+    NodeId out = k_.body.outputs[o].node;
+    if (n.shape == k_.space) {
+      // SIMD over the row where its values allow, then scalar for the rest (the tail).
+      mlir::Value scalar_from = i64(0);
+      if (row_access(out) == RowAccess::Contiguous && ir::trailing_axes(k_)) {
+        loop(i64(0), vector_end, lanes, [&](mlir::Value j) {
+          store(output_slot_[o], n.dtype, add(row_base, j), row_value(out, kept, row_base, j, lanes), lanes);
+        });
+        scalar_from = vector_end;
+      }
+      loop(scalar_from, dim(row_length), 1, [&](mlir::Value j) {
+        std::vector<mlir::Value> full = full_index(kept, delinearize(j, reduced_dims()));
+        store(output_slot_[o], n.dtype, linearize(full, k_.space), general_value(out, full), 1);
+      });
+      continue;
+    }
+    if (!(ir::num_elements(n.shape) == ir::num_elements(kept_dims()))) {
+      // Laid out like the space in another shape (a generator's output, never downstream of
+      // the reduction): element by element at its row-major position.
+      loop(i64(0), dim(row_length), 1, [&](mlir::Value j) {
+        mlir::Value linear = linearize(full_index(kept, delinearize(j, reduced_dims())), k_.space);
+        store(output_slot_[o], n.dtype, linear, general_value(out, delinearize(linear, n.shape)), 1);
+      });
+      continue;
+    }
+    // A reduced-space output: element `row` (cpu_compiles() keeps rows in order up to here).
+    store(output_slot_[o], n.dtype, row, general_value(out, delinearize(row, n.shape)), 1);
+  }
+}
+
+CpuKernelEmitter::RowAccess CpuKernelEmitter::row_access(NodeId id) {
+  auto it = row_access_memo_.find(id);
+  if (it != row_access_memo_.end()) return it->second;
+  const Node& n = k_.body.node(id);
+  RowAccess a = RowAccess::Invalid;
+  size_t kept = k_.space.size() - k_.axes.size();
+  if (n.kind == OpKind::Reduce) {
+    a = RowAccess::PerRow;
+  } else if (n.shape == k_.space && (n.kind == OpKind::Input || n.kind == OpKind::Constant)) {
+    a = RowAccess::Contiguous;
+  } else if (n.shape == k_.space && n.kind == OpKind::Elementwise) {
+    a = RowAccess::Contiguous;
+    for (NodeId in : n.inputs)
+      if (row_access(in) == RowAccess::Invalid) a = RowAccess::Invalid;
+  } else if (n.shape == k_.space && n.kind == OpKind::BroadcastTo) {
+    const ir::Shape& from = k_.body.node(n.inputs[0]).shape;
+    size_t offset = n.shape.size() - from.size();
+    // RowLocal needs the operand to span every reduced dim, so that its own index is j.
+    bool reduced_all_one = true, kept_all_one = true, reduced_full = offset <= kept;
+    for (size_t p = 0; p < from.size(); ++p) {
+      bool is_kept = p + offset < kept;
+      if (is_kept) kept_all_one = kept_all_one && from[p] == ir::Dim(1);
+      else {
+        reduced_all_one = reduced_all_one && from[p] == ir::Dim(1);
+        reduced_full = reduced_full && from[p] == k_.space[p + offset];
+      }
+    }
+    OpKind leaf = k_.body.node(n.inputs[0]).kind;
+    if (reduced_all_one) a = RowAccess::PerRow;
+    else if (kept_all_one && reduced_full && (leaf == OpKind::Input || leaf == OpKind::Constant)) a = RowAccess::RowLocal;
+  }
+  row_access_memo_[id] = a;
+  return a;
+}
+
+bool CpuKernelEmitter::row_vectorizable(NodeId reduce_id) {
+  const Node& n = k_.body.node(reduce_id);
+  const ir::ReduceAttrs& r = n.as<ir::ReduceAttrs>();
+  return ir::trailing_axes(k_) && r.kind != ir::ReduceKind::Custom && row_access(n.inputs[0]) == RowAccess::Contiguous;
+}
+
+// The value of `id` at elements [j, j + lanes) of the row starting at `row_base`.
+mlir::Value CpuKernelEmitter::row_value(NodeId id, const std::vector<mlir::Value>& kept, mlir::Value row_base, mlir::Value j, int lanes) {
+  auto it = row_cache_.find(id);
+  if (it != row_cache_.end()) return it->second;
+  const Node& n = k_.body.node(id);
+  mlir::Value v;
+  if (n.kind == OpKind::Input || n.kind == OpKind::Constant) {
+    v = load(input_slot_.at(id), n.dtype, add(row_base, j), lanes);
+  } else if (n.kind == OpKind::Reduce) {  // reduced over size-1 axes: already the row's value
+    v = b_.create<mlir::vector::BroadcastOp>(loc_, lane_type(scalar_type(n.dtype), lanes), reduced_.at(id));
+  } else if (n.kind == OpKind::Elementwise) {
+    std::vector<mlir::Value> args;
+    for (NodeId in : n.inputs) args.push_back(row_value(in, kept, row_base, j, lanes));
+    v = scalar_fn(n.as<ir::ElementwiseAttrs>().body, args, lanes);
+  } else if (row_access(id) == RowAccess::RowLocal) {
+    NodeId leaf = n.inputs[0];
+    v = load(input_slot_.at(leaf), k_.body.node(leaf).dtype, j, lanes);
+  } else {  // PerRow: one value for the whole row, splat
+    const ir::Shape& from = k_.body.node(n.inputs[0]).shape;
+    size_t offset = n.shape.size() - from.size();
+    std::vector<mlir::Value> idx;
+    // A dim of size 1 is broadcast along the rows too (a total's [1, 1] read by every row).
+    for (size_t p = 0; p < from.size(); ++p)
+      idx.push_back(p + offset < kept.size() && !(from[p] == ir::Dim(1)) ? kept[p + offset] : i64(0));
+    v = general_value(n.inputs[0], idx);
+    v = b_.create<mlir::vector::BroadcastOp>(loc_, lane_type(scalar_type(n.dtype), lanes), v);
+  }
+  row_cache_[id] = v;
+  return v;
+}
+
+// The horizontal (across lanes) form of a reduction's combine.
+mlir::vector::CombiningKind CpuKernelEmitter::lane_combining_kind(NodeId id) {
+  using Kind = mlir::vector::CombiningKind;
+  bool floating = ir::is_float(accumulator_type(id));
+  switch (k_.body.node(id).as<ir::ReduceAttrs>().kind) {
+    case ir::ReduceKind::Prod: return Kind::MUL;
+    case ir::ReduceKind::Max: return floating ? Kind::MAXIMUMF : Kind::MAXSI;
+    case ir::ReduceKind::Min: return floating ? Kind::MINIMUMF : Kind::MINSI;
+    case ir::ReduceKind::Any: return Kind::OR;
+    case ir::ReduceKind::All: return Kind::AND;
+    default: return Kind::ADD;
+  }
+}
+
+// Elements [from, to) of the row folded into one accumulator per reduction in `ids` (none may
+// depend on another), all in the same loops so that they share their loads: SIMD with two
+// independent vector accumulators each (two dependency chains in flight) for those
+// row_vectorizable(), then one scalar loop for the rest and the SIMD loop's tail.
+std::vector<mlir::Value> CpuKernelEmitter::accumulate(const std::vector<NodeId>& ids, const std::vector<mlir::Value>& kept,
+                                    mlir::Value row_base, mlir::Value from, mlir::Value to, int lanes) {
+  std::vector<NodeId> vectorized, scalar;
+  for (NodeId id : ids) (lanes > 1 && row_vectorizable(id) ? vectorized : scalar).push_back(id);
+  std::map<NodeId, mlir::Value> result;
+  if (!vectorized.empty()) {
+    // Independent accumulators per reduction (the schedule's `accumulators`): that many
+    // dependency chains in flight, combined in order after the loop.
+    int chains = std::max(1, k_.schedule.cpu.accumulators);
+    int64_t step = static_cast<int64_t>(chains) * lanes;
+    mlir::Value vector_end = whole_steps_end(from, to, step);
+    std::vector<mlir::Value> init;
+    for (NodeId id : vectorized) init.insert(init.end(), chains, accumulator_identity(id, lanes));
+    auto vector_loop = b_.create<mlir::scf::ForOp>(loc_, from, vector_end, i64(step), init);
+    {
+      mlir::OpBuilder::InsertionGuard guard(b_);
+      b_.setInsertionPointToStart(vector_loop.getBody());
+      std::vector<mlir::Value> next(init.size());
+      for (int c = 0; c < chains; ++c) {
+        clear_caches();
+        mlir::Value j = add(vector_loop.getInductionVar(), i64(static_cast<int64_t>(c) * lanes));
+        for (size_t q = 0; q < vectorized.size(); ++q) {
+          NodeId id = vectorized[q];
+          mlir::Value x = to_accumulator(id, row_value(k_.body.node(id).inputs[0], kept, row_base, j, lanes), lanes);
+          next[chains * q + c] = combine(id, vector_loop.getRegionIterArgs()[chains * q + c], x);
+        }
+      }
+      b_.create<mlir::scf::YieldOp>(loc_, next);
+      clear_caches();
+    }
+    std::vector<mlir::Value> partial;
+    for (size_t q = 0; q < vectorized.size(); ++q) {
+      NodeId id = vectorized[q];
+      mlir::Value all = vector_loop.getResult(chains * q);
+      for (int c = 1; c < chains; ++c) all = combine(id, all, vector_loop.getResult(chains * q + c));
+      partial.push_back(b_.create<mlir::vector::ReductionOp>(loc_, lane_combining_kind(id), all));
+    }
+    std::vector<mlir::Value> tail = accumulate_scalar(vectorized, partial, kept, vector_end, to);
+    for (size_t q = 0; q < vectorized.size(); ++q) result[vectorized[q]] = tail[q];
+  }
+  if (!scalar.empty()) {
+    std::vector<mlir::Value> init;
+    for (NodeId id : scalar) init.push_back(accumulator_identity(id, 1));
+    std::vector<mlir::Value> accs = accumulate_scalar(scalar, init, kept, from, to);
+    for (size_t q = 0; q < scalar.size(); ++q) result[scalar[q]] = accs[q];
+  }
+  std::vector<mlir::Value> ordered;
+  for (NodeId id : ids) ordered.push_back(result.at(id));
+  return ordered;
+}
+
+// One element at a time, each element's index taken apart into the reduced dims.
+std::vector<mlir::Value> CpuKernelEmitter::accumulate_scalar(const std::vector<NodeId>& ids, const std::vector<mlir::Value>& init,
+                                           const std::vector<mlir::Value>& kept, mlir::Value from, mlir::Value to) {
+  auto loop = b_.create<mlir::scf::ForOp>(loc_, from, to, i64(1), init);
+  mlir::OpBuilder::InsertionGuard guard(b_);
+  b_.setInsertionPointToStart(loop.getBody());
+  clear_caches();
+  std::vector<mlir::Value> full = full_index(kept, delinearize(loop.getInductionVar(), reduced_dims()));
+  std::vector<mlir::Value> next;
+  for (size_t q = 0; q < ids.size(); ++q) {
+    mlir::Value x = to_accumulator(ids[q], general_value(k_.body.node(ids[q]).inputs[0], full), 1);
+    next.push_back(combine(ids[q], loop.getRegionIterArgs()[q], x));
+  }
+  b_.create<mlir::scf::YieldOp>(loc_, next);
+  clear_caches();
+  b_.setInsertionPointAfter(loop);
+  return {loop.getResults().begin(), loop.getResults().end()};
+}
+
+void CpuKernelEmitter::emit_columns(mlir::Value begin, mlir::Value end, int lanes) {
+  ir::Shape kept = kept_dims();
+  ir::Shape outer_shape(kept.begin(), kept.end() - 1);
+  for_each_row_piece(begin, end, kept.back(), outer_shape,
+                     [&](const std::vector<mlir::Value>& outer, mlir::Value row_start, mlir::Value from, mlir::Value to) {
+                       mlir::Value vector_end = from;
+                       if (lanes > 1) {
+                         // Blocks of kColumnVectors vectors, then single vectors, then single columns.
+                         int64_t block = lanes * kColumnVectors;
+                         mlir::Value block_end = whole_steps_end(from, to, block);
+                         loop(from, block_end, block,
+                              [&](mlir::Value c) { emit_column_lanes(outer, row_start, c, lanes, kColumnVectors); });
+                         vector_end = whole_steps_end(block_end, to, lanes);
+                         loop(block_end, vector_end, lanes, [&](mlir::Value c) { emit_column_lanes(outer, row_start, c, lanes); });
+                       }
+                       loop(vector_end, to, 1, [&](mlir::Value c) { emit_column_lanes(outer, row_start, c, 1); });
+                     });
+}
+
+// Outputs at kept positions [row_start + c, + lanes * vectors): every reduction down its
+// columns, `vectors` adjacent vectors at a time (a row then supplies whole cache lines).
+void CpuKernelEmitter::emit_column_lanes(const std::vector<mlir::Value>& outer, mlir::Value row_start, mlir::Value c, int lanes,
+                       int vectors) {
+  std::vector<NodeId> ids = reduce_nodes();
+  int last = static_cast<int>(k_.space.size()) - 1;
+  std::vector<mlir::Value> init;
+  for (int v = 0; v < vectors; ++v)
+    for (NodeId id : ids) init.push_back(accumulator_identity(id, lanes));
+  ir::Dim column_length = ir::num_elements(reduced_dims());
+  auto down = b_.create<mlir::scf::ForOp>(loc_, i64(0), dim(column_length), i64(1), init);
+  {
+    mlir::OpBuilder::InsertionGuard guard(b_);
+    b_.setInsertionPointToStart(down.getBody());
+    std::vector<mlir::Value> kept0 = outer;
+    kept0.push_back(i64(0));
+    std::vector<mlir::Value> next;
+    for (int v = 0; v < vectors; ++v) {
+      clear_caches();
+      std::vector<mlir::Value> idx0 = full_index(kept0, delinearize(down.getInductionVar(), reduced_dims()));
+      mlir::Value column = add(c, i64(static_cast<int64_t>(v) * lanes));
+      for (size_t q = 0; q < ids.size(); ++q) {
+        mlir::Value x = to_accumulator(ids[q], lane_value(k_.body.node(ids[q]).inputs[0], idx0, last, column, lanes), lanes);
+        next.push_back(combine(ids[q], down.getRegionIterArgs()[v * ids.size() + q], x));
+      }
+    }
+    b_.create<mlir::scf::YieldOp>(loc_, next);
+    clear_caches();
+  }
+  for (int v = 0; v < vectors; ++v) {
+    std::map<NodeId, mlir::Value> values;
+    for (size_t q = 0; q < ids.size(); ++q) {
+      NodeId id = ids[q];
+      const Node& n = k_.body.node(id);
+      mlir::Value acc = down.getResult(v * ids.size() + q);
+      DType acc_type = accumulator_type(id);
+      if (n.as<ir::ReduceAttrs>().kind == ir::ReduceKind::Mean) {
+        mlir::Value count = b_.create<mlir::arith::SIToFPOp>(loc_, b_.getF64Type(), dim(column_length));
+        if (lanes > 1) count = b_.create<mlir::vector::BroadcastOp>(loc_, lane_type(b_.getF64Type(), lanes), count);
+        acc = b_.create<mlir::arith::DivFOp>(loc_, acc, count);
+      }
+      values[id] = acc_type == n.dtype ? acc : cast(acc, acc_type, n.dtype, lanes);
+    }
+    // The epilogue: elementwise functions of the reductions (columns_form()).
+    for (NodeId id = 0; id < static_cast<NodeId>(k_.body.nodes.size()); ++id) {
+      const Node& n = k_.body.node(id);
+      if (n.kind != OpKind::Elementwise || values.count(id)) continue;
+      std::vector<mlir::Value> args;
+      for (NodeId in : n.inputs) {
+        if (!values.count(in)) break;
+        args.push_back(values.at(in));
+      }
+      if (args.size() == n.inputs.size()) values[id] = scalar_fn(n.as<ir::ElementwiseAttrs>().body, args, lanes);
+    }
+    mlir::Value column = add(c, i64(static_cast<int64_t>(v) * lanes));
+    for (size_t o = 0; o < k_.body.outputs.size(); ++o) {
+      NodeId out = k_.body.outputs[o].node;
+      store(output_slot_[o], k_.body.node(out).dtype, add(row_start, column), values.at(out), lanes);
+    }
+  }
+}
+
+}  // namespace fuse::codegen

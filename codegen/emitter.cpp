@@ -1,0 +1,167 @@
+#include "codegen/emitter.h"
+
+#include <set>
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+
+namespace fuse::codegen {
+
+std::vector<std::string> program_symbols(const ir::Program& p) {
+  std::set<std::string> names;
+  for (const ir::Buffer& b : p.buffers)
+    for (const ir::Dim& d : b.shape) names.insert(d.symbols.begin(), d.symbols.end());
+  for (const ir::Kernel& k : p.kernels)
+    for (const ir::Node& n : k.body.nodes)
+      for (const ir::Dim& d : n.shape) names.insert(d.symbols.begin(), d.symbols.end());
+  return {names.begin(), names.end()};
+}
+
+KernelEmitterBase::KernelEmitterBase(mlir::OpBuilder& b, const ir::Kernel& k, bool fast_math, bool libdevice,
+                                     const std::string& target_name)
+    : b_(b),
+      loc_(b.getUnknownLoc()),
+      k_(k),
+      target_name_(target_name),
+      scalar_(b, fast_math, libdevice, "internal error in " + target_name + " codegen: "),
+      access_(k) {}
+
+mlir::Value KernelEmitterBase::result_at(NodeId id, const std::vector<mlir::Value>&) { return reduced_.at(id); }
+
+void KernelEmitterBase::clear_caches() {
+  general_cache_.clear();
+  linear_memo_.clear();
+}
+
+int KernelEmitterBase::assign_slots(const std::function<void(NodeId)>& on_constant) {
+  int slot = 0;
+  for (NodeId id = 0; id < static_cast<NodeId>(k_.body.nodes.size()); ++id)
+    if (k_.body.node(id).kind == OpKind::Input) input_slot_[id] = slot++;
+  for (size_t o = 0; o < k_.body.outputs.size(); ++o) output_slot_.push_back(slot++);
+  for (NodeId id = 0; id < static_cast<NodeId>(k_.body.nodes.size()); ++id)
+    if (k_.body.node(id).kind == OpKind::Constant) {
+      input_slot_[id] = slot++;
+      on_constant(id);
+    }
+  return slot;
+}
+
+mlir::Type KernelEmitterBase::ptr_type(unsigned address_space) {
+  return mlir::LLVM::LLVMPointerType::get(b_.getContext(), address_space);
+}
+mlir::Value KernelEmitterBase::i64(int64_t v) { return b_.create<mlir::arith::ConstantIntOp>(loc_, v, 64); }
+mlir::Value KernelEmitterBase::add(mlir::Value a, mlir::Value c) { return b_.create<mlir::arith::AddIOp>(loc_, a, c); }
+mlir::Value KernelEmitterBase::sub(mlir::Value a, mlir::Value c) { return b_.create<mlir::arith::SubIOp>(loc_, a, c); }
+mlir::Value KernelEmitterBase::mul(mlir::Value a, mlir::Value c) { return b_.create<mlir::arith::MulIOp>(loc_, a, c); }
+mlir::Value KernelEmitterBase::div(mlir::Value a, mlir::Value c) { return b_.create<mlir::arith::DivSIOp>(loc_, a, c); }
+mlir::Value KernelEmitterBase::rem(mlir::Value a, mlir::Value c) { return b_.create<mlir::arith::RemSIOp>(loc_, a, c); }
+mlir::Value KernelEmitterBase::min_i64(mlir::Value a, mlir::Value c) { return b_.create<mlir::arith::MinSIOp>(loc_, a, c); }
+mlir::Value KernelEmitterBase::max_i64(mlir::Value a, mlir::Value c) { return b_.create<mlir::arith::MaxSIOp>(loc_, a, c); }
+mlir::Value KernelEmitterBase::whole_steps_end(mlir::Value from, mlir::Value to, int64_t step) {
+  return add(from, mul(div(sub(to, from), i64(step)), i64(step)));
+}
+
+mlir::Value KernelEmitterBase::dim(const ir::Dim& d) {
+  std::string key = d.str();
+  auto cached = dims_.find(key);
+  if (cached != dims_.end()) return cached->second;
+  // At the function's entry, wherever it is first asked for: it is cached for every later use
+  // (it depends only on the symbols).
+  mlir::OpBuilder::InsertionGuard guard(b_);
+  b_.setInsertionPointToStart(entry_);
+  mlir::Value v = i64(d.factor);
+  for (const std::string& s : d.symbols) v = mul(v, symbol_value(s));
+  dims_[key] = v;
+  return v;
+}
+
+static std::pair<std::string, std::vector<const void*>> memo_key(const std::vector<mlir::Value>& idx, const ir::Shape& shape) {
+  std::vector<const void*> values;
+  for (mlir::Value v : idx) values.push_back(v.getAsOpaquePointer());
+  return {ir::shape_str(shape), values};
+}
+
+mlir::Value KernelEmitterBase::linearize(const std::vector<mlir::Value>& idx, const ir::Shape& shape) {
+  auto known = linear_memo_.find(memo_key(idx, shape));
+  if (known != linear_memo_.end()) return known->second;
+  mlir::Value lin = i64(0);
+  for (size_t d = 0; d < shape.size(); ++d) lin = add(mul(lin, dim(shape[d])), idx[d]);
+  return lin;
+}
+
+std::vector<mlir::Value> KernelEmitterBase::delinearize(mlir::Value lin, const ir::Shape& shape) {
+  mlir::Value whole = lin;
+  std::vector<mlir::Value> idx(shape.size());
+  for (size_t d = shape.size(); d-- > 0;) {
+    if (d == 0) {
+      idx[0] = lin;
+      break;
+    }
+    mlir::Value size = dim(shape[d]);
+    idx[d] = rem(lin, size);
+    lin = div(lin, size);
+  }
+  if (!shape.empty()) linear_memo_[memo_key(idx, shape)] = whole;  // (a rank-0 index is position 0)
+  return idx;
+}
+
+std::vector<mlir::Value> KernelEmitterBase::full_index(const std::vector<mlir::Value>& kept,
+                                                       const std::vector<mlir::Value>& reduced) {
+  std::vector<mlir::Value> full;
+  size_t next_kept = 0, next_reduced = 0;
+  for (size_t d = 0; d < k_.space.size(); ++d) {
+    bool is_reduced = std::find(k_.axes.begin(), k_.axes.end(), static_cast<int>(d)) != k_.axes.end();
+    full.push_back(is_reduced ? reduced[next_reduced++] : kept[next_kept++]);
+  }
+  return full;
+}
+
+mlir::Value KernelEmitterBase::general_value(NodeId id, const std::vector<mlir::Value>& idx) {
+  std::vector<const void*> key{reinterpret_cast<const void*>(static_cast<intptr_t>(id))};
+  for (mlir::Value v : idx) key.push_back(v.getAsOpaquePointer());
+  auto it = general_cache_.find(key);
+  if (it != general_cache_.end()) return it->second;
+  const Node& n = k_.body.node(id);
+  mlir::Value v;
+  switch (n.kind) {
+    case OpKind::Input:
+    case OpKind::Constant: v = load_element(id, linearize(idx, n.shape)); break;
+    case OpKind::Elementwise: {
+      std::vector<mlir::Value> args;
+      for (NodeId in : n.inputs) args.push_back(general_value(in, idx));
+      v = scalar_fn(n.as<ir::ElementwiseAttrs>().body, args, 1);
+      break;
+    }
+    case OpKind::BroadcastTo:
+    case OpKind::Permute:
+    case OpKind::ExpandDims:
+    case OpKind::Squeeze:
+    case OpKind::Reshape: v = general_value(n.inputs[0], operand_index(n, idx)); break;
+    case OpKind::Reduce:
+    case OpKind::Matmul: v = result_at(id, idx); break;
+    case OpKind::Arange: v = idx[0]; break;
+    case OpKind::Rand: v = scalar_.philox_uniform(linearize(idx, n.shape), n.as<ir::RandAttrs>().seed); break;
+    default: throw ir::Error(fail_text(std::string(ir::op_kind_name(n.kind)) + " in a kernel body"));
+  }
+  general_cache_[key] = v;
+  return v;
+}
+
+std::vector<mlir::Value> KernelEmitterBase::operand_index(const Node& n, const std::vector<mlir::Value>& idx) {
+  const ir::Shape& from = k_.body.node(n.inputs[0]).shape;
+  return scalar_.view_operand_index(n, from, idx, [&](const std::vector<mlir::Value>& i) {
+    return delinearize(linearize(i, n.shape), from);
+  });
+}
+
+KernelEmitterBase::CacheScope::CacheScope(KernelEmitterBase& e)
+    : e_(e), general_(e.general_cache_), linear_(e.linear_memo_) {
+  e_.clear_caches();
+}
+
+KernelEmitterBase::CacheScope::~CacheScope() {
+  e_.general_cache_ = std::move(general_);
+  e_.linear_memo_ = std::move(linear_);
+}
+
+}  // namespace fuse::codegen

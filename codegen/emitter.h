@@ -1,0 +1,152 @@
+// The emitter core both code generators share (internal to codegen/): a kernel's buffer slots,
+// dims and index arithmetic, views as index maps, the value of any node at any index with its
+// caches, and the reductions' accumulators. A target's emitter (codegen/cpu/emitter.h,
+// codegen/cuda/emitter.h) derives from it, supplies how a slot's element is loaded and how a
+// shape symbol is read, and emits its loop forms (ir::LoopForm) on top.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "codegen/scalar_lowering.h"
+#include "ir/kernel_forms.h"
+#include "ir/program.h"
+
+#include "mlir/IR/Builders.h"
+
+namespace fuse::codegen {
+
+/// Every shape symbol a program's buffers and kernel bodies name, sorted: the kernels' symbol
+/// arguments in this order.
+std::vector<std::string> program_symbols(const ir::Program& p);
+
+class KernelEmitterBase {
+ public:
+  virtual ~KernelEmitterBase() = default;
+  KernelEmitterBase(const KernelEmitterBase&) = delete;
+  KernelEmitterBase& operator=(const KernelEmitterBase&) = delete;
+
+ protected:
+  using DType = ir::DType;
+  using Node = ir::Node;
+  using NodeId = ir::NodeId;
+  using OpKind = ir::OpKind;
+
+  /// `target_name` ("CPU", "CUDA") prefixes internal errors.
+  KernelEmitterBase(mlir::OpBuilder& b, const ir::Kernel& k, bool fast_math, bool libdevice, const std::string& target_name);
+
+  // ---- what a target supplies ----
+  /// The size of shape symbol `name`, read at the function's entry (the insertion point is there).
+  virtual mlir::Value symbol_value(const std::string& name) = 0;
+  /// One element (lanes = 1) of the input or constant node `id` at linear `offset`.
+  virtual mlir::Value load_element(NodeId id, mlir::Value offset) = 0;
+  /// A Reduce or Matmul node's value at `idx`: by default this row's result, computed before.
+  virtual mlir::Value result_at(NodeId id, const std::vector<mlir::Value>& idx);
+  /// Forgets the values cached while emitting one region (they are defined inside it).
+  virtual void clear_caches();
+
+  /// The kernel's argument slots: its inputs (body Input nodes in order), outputs, constants.
+  /// Fills input_slot_ and output_slot_ and calls `on_constant` for each constant node in slot
+  /// order; returns the number of slots.
+  int assign_slots(const std::function<void(NodeId)>& on_constant);
+
+  std::string fail_text(const std::string& what) const { return "internal error in " + target_name_ + " codegen: " + what; }
+
+  // ---- integers ----
+  mlir::Type i64_type() { return b_.getI64Type(); }
+  mlir::Type ptr_type(unsigned address_space = 0);
+  mlir::Value i64(int64_t v);
+  mlir::Value add(mlir::Value a, mlir::Value c);
+  mlir::Value sub(mlir::Value a, mlir::Value c);
+  mlir::Value mul(mlir::Value a, mlir::Value c);
+  mlir::Value div(mlir::Value a, mlir::Value c);
+  mlir::Value rem(mlir::Value a, mlir::Value c);
+  mlir::Value min_i64(mlir::Value a, mlir::Value c);
+  mlir::Value max_i64(mlir::Value a, mlir::Value c);
+  /// The end of the whole steps of `step` from `from` that fit before `to`.
+  mlir::Value whole_steps_end(mlir::Value from, mlir::Value to, int64_t step);
+
+  // ---- scalar ops (codegen/scalar_lowering.h) ----
+  mlir::Value scalar_fn(const ir::ScalarFn& fn, const std::vector<mlir::Value>& params, int lanes) {
+    return scalar_.scalar_fn(fn, params, lanes);
+  }
+  mlir::Value cmpf(mlir::arith::CmpFPredicate p, mlir::Value a, mlir::Value c) { return scalar_.cmpf(p, a, c); }
+  mlir::Value cmpi(mlir::arith::CmpIPredicate p, mlir::Value a, mlir::Value c) { return scalar_.cmpi(p, a, c); }
+  mlir::Value select(mlir::Value c, mlir::Value a, mlir::Value d) { return scalar_.select(c, a, d); }
+  mlir::Value cast(mlir::Value x, DType from, DType to, int lanes) { return scalar_.cast(x, from, to, lanes); }
+  mlir::Type scalar_type(DType t) { return scalar_.scalar_type(t); }
+  /// The memory type of one element: bool is i1 in registers, i8 in memory.
+  mlir::Type memory_type(DType t) { return t == DType::Bool ? b_.getI8Type() : scalar_type(t); }
+  mlir::Type lane_type(mlir::Type scalar, int lanes) { return scalar_.lane_type(scalar, lanes); }
+  mlir::Value constant(DType t, double f, int64_t i, int lanes) { return scalar_.constant(t, f, i, lanes); }
+
+  // ---- dims and indices ----
+  /// A dim's value: factor * the symbols' sizes (computed once, at the function's entry).
+  mlir::Value dim(const ir::Dim& d);
+  /// Row-major position of `idx` in `shape`. An index delinearize() took apart is put back
+  /// together as the value it came from (the division and remainder then go unused and are
+  /// removed): an operand laid out like the space is read at the loop's own position.
+  mlir::Value linearize(const std::vector<mlir::Value>& idx, const ir::Shape& shape);
+  /// (The outermost index is what is left: no remainder, and a rank-1 index is the position.)
+  std::vector<mlir::Value> delinearize(mlir::Value lin, const ir::Shape& shape);
+  /// The space's index from a row's kept index and its reduced index.
+  std::vector<mlir::Value> full_index(const std::vector<mlir::Value>& kept, const std::vector<mlir::Value>& reduced);
+  ir::Shape kept_dims() const { return ir::kept_dims(k_); }
+  ir::Shape reduced_dims() const { return ir::reduced_dims(k_); }
+  std::vector<NodeId> reduce_nodes() const { return ir::reduce_nodes(k_); }
+
+  // ---- values ----
+  /// The value of node `id` at multi-index `idx` of its shape, following views as index maps.
+  mlir::Value general_value(NodeId id, const std::vector<mlir::Value>& idx);
+  /// A view's operand index for its own index `idx`.
+  std::vector<mlir::Value> operand_index(const Node& n, const std::vector<mlir::Value>& idx);
+
+  // ---- reductions ----
+  // An accumulator has the interpreter's accumulation type: floats (and every mean) in f64
+  // (max/min in the float's own type: exact), integers in i64 (wrapping to the result's width
+  // at the end), any/all in i1, user combiners in the node's dtype. finish() turns one into the
+  // result (mean's division, the cast).
+  DType accumulator_type(NodeId id) { return ScalarLowering::reduce_accumulator_type(k_.body, id); }
+  mlir::Value accumulator_identity(NodeId id, int lanes = 1) { return scalar_.reduce_identity(k_.body, id, lanes); }
+  mlir::Value combine(NodeId id, mlir::Value acc, mlir::Value x) { return scalar_.reduce_combine(k_.body, id, acc, x); }
+  mlir::Value to_accumulator(NodeId id, mlir::Value x, int lanes = 1) { return scalar_.reduce_input(k_.body, id, x, lanes); }
+  mlir::Value finish(NodeId id, mlir::Value acc, const ir::Dim& row_length) {
+    return scalar_.reduce_finish(k_.body, id, acc, dim(row_length));
+  }
+
+  /// A nested region: the caches start empty in it, and what they held before it comes back
+  /// after it (those values were defined before the region, so they dominate what follows it;
+  /// what the region defined is forgotten).
+  class CacheScope {
+   public:
+    explicit CacheScope(KernelEmitterBase& e);
+    ~CacheScope();
+    CacheScope(const CacheScope&) = delete;
+    CacheScope& operator=(const CacheScope&) = delete;
+
+   private:
+    KernelEmitterBase& e_;
+    std::map<std::vector<const void*>, mlir::Value> general_;
+    std::map<std::pair<std::string, std::vector<const void*>>, mlir::Value> linear_;
+  };
+
+  mlir::OpBuilder& b_;
+  mlir::Location loc_;
+  const ir::Kernel& k_;
+  const std::string target_name_;
+  ScalarLowering scalar_;
+  ir::KernelAccess access_;                  // memoized facts about the body
+  mlir::Block* entry_ = nullptr;             // the function's entry block (dims are read there)
+  std::vector<mlir::Value> base_;            // each slot's address
+  std::map<std::string, mlir::Value> dims_;  // by Dim::str()
+  std::map<NodeId, int> input_slot_;         // Input and Constant nodes
+  std::vector<int> output_slot_;             // by output
+  std::map<NodeId, mlir::Value> reduced_;    // Reduce/Matmul node -> this row's (element's) result
+  std::map<std::vector<const void*>, mlir::Value> general_cache_;
+  std::map<std::pair<std::string, std::vector<const void*>>, mlir::Value> linear_memo_;  // see linearize
+};
+
+}  // namespace fuse::codegen

@@ -1,0 +1,422 @@
+#include "codegen/scalar_lowering.h"
+
+namespace fuse::codegen {
+
+using ir::DType;
+using ir::ScalarOp;
+
+mlir::Type ScalarLowering::scalar_type(ir::DType t) {
+  switch (t) {
+    case ir::DType::Bool: return b_.getI1Type();
+    case ir::DType::I32: return b_.getI32Type();
+    case ir::DType::I64: return b_.getI64Type();
+    case ir::DType::F32: return b_.getF32Type();
+    case ir::DType::F64: return b_.getF64Type();
+  }
+  return {};
+}
+
+mlir::Value ScalarLowering::constant(ir::DType t, double f, int64_t i, int lanes) {
+  mlir::Type s = scalar_type(t);
+  mlir::TypedAttr attr = ir::is_float(t) ? mlir::TypedAttr(b_.getFloatAttr(s, f)) : mlir::TypedAttr(b_.getIntegerAttr(s, i));
+  if (lanes > 1) attr = mlir::DenseElementsAttr::get(mlir::cast<mlir::ShapedType>(lane_type(s, lanes)), attr);
+  return b_.create<mlir::arith::ConstantOp>(loc_, attr);
+}
+
+mlir::Value ScalarLowering::philox_uniform(mlir::Value i, uint64_t seed) {
+  auto u32 = [&](uint32_t v) { return b_.create<mlir::arith::ConstantIntOp>(loc_, static_cast<int64_t>(v), 32).getResult(); };
+  auto mulhilo = [&](uint32_t m, mlir::Value x) {
+    mlir::Value wide = b_.create<mlir::arith::MulIOp>(loc_, i64(m), b_.create<mlir::arith::ExtUIOp>(loc_, i64_type(), x));
+    mlir::Value hi = b_.create<mlir::arith::TruncIOp>(loc_, b_.getI32Type(), b_.create<mlir::arith::ShRUIOp>(loc_, wide, i64(32)));
+    mlir::Value lo = b_.create<mlir::arith::TruncIOp>(loc_, b_.getI32Type(), wide);
+    return std::make_pair(hi, lo);
+  };
+  mlir::Value c[4] = {b_.create<mlir::arith::TruncIOp>(loc_, b_.getI32Type(), i),
+                      b_.create<mlir::arith::TruncIOp>(loc_, b_.getI32Type(), b_.create<mlir::arith::ShRUIOp>(loc_, i, i64(32))),
+                      u32(0), u32(0)};
+  uint32_t key[2] = {static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)};
+  for (int round = 0; round < 10; ++round) {
+    if (round > 0) {
+      key[0] += 0x9E3779B9u;
+      key[1] += 0xBB67AE85u;
+    }
+    auto [hi0, lo0] = mulhilo(0xD2511F53u, c[0]);
+    auto [hi1, lo1] = mulhilo(0xCD9E8D57u, c[2]);
+    mlir::Value x0 = b_.create<mlir::arith::XOrIOp>(loc_, b_.create<mlir::arith::XOrIOp>(loc_, hi1, c[1]), u32(key[0]));
+    mlir::Value x2 = b_.create<mlir::arith::XOrIOp>(loc_, b_.create<mlir::arith::XOrIOp>(loc_, hi0, c[3]), u32(key[1]));
+    c[0] = x0;
+    c[1] = lo1;
+    c[2] = x2;
+    c[3] = lo0;
+  }
+  mlir::Value bits = b_.create<mlir::arith::ShRUIOp>(loc_, c[0], u32(8));
+  mlir::Value f = b_.create<mlir::arith::UIToFPOp>(loc_, b_.getF32Type(), bits);
+  return b_.create<mlir::arith::MulFOp>(loc_, f, constant(DType::F32, 0x1p-24, 0, 1));
+}
+
+mlir::Value ScalarLowering::scalar_fn(const ir::ScalarFn& fn, const std::vector<mlir::Value>& params, int lanes) {
+  std::vector<mlir::Value> values(fn.nodes.size());
+  for (size_t i = 0; i < fn.nodes.size(); ++i) {
+    const ir::ScalarNode& s = fn.nodes[i];
+    if (s.op == ScalarOp::Param) values[i] = params[s.param];
+    else if (s.op == ScalarOp::Literal) values[i] = constant(s.dtype, s.value.f, s.value.i, lanes);
+    else {
+      std::vector<mlir::Value> args;
+      for (int a = 0; a < s.arity(); ++a) args.push_back(values[s.args[a]]);
+      DType operand = fn.nodes[s.args[s.op == ScalarOp::Select ? 1 : 0]].dtype;
+      values[i] = scalar_op(s.op, operand, s.dtype, args, lanes);
+    }
+  }
+  return values[fn.results[0]];
+}
+
+mlir::Value ScalarLowering::scalar_op(ScalarOp op, DType operand, DType result, const std::vector<mlir::Value>& a, int lanes) {
+  using mlir::arith::CmpFPredicate;
+  using mlir::arith::CmpIPredicate;
+  auto zero = [&](DType t) { return constant(t, 0, 0, lanes); };
+  auto one = [&](DType t) { return constant(t, 1, 1, lanes); };
+  if (op == ScalarOp::Select) return select(a[0], a[1], a[2]);
+  if (op == ScalarOp::Cast) return cast(a[0], operand, result, lanes);
+  if (op == ScalarOp::Not) return b_.create<mlir::arith::XOrIOp>(loc_, a[0], one(DType::Bool));
+  if (op == ScalarOp::And) return b_.create<mlir::arith::AndIOp>(loc_, a[0], a[1]);
+  if (op == ScalarOp::Or) return b_.create<mlir::arith::OrIOp>(loc_, a[0], a[1]);
+  if (ir::is_float(operand)) {
+    if (libdevice_ && !fast_math_ && operand == DType::F32 && ir::scalar_op_info(op).gpu_f64) {
+      std::vector<mlir::Value> wide;
+      for (mlir::Value v : a) wide.push_back(cast(v, DType::F32, DType::F64, lanes));
+      return cast(scalar_op(op, DType::F64, DType::F64, wide, lanes), DType::F64, DType::F32, lanes);
+    }
+    mlir::Value x = a[0];
+    switch (op) {
+      case ScalarOp::Neg: return b_.create<mlir::arith::NegFOp>(loc_, x);
+      case ScalarOp::Abs: return b_.create<mlir::math::AbsFOp>(loc_, x);
+      case ScalarOp::Exp:
+        // MLIR's f32 exp flushes results below FLT_MIN to 0: those lanes take the f64 path.
+        return patch_f32(operand, x, b_.create<mlir::math::ExpOp>(loc_, x), CmpFPredicate::OLT, -87.33654,
+                         [&](mlir::Value x64) { return b_.create<mlir::math::ExpOp>(loc_, x64); }, lanes);
+      case ScalarOp::Exp2: return b_.create<mlir::math::Exp2Op>(loc_, x);
+      case ScalarOp::Log:
+        // MLIR's f32 log and log2 read a subnormal x as if its exponent were -126.
+        return patch_f32(operand, x, b_.create<mlir::math::LogOp>(loc_, x), CmpFPredicate::OLT, 1.17549435e-38,
+                         [&](mlir::Value x64) { return b_.create<mlir::math::LogOp>(loc_, x64); }, lanes);
+      case ScalarOp::Log2:
+        return patch_f32(operand, x, b_.create<mlir::math::Log2Op>(loc_, x), CmpFPredicate::OLT, 1.17549435e-38,
+                         [&](mlir::Value x64) { return b_.create<mlir::math::Log2Op>(loc_, x64); }, lanes);
+      case ScalarOp::Sqrt: return sqrt(x);
+      case ScalarOp::Rsqrt: return b_.create<mlir::arith::DivFOp>(loc_, one(operand), sqrt(x));
+      case ScalarOp::Sin:
+      case ScalarOp::Cos: {
+        bool want_sin = op == ScalarOp::Sin;
+        auto libm = [&](mlir::Value x64) -> mlir::Value {
+          return want_sin ? mlir::Value(b_.create<mlir::math::SinOp>(loc_, x64)) : mlir::Value(b_.create<mlir::math::CosOp>(loc_, x64));
+        };
+        if (operand != DType::F32 || fast_math_ || libdevice_) return libm(x);
+        // The f64 reduction by pi/2 is exact up to |x| ~ 1e5 (tested); beyond, f64 libm.
+        mlir::Value magnitude = b_.create<mlir::math::AbsFOp>(loc_, x);
+        mlir::Value r = patch_f32(operand, magnitude, sin_cos_f32(x, want_sin, lanes), CmpFPredicate::UGT, 1e5,
+                                  libm, lanes, /*argument=*/x);
+        // sin(-0) is -0.
+        return want_sin ? select(cmpf(CmpFPredicate::OEQ, x, zero(operand)), x, r) : r;
+      }
+      case ScalarOp::Tan: return b_.create<mlir::math::TanOp>(loc_, x);
+      case ScalarOp::Tanh: return b_.create<mlir::math::TanhOp>(loc_, x);
+      case ScalarOp::Sigmoid: {
+        auto sigmoid = [&](mlir::Value v, DType t, int n) -> mlir::Value {
+          mlir::Value e = b_.create<mlir::math::ExpOp>(loc_, b_.create<mlir::arith::NegFOp>(loc_, v));
+          mlir::Value one_t = constant(t, 1, 1, n);
+          return b_.create<mlir::arith::DivFOp>(loc_, one_t, b_.create<mlir::arith::AddFOp>(loc_, one_t, e));
+        };
+        // In f32, exp(-x) overflows below x = -88.7 while the result is still a subnormal.
+        return patch_f32(operand, x, sigmoid(x, operand, lanes), CmpFPredicate::OLT, -87.0,
+                         [&](mlir::Value x64) { return sigmoid(x64, DType::F64, 1); }, lanes);
+      }
+      case ScalarOp::Relu: return b_.create<mlir::arith::MaximumFOp>(loc_, x, zero(operand));
+      case ScalarOp::Floor: return b_.create<mlir::math::FloorOp>(loc_, x);
+      case ScalarOp::Ceil: return b_.create<mlir::math::CeilOp>(loc_, x);
+      case ScalarOp::Round: return b_.create<mlir::math::RoundEvenOp>(loc_, x);
+      case ScalarOp::Log1p: return libdevice_ ? mlir::Value(b_.create<mlir::math::Log1pOp>(loc_, x)) : log1p(x, operand, lanes);
+      case ScalarOp::Expm1: return libdevice_ ? mlir::Value(b_.create<mlir::math::ExpM1Op>(loc_, x)) : expm1(x, operand, lanes);
+      case ScalarOp::Erf:  // MLIR's f32 erf (5 ulp) gives +0 for -0
+        return select(cmpf(CmpFPredicate::OEQ, x, zero(operand)), x, b_.create<mlir::math::ErfOp>(loc_, x));
+      case ScalarOp::Atan:
+        return f32_in_f64(operand, a, lanes, [&](const std::vector<mlir::Value>& v) { return b_.create<mlir::math::AtanOp>(loc_, v[0]); });
+      case ScalarOp::Asin:
+        if (libdevice_) return libdevice_call("asin", x);
+        return f32_in_f64(operand, a, lanes, [&](const std::vector<mlir::Value>& v) { return b_.create<mlir::math::AsinOp>(loc_, v[0]); });
+      case ScalarOp::Acos: return libdevice_ ? libdevice_call("acos", x) : mlir::Value(b_.create<mlir::math::AcosOp>(loc_, x));
+      case ScalarOp::Sinh: return libdevice_ ? libdevice_call("sinh", x) : mlir::Value(b_.create<mlir::math::SinhOp>(loc_, x));
+      case ScalarOp::Cosh: return libdevice_ ? libdevice_call("cosh", x) : mlir::Value(b_.create<mlir::math::CoshOp>(loc_, x));
+      case ScalarOp::Sign: {  // NumPy: 1, -1, +0 for both zeros, NaN for NaN
+        mlir::Value r = select(cmpf(CmpFPredicate::OEQ, x, zero(operand)), zero(operand), x);
+        r = select(cmpf(CmpFPredicate::OLT, x, zero(operand)), constant(operand, -1, -1, lanes), r);
+        return select(cmpf(CmpFPredicate::OGT, x, zero(operand)), one(operand), r);
+      }
+      case ScalarOp::IsNan: return cmpf(CmpFPredicate::UNO, x, x);
+      case ScalarOp::IsInf:
+        return cmpf(CmpFPredicate::OEQ, b_.create<mlir::math::AbsFOp>(loc_, x), constant(operand, kInf, 0, lanes));
+      case ScalarOp::IsFinite:
+        return cmpf(CmpFPredicate::OLT, b_.create<mlir::math::AbsFOp>(loc_, x), constant(operand, kInf, 0, lanes));
+      case ScalarOp::Atan2:
+        return f32_in_f64(operand, a, lanes,
+                          [&](const std::vector<mlir::Value>& v) { return b_.create<mlir::math::Atan2Op>(loc_, v[0], v[1]); });
+      case ScalarOp::Add: return b_.create<mlir::arith::AddFOp>(loc_, x, a[1]);
+      case ScalarOp::Sub: return b_.create<mlir::arith::SubFOp>(loc_, x, a[1]);
+      case ScalarOp::Mul: return b_.create<mlir::arith::MulFOp>(loc_, x, a[1]);
+      case ScalarOp::Div: return b_.create<mlir::arith::DivFOp>(loc_, x, a[1]);
+      case ScalarOp::FloorDiv: return b_.create<mlir::math::FloorOp>(loc_, b_.create<mlir::arith::DivFOp>(loc_, x, a[1]));
+      case ScalarOp::Mod: {  // Python: the result takes the divisor's sign
+        mlir::Value r = b_.create<mlir::arith::RemFOp>(loc_, x, a[1]);
+        mlir::Value differ = b_.create<mlir::arith::XOrIOp>(loc_, cmpf(CmpFPredicate::OLT, r, zero(operand)),
+                                                           cmpf(CmpFPredicate::OLT, a[1], zero(operand)));
+        mlir::Value fix = b_.create<mlir::arith::AndIOp>(loc_, cmpf(CmpFPredicate::ONE, r, zero(operand)), differ);
+        return select(fix, b_.create<mlir::arith::AddFOp>(loc_, r, a[1]), r);
+      }
+      case ScalarOp::Pow: return b_.create<mlir::math::PowFOp>(loc_, x, a[1]);
+      case ScalarOp::Minimum: return b_.create<mlir::arith::MinimumFOp>(loc_, x, a[1]);
+      case ScalarOp::Maximum: return b_.create<mlir::arith::MaximumFOp>(loc_, x, a[1]);
+      case ScalarOp::Eq: return cmpf(CmpFPredicate::OEQ, x, a[1]);
+      case ScalarOp::Ne: return cmpf(CmpFPredicate::UNE, x, a[1]);
+      case ScalarOp::Lt: return cmpf(CmpFPredicate::OLT, x, a[1]);
+      case ScalarOp::Le: return cmpf(CmpFPredicate::OLE, x, a[1]);
+      case ScalarOp::Gt: return cmpf(CmpFPredicate::OGT, x, a[1]);
+      case ScalarOp::Ge: return cmpf(CmpFPredicate::OGE, x, a[1]);
+      default: break;
+    }
+    throw ir::Error(fail("float op " + std::string(ir::scalar_op_name(op))));
+  }
+  // Integers (and bool comparisons, unsigned so that true > false).
+  bool is_bool = operand == DType::Bool;
+  mlir::Value x = a[0];
+  switch (op) {
+    case ScalarOp::Neg: return sub(zero(operand), x);
+    case ScalarOp::Abs: return select(cmpi(CmpIPredicate::slt, x, zero(operand)), sub(zero(operand), x), x);
+    case ScalarOp::Relu: return b_.create<mlir::arith::MaxSIOp>(loc_, x, zero(operand));
+    case ScalarOp::Floor: case ScalarOp::Ceil: case ScalarOp::Round: return x;
+    case ScalarOp::Sign:
+      return select(cmpi(CmpIPredicate::sgt, x, zero(operand)), one(operand),
+                    select(cmpi(CmpIPredicate::slt, x, zero(operand)), constant(operand, -1, -1, lanes), zero(operand)));
+    case ScalarOp::Add: return add(x, a[1]);
+    case ScalarOp::Sub: return sub(x, a[1]);
+    case ScalarOp::Mul: return mul(x, a[1]);
+    case ScalarOp::FloorDiv:
+    case ScalarOp::Mod: return int_floordiv_mod(op, operand, x, a[1], lanes);
+    case ScalarOp::Pow: return int_pow(operand, x, a[1], lanes);
+    case ScalarOp::Minimum: return b_.create<mlir::arith::MinSIOp>(loc_, x, a[1]);
+    case ScalarOp::Maximum: return b_.create<mlir::arith::MaxSIOp>(loc_, x, a[1]);
+    case ScalarOp::Eq: return cmpi(CmpIPredicate::eq, x, a[1]);
+    case ScalarOp::Ne: return cmpi(CmpIPredicate::ne, x, a[1]);
+    case ScalarOp::Lt: return cmpi(is_bool ? CmpIPredicate::ult : CmpIPredicate::slt, x, a[1]);
+    case ScalarOp::Le: return cmpi(is_bool ? CmpIPredicate::ule : CmpIPredicate::sle, x, a[1]);
+    case ScalarOp::Gt: return cmpi(is_bool ? CmpIPredicate::ugt : CmpIPredicate::sgt, x, a[1]);
+    case ScalarOp::Ge: return cmpi(is_bool ? CmpIPredicate::uge : CmpIPredicate::sge, x, a[1]);
+    default: break;
+  }
+  throw ir::Error(fail("integer op " + std::string(ir::scalar_op_name(op))));
+}
+
+mlir::Value ScalarLowering::sin_cos_f32(mlir::Value x, bool want_sin, int lanes) {
+  using mlir::arith::CmpFPredicate;
+  auto f64 = [&](double v) { return constant(DType::F64, v, 0, lanes); };
+  auto fadd = [&](mlir::Value a, mlir::Value c) { return b_.create<mlir::arith::AddFOp>(loc_, a, c).getResult(); };
+  auto fmul = [&](mlir::Value a, mlir::Value c) { return b_.create<mlir::arith::MulFOp>(loc_, a, c).getResult(); };
+  auto poly = [&](mlir::Value z, std::initializer_list<double> coefficients) {  // highest degree last
+    std::vector<double> c(coefficients);
+    mlir::Value acc = f64(c.back());
+    for (size_t i = c.size() - 1; i-- > 0;) acc = fadd(f64(c[i]), fmul(z, acc));
+    return acc;
+  };
+  mlir::Value xd = b_.create<mlir::arith::ExtFOp>(loc_, lane_type(b_.getF64Type(), lanes), x);
+  mlir::Value k = b_.create<mlir::math::RoundEvenOp>(loc_, fmul(xd, f64(0.63661977236758134308)));
+  mlir::Value r = fadd(fadd(xd, fmul(k, f64(-1.57079632673412561417e+00))), fmul(k, f64(-6.07710050650619224932e-11)));
+  mlir::Value z = fmul(r, r);
+  mlir::Value sin_r = fadd(r, fmul(fmul(z, r), poly(z, {-1.66666666666666324348e-01, 8.33333333332248946124e-03,
+                                                       -1.98412698298579493134e-04, 2.75573137070700676789e-06,
+                                                       -2.50507602534068634195e-08, 1.58969099521155010221e-10})));
+  mlir::Value cos_r = fadd(fadd(f64(1.0), fmul(z, f64(-0.5))),
+                           fmul(fmul(z, z), poly(z, {4.16666666666666019037e-02, -1.38888888888741095749e-03,
+                                                     2.48015872894767294178e-05, -2.75573143513906633035e-07,
+                                                     2.08757232129817482790e-09, -1.13596475577881948265e-11})));
+  // The quadrant: k mod 4, with k = 0 where it is not finite (the result is NaN there anyway).
+  mlir::Value finite = cmpf(CmpFPredicate::OLT, b_.create<mlir::math::AbsFOp>(loc_, k), f64(9.0e15));
+  mlir::Type i64s = lane_type(b_.getI64Type(), lanes);
+  mlir::Value q = b_.create<mlir::arith::FPToSIOp>(loc_, i64s, select(finite, k, f64(0)));
+  auto constant_i64 = [&](int64_t v) { return constant(DType::I64, 0, v, lanes); };
+  q = b_.create<mlir::arith::AndIOp>(loc_, q, constant_i64(3));
+  if (!want_sin) q = add(q, constant_i64(1));  // cos(x) = sin(x + pi/2)
+  mlir::Value use_cos = cmpi(mlir::arith::CmpIPredicate::ne, b_.create<mlir::arith::AndIOp>(loc_, q, constant_i64(1)), constant_i64(0));
+  mlir::Value negate = cmpi(mlir::arith::CmpIPredicate::ne, b_.create<mlir::arith::AndIOp>(loc_, q, constant_i64(2)), constant_i64(0));
+  mlir::Value v = select(use_cos, cos_r, sin_r);
+  v = select(negate, b_.create<mlir::arith::NegFOp>(loc_, v), v);
+  return b_.create<mlir::arith::TruncFOp>(loc_, lane_type(b_.getF32Type(), lanes), v);
+}
+
+mlir::Value ScalarLowering::log1p(mlir::Value x, DType t, int lanes) {
+  using mlir::arith::CmpFPredicate;
+  mlir::Value one = constant(t, 1, 1, lanes);
+  mlir::Value u = b_.create<mlir::arith::AddFOp>(loc_, one, x);
+  mlir::Value correction = b_.create<mlir::arith::DivFOp>(loc_, x, b_.create<mlir::arith::SubFOp>(loc_, u, one));
+  mlir::Value r = b_.create<mlir::arith::MulFOp>(loc_, b_.create<mlir::math::LogOp>(loc_, u), correction);
+  r = select(cmpf(CmpFPredicate::OEQ, u, one), x, r);  // |x| below half an ulp of 1, and -0
+  return select(cmpf(CmpFPredicate::OEQ, u, constant(t, kInf, 0, lanes)), u, r);  // inf / inf
+}
+
+mlir::Value ScalarLowering::expm1(mlir::Value x, DType t, int lanes) {
+  using mlir::arith::CmpFPredicate;
+  mlir::Value one = constant(t, 1, 1, lanes), minus_one = constant(t, -1, -1, lanes);
+  mlir::Value u = b_.create<mlir::math::ExpOp>(loc_, x);
+  mlir::Value u_minus_1 = b_.create<mlir::arith::SubFOp>(loc_, u, one);
+  mlir::Value correction = b_.create<mlir::arith::DivFOp>(loc_, x, b_.create<mlir::math::LogOp>(loc_, u));
+  mlir::Value r = b_.create<mlir::arith::MulFOp>(loc_, u_minus_1, correction);
+  r = select(cmpf(CmpFPredicate::OEQ, u, one), x, r);                   // tiny x, and -0
+  r = select(cmpf(CmpFPredicate::OEQ, u_minus_1, minus_one), minus_one, r);  // u = 0 gives x / -inf
+  return select(cmpf(CmpFPredicate::OEQ, u, constant(t, kInf, 0, lanes)), u, r);  // inf / inf
+}
+
+mlir::Value ScalarLowering::int_floordiv_mod(ScalarOp op, DType t, mlir::Value x, mlir::Value y, int lanes) {
+  using mlir::arith::CmpIPredicate;
+  mlir::Value zero = constant(t, 0, 0, lanes), one = constant(t, 1, 1, lanes), minus_one = constant(t, -1, -1, lanes);
+  mlir::Value y_zero = cmpi(CmpIPredicate::eq, y, zero), y_minus_one = cmpi(CmpIPredicate::eq, y, minus_one);
+  mlir::Value safe_y = select(b_.create<mlir::arith::OrIOp>(loc_, y_zero, y_minus_one), one, y);
+  mlir::Value q = b_.create<mlir::arith::DivSIOp>(loc_, x, safe_y);
+  mlir::Value r = b_.create<mlir::arith::RemSIOp>(loc_, x, safe_y);
+  mlir::Value differ = b_.create<mlir::arith::XOrIOp>(loc_, cmpi(CmpIPredicate::slt, r, zero), cmpi(CmpIPredicate::slt, y, zero));
+  mlir::Value fix = b_.create<mlir::arith::AndIOp>(loc_, cmpi(CmpIPredicate::ne, r, zero), differ);
+  if (op == ScalarOp::FloorDiv) {
+    mlir::Value floor_q = select(fix, sub(q, one), q);
+    return select(y_zero, zero, select(y_minus_one, sub(zero, x), floor_q));
+  }
+  mlir::Value floor_r = select(fix, add(r, y), r);
+  return select(b_.create<mlir::arith::OrIOp>(loc_, y_zero, y_minus_one), zero, floor_r);
+}
+
+mlir::Value ScalarLowering::int_pow(DType t, mlir::Value x, mlir::Value e, int lanes) {
+  using mlir::arith::CmpIPredicate;
+  int bits = t == DType::I32 ? 32 : 64;
+  mlir::Value zero = constant(t, 0, 0, lanes), one = constant(t, 1, 1, lanes);
+  mlir::Value result = one, base = x, rest = e;
+  for (int i = 0; i < bits - 1; ++i) {
+    mlir::Value bit = cmpi(CmpIPredicate::ne, b_.create<mlir::arith::AndIOp>(loc_, rest, one), zero);
+    result = select(bit, mul(result, base), result);
+    base = mul(base, base);
+    rest = b_.create<mlir::arith::ShRUIOp>(loc_, rest, one);
+  }
+  mlir::Value minus_one = constant(t, -1, -1, lanes);
+  mlir::Value odd = cmpi(CmpIPredicate::ne, b_.create<mlir::arith::AndIOp>(loc_, e, one), zero);
+  mlir::Value negative = select(cmpi(CmpIPredicate::eq, x, one), one,
+                                select(cmpi(CmpIPredicate::eq, x, minus_one), select(odd, minus_one, one), zero));
+  return select(cmpi(CmpIPredicate::slt, e, zero), negative, result);
+}
+
+mlir::Value ScalarLowering::cast(mlir::Value x, DType from, DType to, int lanes) {
+  using mlir::arith::CmpFPredicate;
+  using mlir::arith::CmpIPredicate;
+  mlir::Type to_type = lane_type(scalar_type(to), lanes);
+  if (from == to) return x;
+  if (to == DType::Bool)
+    return ir::is_float(from) ? cmpf(CmpFPredicate::UNE, x, constant(from, 0, 0, lanes))
+                              : cmpi(CmpIPredicate::ne, x, constant(from, 0, 0, lanes));
+  if (ir::is_float(from) && ir::is_float(to))
+    return to == DType::F64 ? mlir::Value(b_.create<mlir::arith::ExtFOp>(loc_, to_type, x))
+                            : mlir::Value(b_.create<mlir::arith::TruncFOp>(loc_, to_type, x));
+  if (ir::is_float(to))
+    return from == DType::Bool ? mlir::Value(b_.create<mlir::arith::UIToFPOp>(loc_, to_type, x))
+                               : mlir::Value(b_.create<mlir::arith::SIToFPOp>(loc_, to_type, x));
+  if (ir::is_float(from)) {
+    double limit = to == DType::I32 ? 2147483648.0 : 9223372036854775808.0;
+    int64_t max = to == DType::I32 ? INT32_MAX : INT64_MAX, min = to == DType::I32 ? INT32_MIN : INT64_MIN;
+    mlir::Value too_big = cmpf(CmpFPredicate::OGE, x, constant(from, limit, 0, lanes));
+    mlir::Value too_small = cmpf(CmpFPredicate::OLT, x, constant(from, -limit, 0, lanes));
+    mlir::Value nan = cmpf(CmpFPredicate::UNO, x, x);
+    mlir::Value out_of_range = b_.create<mlir::arith::OrIOp>(loc_, b_.create<mlir::arith::OrIOp>(loc_, too_big, too_small), nan);
+    mlir::Value safe = select(out_of_range, constant(from, 0, 0, lanes), x);
+    mlir::Value v = b_.create<mlir::arith::FPToSIOp>(loc_, to_type, safe);
+    v = select(too_big, constant(to, 0, max, lanes), v);
+    return select(too_small, constant(to, 0, min, lanes), v);
+  }
+  if (from == DType::Bool) return b_.create<mlir::arith::ExtUIOp>(loc_, to_type, x);
+  return ir::dtype_size(to) > ir::dtype_size(from) ? mlir::Value(b_.create<mlir::arith::ExtSIOp>(loc_, to_type, x))
+                                                   : mlir::Value(b_.create<mlir::arith::TruncIOp>(loc_, to_type, x));
+}
+
+DType ScalarLowering::reduce_accumulator_type(const ir::Graph& body, ir::NodeId id) {
+  const ir::Node& n = body.node(id);
+  const ir::ReduceAttrs& r = n.as<ir::ReduceAttrs>();
+  DType in = body.node(n.inputs[0]).dtype;
+  if (r.kind == ir::ReduceKind::Custom) return n.dtype;
+  if (r.kind == ir::ReduceKind::Any || r.kind == ir::ReduceKind::All) return DType::Bool;
+  if (ir::is_float(in) && (r.kind == ir::ReduceKind::Max || r.kind == ir::ReduceKind::Min)) return in;
+  return ir::is_float(in) || r.kind == ir::ReduceKind::Mean ? DType::F64 : DType::I64;
+}
+
+mlir::Value ScalarLowering::reduce_identity(const ir::Graph& body, ir::NodeId id, int lanes) {
+  const ir::Node& n = body.node(id);
+  const ir::ReduceAttrs& r = n.as<ir::ReduceAttrs>();
+  DType in = body.node(n.inputs[0]).dtype;
+  DType acc = reduce_accumulator_type(body, id);
+  constexpr double inf = std::numeric_limits<double>::infinity();
+  int64_t int_low = in == DType::I32 ? INT32_MIN : in == DType::Bool ? 0 : INT64_MIN;
+  int64_t int_high = in == DType::I32 ? INT32_MAX : in == DType::Bool ? 1 : INT64_MAX;
+  switch (r.kind) {
+    case ir::ReduceKind::Prod: return constant(acc, 1, 1, lanes);
+    case ir::ReduceKind::Max: return constant(acc, -inf, int_low, lanes);
+    case ir::ReduceKind::Min: return constant(acc, inf, int_high, lanes);
+    case ir::ReduceKind::All: return constant(acc, 1, 1, lanes);
+    case ir::ReduceKind::Custom: return constant(acc, r.identity.f, r.identity.i, lanes);
+    default: return constant(acc, 0, 0, lanes);
+  }
+}
+
+mlir::Value ScalarLowering::reduce_combine(const ir::Graph& body, ir::NodeId id, mlir::Value acc, mlir::Value x) {
+  const ir::ReduceAttrs& r = body.node(id).as<ir::ReduceAttrs>();
+  bool floating = ir::is_float(reduce_accumulator_type(body, id));
+  switch (r.kind) {
+    case ir::ReduceKind::Custom: return scalar_fn(r.combiner, {acc, x}, 1);
+    case ir::ReduceKind::Any: return b_.create<mlir::arith::OrIOp>(loc_, acc, x);
+    case ir::ReduceKind::All: return b_.create<mlir::arith::AndIOp>(loc_, acc, x);
+    case ir::ReduceKind::Prod: return floating ? mlir::Value(b_.create<mlir::arith::MulFOp>(loc_, acc, x)) : mul(acc, x);
+    case ir::ReduceKind::Max:
+      return floating ? mlir::Value(b_.create<mlir::arith::MaximumFOp>(loc_, acc, x))
+                      : mlir::Value(b_.create<mlir::arith::MaxSIOp>(loc_, acc, x));
+    case ir::ReduceKind::Min:
+      return floating ? mlir::Value(b_.create<mlir::arith::MinimumFOp>(loc_, acc, x))
+                      : mlir::Value(b_.create<mlir::arith::MinSIOp>(loc_, acc, x));
+    default: return floating ? mlir::Value(b_.create<mlir::arith::AddFOp>(loc_, acc, x)) : add(acc, x);
+  }
+}
+
+mlir::Value ScalarLowering::reduce_input(const ir::Graph& body, ir::NodeId id, mlir::Value x, int lanes) {
+  const ir::Node& n = body.node(id);
+  if (n.as<ir::ReduceAttrs>().kind == ir::ReduceKind::Custom) return x;
+  return cast(x, body.node(n.inputs[0]).dtype, reduce_accumulator_type(body, id), lanes);
+}
+
+mlir::Value ScalarLowering::reduce_finish(const ir::Graph& body, ir::NodeId id, mlir::Value acc, mlir::Value row_length) {
+  const ir::Node& n = body.node(id);
+  DType acc_type = reduce_accumulator_type(body, id);
+  if (n.as<ir::ReduceAttrs>().kind == ir::ReduceKind::Mean)
+    acc = b_.create<mlir::arith::DivFOp>(loc_, acc, b_.create<mlir::arith::SIToFPOp>(loc_, b_.getF64Type(), row_length));
+  return acc_type == n.dtype ? acc : cast(acc, acc_type, n.dtype, 1);
+}
+
+mlir::Value ScalarLowering::libdevice_call(std::string_view name, mlir::Value x) {
+  mlir::Type t = x.getType();
+  if (!t.isF32() && !t.isF64()) throw ir::Error(fail("libdevice call on a vector of lanes"));
+  std::string symbol = "__nv_" + std::string(name) + (t.isF32() ? "f" : "");
+  mlir::Operation* module = mlir::SymbolTable::getNearestSymbolTable(b_.getInsertionBlock()->getParentOp());
+  auto fn = mlir::dyn_cast_or_null<mlir::LLVM::LLVMFuncOp>(mlir::SymbolTable::lookupSymbolIn(module, symbol));
+  if (!fn) {
+    mlir::OpBuilder::InsertionGuard guard(b_);
+    b_.setInsertionPointToStart(&module->getRegion(0).front());
+    fn = b_.create<mlir::LLVM::LLVMFuncOp>(loc_, symbol, mlir::LLVM::LLVMFunctionType::get(t, {t}));
+  }
+  return b_.create<mlir::LLVM::CallOp>(loc_, fn, mlir::ValueRange{x})->getResult(0);
+}
+
+mlir::Value ScalarLowering::sqrt(mlir::Value x) {
+  // Not __nv_sqrtf (see the constructor); llvm.sqrt is taken by the NVVM lowering too.
+  if (libdevice_ && x.getType().isF32())
+    return b_.create<mlir::LLVM::CallIntrinsicOp>(loc_, x.getType(), "llvm.nvvm.sqrt.rn.f", mlir::ValueRange{x}).getResult(0);
+  return b_.create<mlir::math::SqrtOp>(loc_, x);
+}
+
+}  // namespace fuse::codegen

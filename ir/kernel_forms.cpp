@@ -1,0 +1,265 @@
+#include "ir/kernel_forms.h"
+
+#include <algorithm>
+
+namespace fuse::ir {
+
+bool elementwise_contiguous(const Kernel& k) {
+  std::vector<bool> seen(k.body.nodes.size(), false);
+  std::vector<NodeId> stack;
+  for (const GraphOutput& o : k.body.outputs) {
+    if (!(k.body.node(o.node).shape == k.space)) return false;
+    stack.push_back(o.node);
+  }
+  while (!stack.empty()) {
+    NodeId id = stack.back();
+    stack.pop_back();
+    if (seen[id]) continue;
+    seen[id] = true;
+    const Node& n = k.body.node(id);
+    if (n.kind == OpKind::BroadcastTo && num_elements(k.body.node(n.inputs[0]).shape) == Dim(1)) continue;
+    bool plain = n.kind == OpKind::Input || n.kind == OpKind::Constant || n.kind == OpKind::Elementwise;
+    if (!plain || !(n.shape == k.space)) return false;
+    for (NodeId in : n.inputs) stack.push_back(in);
+  }
+  return true;
+}
+
+bool results_in_row_order(const Kernel& k) {
+  if (k.kind != KernelKind::Reduction && k.kind != KernelKind::RowWise && k.kind != KernelKind::Matmul) return true;
+  std::vector<bool> after_reduce(k.body.nodes.size(), false);
+  for (NodeId id = 0; id < static_cast<NodeId>(k.body.nodes.size()); ++id) {
+    const Node& n = k.body.node(id);
+    bool downstream = false;
+    for (NodeId in : n.inputs) {
+      OpKind kind = k.body.node(in).kind;
+      downstream = downstream || after_reduce[in] || kind == OpKind::Reduce || kind == OpKind::Matmul;
+    }
+    after_reduce[id] = downstream;
+    bool allowed = n.kind == OpKind::Elementwise || n.kind == OpKind::BroadcastTo || n.kind == OpKind::ExpandDims ||
+                   n.kind == OpKind::Squeeze || n.kind == OpKind::Reduce;
+    if (downstream && !allowed) return false;
+  }
+  return true;
+}
+
+bool reduces_to_one_element(const Kernel& k) {
+  if (k.kind != KernelKind::Reduction) return false;
+  if (!(num_elements(kept_dims(k)) == Dim(1))) return false;
+  for (const GraphOutput& o : k.body.outputs)
+    if (!(num_elements(k.body.node(o.node).shape) == Dim(1))) return false;
+  // No reduction may read another's result (they share one pass over the elements).
+  std::vector<bool> after_reduce(k.body.nodes.size(), false);
+  bool any = false;
+  for (NodeId id = 0; id < static_cast<NodeId>(k.body.nodes.size()); ++id) {
+    const Node& n = k.body.node(id);
+    bool downstream = false;
+    for (NodeId in : n.inputs) downstream = downstream || after_reduce[in];
+    if (n.kind == OpKind::Reduce) {
+      if (downstream || n.as<ReduceAttrs>().kind == ReduceKind::Custom) return false;
+      any = true;
+      downstream = true;
+    }
+    after_reduce[id] = downstream;
+  }
+  return any;
+}
+
+int transpose_inner_axis(const Kernel& k) {
+  const Node& out = k.body.node(k.body.outputs[0].node);
+  int rank = static_cast<int>(out.shape.size());
+  if (rank < 2 || !(num_elements(out.shape) == num_elements(k.space))) return -1;
+  for (int d = 0; d < rank - 1; ++d) {
+    NodeId id = k.body.outputs[0].node;
+    int axis = d;
+    while (axis >= 0) {
+      const Node& n = k.body.node(id);
+      if (n.kind == OpKind::Input || n.kind == OpKind::Constant) {
+        if (axis + 1 == static_cast<int>(n.shape.size())) return d;
+        break;
+      }
+      if (n.kind == OpKind::Elementwise && n.inputs.size() == 1) {
+        id = n.inputs[0];
+        continue;
+      }
+      // Only permutes, expand_dims and squeezes carry the axis through (a broadcast or reshape
+      // on the way is not a plain transpose).
+      bool carries = n.kind == OpKind::Permute || n.kind == OpKind::ExpandDims || n.kind == OpKind::Squeeze;
+      axis = carries ? view_operand_axis(k.body, n, axis) : -1;
+      if (axis >= 0) id = n.inputs[0];
+    }
+  }
+  return -1;
+}
+
+std::vector<NodeId> reduce_nodes(const Kernel& k) {
+  std::vector<NodeId> ids;
+  for (NodeId id = 0; id < static_cast<NodeId>(k.body.nodes.size()); ++id)
+    if (k.body.node(id).kind == OpKind::Reduce) ids.push_back(id);
+  return ids;
+}
+
+Shape kept_dims(const Kernel& k) {
+  Shape kept;
+  for (size_t d = 0; d < k.space.size(); ++d)
+    if (std::find(k.axes.begin(), k.axes.end(), static_cast<int>(d)) == k.axes.end()) kept.push_back(k.space[d]);
+  return kept;
+}
+
+Shape reduced_dims(const Kernel& k) {
+  Shape reduced;
+  for (int a : k.axes) reduced.push_back(k.space[a]);
+  return reduced;
+}
+
+bool trailing_axes(const Kernel& k) {
+  for (size_t i = 0; i < k.axes.size(); ++i)
+    if (k.axes[i] != static_cast<int>(k.space.size() - k.axes.size() + i)) return false;
+  return !k.axes.empty();
+}
+
+NodeId matmul_node(const Kernel& k) {
+  for (NodeId id = 0; id < static_cast<NodeId>(k.body.nodes.size()); ++id)
+    if (k.body.node(id).kind == OpKind::Matmul) return id;
+  return -1;
+}
+
+int view_operand_axis(const Graph& body, const Node& n, int axis) {
+  if (axis < 0) return -1;
+  const Shape& from = body.node(n.inputs[0]).shape;
+  switch (n.kind) {
+    case OpKind::BroadcastTo: {
+      int in_axis = axis - static_cast<int>(n.shape.size() - from.size());
+      return in_axis >= 0 && !(from[in_axis] == Dim(1)) ? in_axis : -1;
+    }
+    case OpKind::Permute: return n.as<PermuteAttrs>().perm[axis];
+    case OpKind::ExpandDims: {
+      int a = n.as<ExpandDimsAttrs>().axis;
+      return axis == a ? -1 : axis > a ? axis - 1 : axis;
+    }
+    case OpKind::Squeeze: {
+      const std::vector<int>& axes = n.as<SqueezeAttrs>().axes;
+      int seen = -1;
+      for (int d = 0; d < static_cast<int>(from.size()); ++d)
+        if (std::find(axes.begin(), axes.end(), d) == axes.end() && ++seen == axis) return d;
+      return -1;
+    }
+    case OpKind::Reshape: return static_cast<int>(from.size()) - 1;
+    default: return -1;
+  }
+}
+
+InnerAccess KernelAccess::inner(NodeId id, int axis) const {
+  if (axis < 0) return InnerAccess::Constant;
+  auto key = std::make_pair(id, axis);
+  auto it = inner_memo_.find(key);
+  if (it != inner_memo_.end()) return it->second;
+  return inner_memo_[key] = inner_uncached(id, axis);
+}
+
+InnerAccess KernelAccess::inner_uncached(NodeId id, int axis) const {
+  const Node& n = k_.body.node(id);
+  const Shape& from = n.inputs.empty() ? n.shape : k_.body.node(n.inputs[0]).shape;
+  switch (n.kind) {
+    case OpKind::Input:
+    case OpKind::Constant:
+      return axis + 1 == static_cast<int>(n.shape.size()) ? InnerAccess::Unit : InnerAccess::Strided;
+    case OpKind::Elementwise: {
+      InnerAccess worst = InnerAccess::Constant;
+      for (NodeId in : n.inputs) worst = std::max(worst, inner(in, axis));
+      return worst;
+    }
+    case OpKind::BroadcastTo:
+    case OpKind::Permute:
+    case OpKind::ExpandDims: return inner(n.inputs[0], view_operand_axis(k_.body, n, axis));
+    case OpKind::Squeeze: {
+      int in_axis = view_operand_axis(k_.body, n, axis);
+      return in_axis < 0 ? InnerAccess::Unsupported : inner(n.inputs[0], in_axis);
+    }
+    case OpKind::Reshape:
+      // Only a reshape that keeps the innermost dim keeps a row a row.
+      if (axis + 1 == static_cast<int>(n.shape.size()) && !from.empty() && from.back() == n.shape.back())
+        return inner(n.inputs[0], static_cast<int>(from.size()) - 1);
+      return InnerAccess::Unsupported;
+    case OpKind::Matmul: return axis + 1 == static_cast<int>(n.shape.size()) ? InnerAccess::Unit : InnerAccess::Unsupported;
+    default: return InnerAccess::Unsupported;
+  }
+}
+
+InnerAccess KernelAccess::kernel_inner() const {
+  if (k_.space.size() < 2) return InnerAccess::Unsupported;
+  InnerAccess worst = InnerAccess::Constant;
+  for (const GraphOutput& o : k_.body.outputs) {
+    if (!(k_.body.node(o.node).shape == k_.space)) return InnerAccess::Unsupported;
+    worst = std::max(worst, inner(o.node, static_cast<int>(k_.space.size()) - 1));
+  }
+  return worst;
+}
+
+bool KernelAccess::depends_on(NodeId id, NodeId source) const {
+  auto it = computed_from_memo_.find(source);
+  if (it == computed_from_memo_.end()) it = computed_from_memo_.emplace(source, computed_from(k_.body, source)).first;
+  return it->second[id];
+}
+
+bool KernelAccess::strip_safe(NodeId id, int axis, NodeId mm) const {
+  auto key = std::make_tuple(id, axis, mm);
+  auto it = strip_safe_memo_.find(key);
+  if (it != strip_safe_memo_.end()) return it->second;
+  return strip_safe_memo_[key] = strip_safe_uncached(id, axis, mm);
+}
+
+bool KernelAccess::strip_safe_uncached(NodeId id, int axis, NodeId mm) const {
+  if (!depends_on(id, mm)) return true;
+  if (id == mm) return axis + 1 == static_cast<int>(k_.body.node(mm).shape.size());
+  if (axis < 0) return false;
+  const Node& n = k_.body.node(id);
+  if (n.kind == OpKind::Elementwise) {
+    for (NodeId in : n.inputs)
+      if (!strip_safe(in, axis, mm)) return false;
+    return true;
+  }
+  bool view = n.kind == OpKind::BroadcastTo || n.kind == OpKind::Permute || n.kind == OpKind::ExpandDims ||
+              n.kind == OpKind::Squeeze || n.kind == OpKind::Reshape;
+  return view && strip_safe(n.inputs[0], view_operand_axis(k_.body, n, axis), mm);
+}
+
+bool KernelAccess::epilogue_on_column_vectors() const {
+  NodeId mm = matmul_node(k_);
+  int c_axis = static_cast<int>(k_.space.size()) - 1;
+  for (const GraphOutput& o : k_.body.outputs)
+    if (!(k_.body.node(o.node).shape == k_.space) || inner(o.node, c_axis) > InnerAccess::Unit || !strip_safe(o.node, c_axis, mm))
+      return false;
+  return true;
+}
+
+bool KernelAccess::column_reduction() const {
+  if (k_.kind != KernelKind::Reduction || reduces_to_one_element(k_) || k_.space.size() < 2) return false;
+  for (size_t i = 0; i < k_.axes.size(); ++i)
+    if (k_.axes[i] != static_cast<int>(i)) return false;
+  if (k_.axes.empty() || k_.axes.size() >= k_.space.size()) return false;
+  int last = static_cast<int>(k_.space.size()) - 1;
+  std::vector<NodeId> reduces = reduce_nodes(k_);
+  std::vector<bool> from_reduces(k_.body.nodes.size(), false);
+  for (NodeId id = 0; id < static_cast<NodeId>(k_.body.nodes.size()); ++id) {
+    const Node& n = k_.body.node(id);
+    if (n.kind == OpKind::Reduce) {
+      if (n.as<ReduceAttrs>().kind == ReduceKind::Custom || inner(n.inputs[0], last) > InnerAccess::Unit ||
+          !(k_.body.node(n.inputs[0]).shape == k_.space))
+        return false;
+      for (NodeId other : reduces)
+        if (other != id && depends_on(id, other)) return false;
+      from_reduces[id] = true;
+    } else if (n.kind == OpKind::Elementwise) {
+      bool all = !n.inputs.empty();
+      for (NodeId in : n.inputs) all = all && from_reduces[in];
+      from_reduces[id] = all;
+    }
+  }
+  Dim kept = num_elements(kept_dims(k_));
+  for (const GraphOutput& o : k_.body.outputs)
+    if (!from_reduces[o.node] || !(num_elements(k_.body.node(o.node).shape) == kept)) return false;
+  return true;
+}
+
+}  // namespace fuse::ir

@@ -1,0 +1,90 @@
+// Target-neutral facts about a kernel's body: what passes/schedule.cpp reads to choose each
+// kernel's loop form (LoopForm), and what both code generators ask while emitting it. Plain IR,
+// no MLIR; the recursive queries over the body are memoized (bodies are DAGs, often diamonds).
+#pragma once
+
+#include <map>
+#include <tuple>
+#include <vector>
+
+#include "ir/program.h"
+
+namespace fuse::ir {
+
+/// Whether element i of every value of `k` is element i of its operands: every node on the
+/// outputs' paths is an input, constant or elementwise op shaped like the kernel's space, or a
+/// broadcast of a single element. Then a flat loop needs neither views nor index arithmetic
+/// (lane j of a vector is element base + j).
+bool elementwise_contiguous(const Kernel& k);
+
+/// Whether every output element sits at the position of the row (or element) of the reductions'
+/// or matmul's result it depends on: between a reduction or matmul and an output only
+/// elementwise ops, broadcasts, expand_dims and squeeze (a permute or reshape there would move
+/// elements across rows). The row forms need it; other such kernels run element by element
+/// (CUDA) or in the interpreter (CPU).
+bool results_in_row_order(const Kernel& k);
+
+/// A reduction kernel to single elements (sum(x), max(x * y)): one row, every output one
+/// element, built-in (associative) reductions independent of each other. Such a kernel has one
+/// parallel iteration, so it is split over chunks of its elements and combined in a second step
+/// (CPU: SplitReduction; CUDA: TwoStage).
+bool reduces_to_one_element(const Kernel& k);
+
+/// The tiled transpose applies to a kernel whose first output, through views and unary
+/// elementwise ops, reads one input along another axis than its own innermost: the result is the
+/// output axis that carries that input's innermost axis (the tile's other axis is the output's
+/// innermost). -1: not this form.
+int transpose_inner_axis(const Kernel& k);
+
+std::vector<NodeId> reduce_nodes(const Kernel& k);
+/// The space split into the kept dims (the rows, iterated in parallel) and the reduced ones.
+Shape kept_dims(const Kernel& k);
+Shape reduced_dims(const Kernel& k);
+/// Whether the reduced axes are the space's last ones (a row is contiguous in the space).
+bool trailing_axes(const Kernel& k);
+/// The kernel's matmul node; -1 when it has none.
+NodeId matmul_node(const Kernel& k);
+
+/// How a node's value varies along the innermost index of the space (worse is larger).
+enum class InnerAccess { Constant, Unit, Strided, Unsupported };
+
+/// The axis of view `n`'s operand that carries index `axis` of the view (-1: none, e.g. a
+/// broadcast axis).
+int view_operand_axis(const Graph& body, const Node& n, int axis);
+
+/// The memoized queries over one kernel's body. Cheap to make; not thread-safe (one per use).
+class KernelAccess {
+ public:
+  explicit KernelAccess(const Kernel& k) : k_(k) {}
+
+  /// How node `id`'s value varies along the innermost index when that index sits on `axis` of
+  /// its shape (-1: it does not reach this node).
+  InnerAccess inner(NodeId id, int axis) const;
+  /// The worst access of the outputs along the space's innermost dim; Unsupported when the
+  /// rows form does not apply (rank < 2, outputs shaped unlike the space).
+  InnerAccess kernel_inner() const;
+  /// Whether node `id` reads the result of node `source` (directly or through others).
+  bool depends_on(NodeId id, NodeId source) const;
+  /// Whether the epilogue reads matmul `mm` only along its columns when index `axis` of node
+  /// `id` runs along C's columns (a strip of C is one vector), not through a view that makes it
+  /// constant along them (expand_dims on the last axis).
+  bool strip_safe(NodeId id, int axis, NodeId mm) const;
+  /// Whether every output is shaped like the space, reads along its columns at unit stride or
+  /// constant, and reads the matmul only along its columns: the epilogue can run on vectors of C.
+  bool epilogue_on_column_vectors() const;
+  /// A reduction over leading axes whose lanes can be adjacent outputs (sum(x, axis=0)): its
+  /// reductions are independent, built-in and read operands contiguous or constant along the
+  /// innermost dim, and its outputs are reductions or elementwise functions of reductions only.
+  bool column_reduction() const;
+
+ private:
+  InnerAccess inner_uncached(NodeId id, int axis) const;
+  bool strip_safe_uncached(NodeId id, int axis, NodeId mm) const;
+
+  const Kernel& k_;
+  mutable std::map<std::pair<NodeId, int>, InnerAccess> inner_memo_;
+  mutable std::map<NodeId, std::vector<bool>> computed_from_memo_;
+  mutable std::map<std::tuple<NodeId, int, NodeId>, bool> strip_safe_memo_;
+};
+
+}  // namespace fuse::ir

@@ -1,0 +1,155 @@
+// The schedule decides: each kernel's loop form (ir::LoopForm) per target, the parameters that
+// form reads, and verify(Program) catching programs that break the invariants codegen relies on.
+#include <catch2/catch.hpp>
+
+#include <string>
+
+#include "frontends/api.h"
+#include "ir/kernel_forms.h"
+#include "ir/printer.h"
+#include "ir/program.h"
+#include "ir/verifier.h"
+#include "passes/pipeline.h"
+
+using namespace fuse;
+using ir::LoopForm;
+
+namespace {
+
+const Dim N = sym("N"), M = sym("M"), K = sym("K");
+
+// The forms of a one-output graph's kernels, in launch order, on `target`.
+std::vector<LoopForm> forms_of(const ir::Graph& g, const passes::TargetInfo& target) {
+  passes::PipelineOptions options;
+  options.target = target;
+  ir::Program p = passes::run_pipeline(g, options).program;
+  REQUIRE(ir::verify(p).empty());
+  std::vector<LoopForm> forms;
+  for (int ki : p.launch_order) forms.push_back(p.kernels[ki].schedule.form);
+  return forms;
+}
+
+struct FormCase {
+  std::string name;
+  ir::Graph graph;
+  LoopForm cpu, cuda;
+};
+
+std::vector<FormCase> form_cases() {
+  std::vector<FormCase> cases;
+  auto add = [&](std::string name, LoopForm cpu, LoopForm cuda, auto build) {
+    Graph g;
+    build(g);
+    cases.push_back({std::move(name), g.ir(), cpu, cuda});
+  };
+  add("add", LoopForm::Contiguous, LoopForm::GridStride, [](Graph& g) {
+    Tensor a = g.input("a", DType::F32, {N}), b = g.input("b", DType::F32, {N});
+    g.output("y", a + b);
+  });
+  add("bias row", LoopForm::Rows, LoopForm::GridStride, [](Graph& g) {
+    Tensor x = g.input("x", DType::F32, {N, M}), b = g.input("b", DType::F32, {M});
+    g.output("y", x + b);
+  });
+  add("transpose", LoopForm::TiledRows, LoopForm::SharedTileTranspose, [](Graph& g) {
+    Tensor x = g.input("x", DType::F32, {N, M});
+    g.output("y", transpose(x));
+  });
+  add("softmax", LoopForm::ReductionRows, LoopForm::BlockPerRow, [](Graph& g) {
+    Tensor x = g.input("x", DType::F32, {N, M});
+    Tensor e = exp(x - max(x, 1, true));
+    g.output("y", e / sum(e, 1, true));
+  });
+  add("sum of everything", LoopForm::SplitReduction, LoopForm::TwoStage, [](Graph& g) {
+    Tensor x = g.input("x", DType::F32, {N});
+    g.output("s", sum(x * x));
+  });
+  add("column sums", LoopForm::ColumnReduction, LoopForm::BlockPerRow, [](Graph& g) {
+    Tensor x = g.input("x", DType::F32, {N, M});
+    g.output("s", sum(x, 0));
+  });
+  add("matmul with an epilogue", LoopForm::BlockedMatmul, LoopForm::SharedTileMatmul, [](Graph& g) {
+    Tensor a = g.input("a", DType::F32, {N, K}), b = g.input("b", DType::F32, {K, M});
+    g.output("y", exp(matmul(a, b)));
+  });
+  return cases;
+}
+
+}  // namespace
+
+TEST_CASE("the schedule chooses each kernel's loop form for its target") {
+  for (FormCase& c : form_cases()) {
+    INFO(c.name);
+    std::vector<LoopForm> cpu = forms_of(c.graph, passes::TargetInfo::cpu("avx512"));
+    std::vector<LoopForm> cuda = forms_of(c.graph, passes::TargetInfo::cuda(80));
+    REQUIRE(cpu.size() == 1);
+    REQUIRE(cuda.size() == 1);
+    CHECK(ir::loop_form_name(cpu[0]) == ir::loop_form_name(c.cpu));
+    CHECK(ir::loop_form_name(cuda[0]) == ir::loop_form_name(c.cuda));
+  }
+}
+
+TEST_CASE("the printed schedule shows the form and only the parameters its code reads") {
+  Graph g;
+  Tensor x = g.input("x", DType::F32, {N, M});
+  g.output("y", transpose(x));
+  passes::PipelineOptions options;
+  std::string cpu = ir::print_program(passes::run_pipeline(g.ir(), options).program);
+  CHECK_THAT(cpu, Catch::Contains("form=tiled_rows") && Catch::Contains("transpose_block=16"));
+  CHECK_THAT(cpu, !Catch::Contains("accumulators") && !Catch::Contains("parallel_dims") && !Catch::Contains(" mc="));
+  options.target = passes::TargetInfo::cuda(80);
+  std::string cuda = ir::print_program(passes::run_pipeline(g.ir(), options).program);
+  CHECK_THAT(cuda, Catch::Contains("form=shared_tile_transpose") && Catch::Contains("tile_rows=32") &&
+                       Catch::Contains("shared_cols=33"));
+  CHECK_THAT(cuda, !Catch::Contains("tile_cols") && !Catch::Contains("reduction=") && !Catch::Contains("vector_bytes"));
+}
+
+TEST_CASE("verify(Program) names each broken invariant") {
+  Graph g;
+  Tensor x = g.input("x", DType::F32, {N, M});
+  Tensor e = exp(x - max(x, 1, true));
+  g.output("y", e / sum(e, 1, true));
+  g.output("t", transpose(x));
+  ir::Program good = passes::run_pipeline(g.ir()).program;
+  REQUIRE(ir::verify(good).empty());
+  REQUIRE(good.kernels.size() == 2);
+
+  auto problems_of = [](const ir::Program& p) {
+    std::string all;
+    for (const std::string& s : ir::verify(p)) all += s + "\n";
+    return all;
+  };
+  SECTION("a CUDA form on a CPU schedule") {
+    ir::Program p = good;
+    p.kernels[0].schedule.form = LoopForm::BlockPerRow;
+    CHECK_THAT(problems_of(p), Catch::Contains("loop form block_per_row is not a form of target cpu"));
+  }
+  SECTION("a split reduction on a kernel with rows") {
+    ir::Program p = good;
+    for (ir::Kernel& k : p.kernels)
+      if (k.kind == ir::KernelKind::RowWise) k.schedule.form = LoopForm::SplitReduction;
+    CHECK_THAT(problems_of(p), Catch::Contains("needs a reduction to single elements"));
+  }
+  SECTION("a kernel that reads a buffer before it is written") {
+    ir::Program p = good;
+    p.kernels[0].inputs[0] = p.outputs[0].buffer;
+    CHECK_THAT(problems_of(p), Catch::Contains("before any kernel writes it"));
+  }
+  SECTION("a buffer of the wrong dtype") {
+    ir::Program p = good;
+    p.buffers[p.kernels[0].outputs[0]].dtype = DType::F64;
+    CHECK_THAT(problems_of(p), Catch::Contains("but buffer"));
+  }
+  SECTION("a launch order that runs one kernel twice and leaves one out") {
+    ir::Program p = good;
+    p.launch_order = {0, 0};
+    std::string problems = problems_of(p);
+    CHECK_THAT(problems, Catch::Contains("twice") && Catch::Contains("leaves out"));
+  }
+  SECTION("a tiled transpose without a tile") {
+    ir::Program p = good;
+    for (ir::Kernel& k : p.kernels)
+      if (k.schedule.form == LoopForm::TiledRows) k.schedule.cpu.transpose_block = 0;
+    CHECK_THAT(problems_of(p), Catch::Contains("needs transpose_block >= 1"));
+    CHECK_THROWS_WITH(ir::verify_or_throw(p, "after scheduling"), Catch::Contains("invalid program after scheduling:"));
+  }
+}
