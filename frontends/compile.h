@@ -71,7 +71,8 @@ std::string emit(const Compilation& c, Stage stage);
 
 /// The last stage on a CPU: every kernel the CPU backend handles (codegen::cpu_compiles: all but
 /// reductions/matmuls whose epilogue reorders elements, which run in the reference interpreter
-/// until the backend covers them) compiled, or found in the caches, and JIT-loaded.
+/// until the backend covers them) compiled, or found in the caches, and JIT-loaded. Takes the
+/// Program from `c`: move `c` in when it is not needed afterwards.
 runtime::Executable load_cpu(Compilation c);
 /// The PTX and launch plan with the Program's interface, unloaded: what an AOT bundle holds
 /// (runtime::write_bundle). Needs no GPU.

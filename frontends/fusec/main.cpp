@@ -517,9 +517,10 @@ int compile_command(const Args& args) {
   }
   if (kind->is_binary && !out) throw Error("--emit=" + *emit_name + " is binary: write it to a file with -o FILE");
   std::string title = std::filesystem::path(file).stem().string();
-  std::string text = !kind->is_dot              ? emit(compiled, kind->stage)
-                     : args.has("--fused")      ? ir::program_to_dot(compiled.result.program, title)
-                                                : ir::graph_to_dot(compiled.graph, title);
+  std::string text;
+  if (!kind->is_dot) text = emit(compiled, kind->stage);
+  else if (args.has("--fused")) text = ir::program_to_dot(compiled.result.program, title);
+  else text = ir::graph_to_dot(compiled.graph, title);
   if (!out) {
     std::cout << text;
     return 0;
