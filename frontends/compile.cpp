@@ -1,6 +1,7 @@
 #include "frontends/compile.h"
 
 #include <algorithm>
+#include <stdexcept>
 
 #include "codegen/cpu_codegen.h"
 #include "codegen/cuda_codegen.h"
