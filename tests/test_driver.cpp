@@ -152,7 +152,7 @@ TEST_CASE("the options reach every stage", "[driver]") {
   }
 }
 
-TEST_CASE("compile schedules for the target it is given, else for the options' target", "[driver][cpu]") {
+TEST_CASE("compile schedules for its Target argument or else for the options' target", "[driver][cpu]") {
   Graph g;
   Tensor a = g.input("a", DType::F32, {sym("M"), sym("K")});
   Tensor b = g.input("b", DType::F32, {sym("K"), sym("N")});
@@ -179,7 +179,7 @@ TEST_CASE("a stage or an executable the target does not have is an error", "[dri
   CHECK_THROWS_WITH(compile_cuda_program(g, Target::host()), Contains("needs a CUDA target"));
 }
 
-TEST_CASE("a CUDA target without an sm takes its device's, at most 90", "[driver][cuda]") {
+TEST_CASE("a CUDA target without an sm takes its device's up to 90", "[driver][cuda]") {
   REQUIRE(kFakeDriver);
   ir::Graph g = example("hypot");
   for (auto [cc, sm] : {std::pair{75, 75}, {86, 86}, {90, 90}, {120, 90}}) {
