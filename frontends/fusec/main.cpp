@@ -80,15 +80,15 @@ using PrepareRunner = Runner (*)(const ir::Graph& g, const Target& target, const
 struct TargetChoice {
   std::string_view name;
   std::string_view help;
-  TargetKind kind;
-  bool compiles;  // a choice for `fusec FILE` (interp only runs)
+  Target (*target)();  // before --cpu and --sm refine it
+  bool compiles;       // a choice for `fusec FILE` (interp only runs)
   PrepareRunner prepare;
 };
 const TargetChoice kTargets[] = {
     {"cpu",
      "this machine's CPU: MLIR -> LLVM -> machine code, loaded in process (the default; --cpu=DESC schedules for "
      "another CPU)",
-     TargetKind::Cpu, true,
+     Target::host, true,
      [](const ir::Graph& g, const Target& target, const CompileOptions& options) -> Runner {
        auto exe = std::make_shared<runtime::Executable>(compile(g, target, options));
        return [exe](const ir::TensorMap& inputs, ir::TensorMap& outputs) { exe->run(inputs, outputs); };
@@ -96,7 +96,7 @@ const TargetChoice kTargets[] = {
     {"cuda",
      "NVIDIA GPUs: PTX for --sm=NN (default GPU 0's compute capability, at most 90; 80 without a GPU); run: on "
      "GPU 0 through the CUDA driver",
-     TargetKind::Cuda, true,
+     [] { return Target::cuda(); }, true,
      [](const ir::Graph& g, const Target& target, const CompileOptions& options) -> Runner {
        // compile_cuda asks GPU 0 first: without one, this is where `run` stops, saying why.
        std::shared_ptr<runtime::CudaExecutable> exe = compile_cuda(g, target, options);
@@ -104,7 +104,7 @@ const TargetChoice kTargets[] = {
        return [exe](const ir::TensorMap& inputs, ir::TensorMap& outputs) { outputs = exe->run_host(inputs); };
      }},
     {"interp", "run only: the fused Program (CPU schedules), kernel by kernel, in the reference interpreter",
-     TargetKind::Cpu, false,
+     Target::host, false,
      [](const ir::Graph& g, const Target& target, const CompileOptions& options) -> Runner {
        ir::Program program = run_passes(g, target, options).result.program;
        return [program](const ir::TensorMap& inputs, ir::TensorMap& outputs) {
@@ -432,23 +432,23 @@ const std::string& the_file(const Args& args) {
 
 // ---- fusec FILE --emit=KIND ----
 
-/// The target the flags describe for a --target choice: --cpu=DESC for a CPU's schedules,
-/// --sm=NN for CUDA (without it the driver asks GPU 0).
+/// The target of a --target choice as the flags refine it: --cpu=DESC describes another CPU,
+/// --sm=NN the compute capability (without it the driver asks GPU 0).
 Target target_from_flags(const Args& args, const TargetChoice& choice) {
+  Target target = choice.target();
   const std::string* cpu = args.value("--cpu");
   const std::string* sm_text = args.value("--sm");
-  if (choice.kind == TargetKind::Cpu) {
+  if (target.kind == TargetKind::Cpu) {
     if (sm_text) throw Error("--sm applies only with --target=cuda");
-    return Target::cpu(cpu ? *cpu : "");
+    return cpu ? Target::cpu(*cpu) : target;
   }
   if (cpu) throw Error("--cpu applies only to CPU targets");
-  int sm = 0;
   if (sm_text) {
-    auto [end, error] = std::from_chars(sm_text->data(), sm_text->data() + sm_text->size(), sm);
-    if (error != std::errc() || end != sm_text->data() + sm_text->size() || sm < 75)
+    auto [end, error] = std::from_chars(sm_text->data(), sm_text->data() + sm_text->size(), target.sm);
+    if (error != std::errc() || end != sm_text->data() + sm_text->size() || target.sm < 75)
       throw Error("--sm=" + *sm_text + ": expected a compute capability such as 80 (sm_80); CUDA 13 needs 75 or more");
   }
-  return Target::cuda(0, sm);
+  return target;
 }
 
 /// The --target choice (default cpu); `fusec FILE` accepts only those that compile.
