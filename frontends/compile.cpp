@@ -1,58 +1,165 @@
 #include "frontends/compile.h"
 
 #include <algorithm>
+#include <stdexcept>
 
 #include "codegen/cpu_codegen.h"
 #include "codegen/cuda_codegen.h"
+#include "ir/cuda_plan.h"
+#include "ir/printer.h"
 #include "runtime/cuda_driver.h"
 
 namespace fuse {
+namespace {
 
-runtime::Executable compile(const ir::Graph& g, const CompileOptions& options) {
-  return compile_program(passes::run_pipeline(g, options.pipeline).program, options);
+// What each backend needs to know, from the target and the options: made here only.
+codegen::CpuOptions cpu_options(const Compilation& c) {
+  codegen::CpuOptions cpu;
+  cpu.fast_math = c.options.pipeline.simplify.fast_math;
+  cpu.use_cache = c.options.use_cache;
+  return cpu;
 }
 
-runtime::Executable compile_program(ir::Program program, const CompileOptions& options) {
-  codegen::CpuOptions cpu;
-  cpu.fast_math = options.pipeline.simplify.fast_math;
-  cpu.use_cache = options.use_cache;
-  std::shared_ptr<const codegen::CpuModule> module = codegen::compile_cpu(program, cpu);
+codegen::CudaOptions cuda_options(const Compilation& c) {
+  codegen::CudaOptions cuda;
+  cuda.sm = c.target.sm;
+  cuda.fast_math = c.options.pipeline.simplify.fast_math;
+  return cuda;
+}
+
+const ir::Program& program(const Compilation& c) { return c.result.program; }
+
+/// Every stage, in the order they are made, with its output on each target (null: the target
+/// has no such stage).
+using StageOutput = std::string (*)(const Compilation& c);
+struct StageRow {
+  Stage stage;
+  std::string_view name;
+  StageOutput cpu, cuda;
+};
+std::string print_source(const Compilation& c) { return ir::print_graph(c.graph); }
+std::string print_program(const Compilation& c) { return ir::print_program(program(c)); }
+const StageRow kStages[] = {
+    {Stage::Graph, "graph", print_source, print_source},
+    {Stage::Program, "fused", print_program, print_program},
+    {Stage::Mlir, "mlir", [](const Compilation& c) { return codegen::emit_cpu_mlir(program(c), cpu_options(c)); },
+     [](const Compilation& c) { return codegen::emit_cuda_mlir(program(c), cuda_options(c)); }},
+    {Stage::Llvm, "llvm", [](const Compilation& c) { return codegen::emit_cpu_llvm(program(c), cpu_options(c)); },
+     [](const Compilation& c) { return codegen::emit_cuda_llvm(program(c), cuda_options(c)); }},
+    {Stage::Asm, "asm", [](const Compilation& c) { return codegen::emit_cpu_asm(program(c), cpu_options(c)); },
+     nullptr},
+    {Stage::Object, "obj", [](const Compilation& c) { return codegen::emit_cpu_object(program(c), cpu_options(c)); },
+     nullptr},
+    {Stage::Ptx, "ptx", nullptr,
+     [](const Compilation& c) { return codegen::compile_cuda(program(c), cuda_options(c)).ptx; }},
+    {Stage::Plan, "plan", [](const Compilation& c) { return ir::program_to_json(program(c)); },
+     [](const Compilation& c) { return ir::print_cuda_plan(codegen::compile_cuda(program(c), cuda_options(c)).plan); }},
+};
+
+const StageRow& row(Stage s) {
+  for (const StageRow& r : kStages)
+    if (r.stage == s) return r;
+  throw std::logic_error("a Stage without a row in kStages");
+}
+
+StageOutput stage_output(TargetKind kind, Stage s) { return kind == TargetKind::Cpu ? row(s).cpu : row(s).cuda; }
+
+std::vector<Stage> stages_of(TargetKind kind) {
+  std::vector<Stage> list;
+  for (const StageRow& r : kStages)
+    if (stage_output(kind, r.stage)) list.push_back(r.stage);
+  return list;
+}
+
+// The target with what it leaves to the driver decided.
+Target resolved(Target target) {
+  if (target.kind == TargetKind::Cuda && target.sm == 0)
+    target.sm = runtime::cuda::cuda_available() ? cuda_sm_for_device(target.device) : 80;
+  return target;
+}
+
+void require_kind(const Compilation& c, TargetKind kind, std::string_view what) {
+  if (c.target.kind != kind)
+    throw ir::Error(std::string(what) + " needs a " + std::string(ir::target_kind_name(kind)) + " target, not " +
+                    std::string(ir::target_kind_name(c.target.kind)));
+}
+
+}  // namespace
+
+std::string_view stage_name(Stage s) { return row(s).name; }
+
+const std::vector<Stage>& stages(TargetKind kind) {
+  static const std::vector<Stage> cpu = stages_of(TargetKind::Cpu), cuda = stages_of(TargetKind::Cuda);
+  return kind == TargetKind::Cpu ? cpu : cuda;
+}
+
+bool has_stage(TargetKind kind, Stage s) { return stage_output(kind, s) != nullptr; }
+
+Compilation run_passes(const ir::Graph& g, const Target& target, const CompileOptions& options) {
+  Compilation c{g, resolved(target), options, {}};
+  c.options.pipeline.target = c.target;
+  c.result = passes::run_pipeline(g, c.options.pipeline);
+  return c;
+}
+
+std::string emit(const Compilation& c, Stage stage) {
+  auto output = stage_output(c.target.kind, stage);
+  if (!output)
+    throw ir::Error("a " + std::string(ir::target_kind_name(c.target.kind)) + " target has no " +
+                    std::string(stage_name(stage)) + " stage");
+  return output(c);
+}
+
+runtime::Executable load_cpu(Compilation c) {
+  require_kind(c, TargetKind::Cpu, "load_cpu");
+  std::shared_ptr<const codegen::CpuModule> module = codegen::compile_cpu(program(c), cpu_options(c));
   runtime::CpuCode code;
   code.symbols = module->symbols();
-  for (const codegen::CompiledKernel& k : module->kernels()) code.kernels.push_back({k.fn, k.constants, k.finish, k.split_chunks, k.scratch_bytes});
+  for (const codegen::CompiledKernel& k : module->kernels())
+    code.kernels.push_back({k.fn, k.constants, k.finish, k.split_chunks, k.scratch_bytes});
   code.owner = module;
-  return runtime::Executable(std::move(program), std::move(code));
+  return runtime::Executable(std::move(c.result.program), std::move(code));
 }
 
-runtime::Executable compile(const Graph& g, const Target& target, const CompileOptions& options) {
-  if (target.kind == Target::Kind::Cuda)
+runtime::CudaProgram cuda_program(const Compilation& c) {
+  require_kind(c, TargetKind::Cuda, "cuda_program");
+  codegen::CudaModule module = codegen::compile_cuda(program(c), cuda_options(c));
+  return runtime::make_cuda_program(program(c), std::move(module.plan), std::move(module.ptx));
+}
+
+std::unique_ptr<runtime::CudaExecutable> load_cuda(const Compilation& c) {
+  return std::make_unique<runtime::CudaExecutable>(cuda_program(c), c.target.device);
+}
+
+runtime::Executable compile(const ir::Graph& g, const Target& target, const CompileOptions& options) {
+  if (target.kind == TargetKind::Cuda)
     throw ir::Error("fuse::compile makes CPU executables; compile for a GPU with fuse::compile_cuda");
-  return compile(g.ir(), options);
+  return load_cpu(run_passes(g, target, options));
+}
+
+runtime::Executable compile(const ir::Graph& g, const CompileOptions& options) {
+  return compile(g, options.pipeline.target, options);
+}
+
+std::unique_ptr<runtime::CudaExecutable> compile_cuda(const ir::Graph& g, const Target& target,
+                                                      const CompileOptions& options) {
+  if (target.kind != TargetKind::Cuda) throw ir::Error("fuse::compile_cuda needs a CUDA target (Target::cuda())");
+  // The device first: without one, say so before compiling anything.
+  Target on_device = target;
+  int device_sm = cuda_sm_for_device(target.device);
+  if (!on_device.sm) on_device.sm = device_sm;
+  return load_cuda(run_passes(g, on_device, options));
+}
+
+runtime::CudaProgram compile_cuda_program(const ir::Graph& g, const Target& target, const CompileOptions& options) {
+  if (target.kind != TargetKind::Cuda)
+    throw ir::Error("fuse::compile_cuda_program needs a CUDA target (Target::cuda())");
+  return cuda_program(run_passes(g, target, options));
 }
 
 int cuda_sm_for_device(int device) {
   runtime::cuda::DeviceInfo info = runtime::cuda::device_info(device);
   return std::min(info.major * 10 + info.minor, 90);
-}
-
-runtime::CudaProgram compile_cuda_program(const ir::Graph& g, int sm, const CompileOptions& options) {
-  passes::PipelineOptions pipeline = options.pipeline;
-  pipeline.target = passes::TargetInfo::cuda(sm);
-  ir::Program program = passes::run_pipeline(g, pipeline).program;
-  codegen::CudaOptions cuda;
-  cuda.sm = sm;
-  cuda.fast_math = pipeline.simplify.fast_math;
-  codegen::CudaModule module = codegen::compile_cuda(program, cuda);
-  return runtime::make_cuda_program(program, std::move(module.plan), std::move(module.ptx));
-}
-
-std::unique_ptr<runtime::CudaExecutable> compile_cuda(const ir::Graph& g, const Target& target,
-                                                      const CompileOptions& options) {
-  if (target.kind != Target::Kind::Cuda) throw ir::Error("fuse::compile_cuda needs a CUDA target (Target::cuda())");
-  // The device first: without one, say so before compiling anything.
-  int device_sm = cuda_sm_for_device(target.device);
-  int sm = target.sm ? target.sm : device_sm;
-  return std::make_unique<runtime::CudaExecutable>(compile_cuda_program(g, sm, options), target.device);
 }
 
 }  // namespace fuse

@@ -1,3 +1,5 @@
+// The passes in the order they run: Graph -> Program. frontends/compile.cpp takes the Program on
+// through code generation to something that runs.
 #include "passes/pipeline.h"
 
 #include "ir/verifier.h"

@@ -24,7 +24,7 @@ struct PipelineOptions {
   /// Fusion on/off (off: every op its own kernel, the unfused baseline).
   FusionOptions fusion;
   /// What the schedules are chosen for.
-  TargetInfo target = TargetInfo::host();
+  ir::Target target = ir::Target::host();
 };
 
 struct PipelineResult {

@@ -120,9 +120,6 @@ int sm_number(const std::string& sm) {
 
 }  // namespace
 
-CudaExecutable::CudaExecutable(const ir::Program& program, ir::CudaPlan plan, std::string ptx, int device)
-    : CudaExecutable(make_cuda_program(program, std::move(plan), std::move(ptx)), device) {}
-
 CudaExecutable::CudaExecutable(CudaProgram program, int device) : program_(std::move(program)), device_(device) {
   validate(program_);
   const cuda::DriverApi& api = cuda::api(device_);

@@ -66,8 +66,6 @@ int64_t grid_size(int64_t work, int64_t work_per_block, int64_t max_grid);
 class CudaExecutable {
  public:
   explicit CudaExecutable(CudaProgram program, int device = 0);
-  /// From a Program and what codegen::compile_cuda made of it.
-  CudaExecutable(const ir::Program& program, ir::CudaPlan plan, std::string ptx, int device = 0);
   ~CudaExecutable();
   CudaExecutable(const CudaExecutable&) = delete;
   CudaExecutable& operator=(const CudaExecutable&) = delete;

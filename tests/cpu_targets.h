@@ -8,13 +8,12 @@
 #include <vector>
 
 #include "frontends/compile.h"
-#include "passes/schedule.h"
 
 namespace fuse::testing {
 
 struct CpuTargetDescription {
   std::string name;
-  std::string description;  // passes::TargetInfo::cpu's syntax; "" is the host as detected
+  std::string description;  // Target::cpu's syntax; "" is the host as detected
 };
 
 inline const std::vector<CpuTargetDescription>& cpu_target_descriptions() {
@@ -32,7 +31,7 @@ inline const std::vector<CpuTargetDescription>& cpu_target_descriptions() {
 
 inline CompileOptions compile_options_for(const CpuTargetDescription& target) {
   CompileOptions options;
-  options.pipeline.target = passes::TargetInfo::cpu(target.description);
+  options.pipeline.target = Target::cpu(target.description);
   return options;
 }
 

@@ -22,7 +22,7 @@ namespace {
 // atol grows with K; integers and f64 get the same bound, which they meet with room.
 double matmul_atol(int64_t k) { return 4e-7 * static_cast<double>(std::max<int64_t>(k, 1)); }
 
-CompileOptions with_target(const passes::TargetInfo& t) {
+CompileOptions with_target(const Target& t) {
   CompileOptions o;
   o.pipeline.target = t;
   return o;
@@ -30,8 +30,8 @@ CompileOptions with_target(const passes::TargetInfo& t) {
 
 // The host, with caches small enough that a few dozen rows and columns cross every block: kc,
 // mc and nc of a couple of register tiles.
-passes::TargetInfo tiny_caches() {
-  passes::TargetInfo t = passes::TargetInfo::host();
+Target tiny_caches() {
+  Target t = Target::host();
   t.l1_bytes = 4 << 10;
   t.l2_bytes = 4 << 10;
   t.l3_bytes = 8 << 10;
@@ -229,7 +229,7 @@ TEST_CASE("a fused MLP layer is one kernel", "[cpu][matmul][fusion]") {
 }
 
 TEST_CASE("the matmul generator retargets to 256-bit vectors (AVX2: 8 f32 lanes, 6 x 16 tiles)", "[cpu][matmul]") {
-  passes::TargetInfo avx2 = passes::TargetInfo::host();
+  Target avx2 = Target::host();
   avx2.vector_bits = 256;  // runs on any x86-64 host with AVX2 (this one too, if it has AVX-512)
   Graph g;
   Tensor x = g.input("x", DType::F32, {sym("M"), sym("K")});

@@ -26,6 +26,7 @@
 #include "passes/pipeline.h"
 #include "tests/examples.h"
 #include "tests/fusion_catalog.h"
+#include "tests/ptxas.h"
 #include "tests/random_graph.h"
 
 using namespace fuse;
@@ -35,39 +36,8 @@ namespace {
 
 ir::Program cuda_program(const ir::Graph& g, int sm = 80) {
   passes::PipelineOptions options;
-  options.target = passes::TargetInfo::cuda(sm);
+  options.target = ir::Target::cuda(0, sm);
   return passes::run_pipeline(g, options).program;
-}
-
-// ptxas from $CUDA_HOME, $CUDA_PATH or /usr/local/cuda; empty when there is none.
-std::string find_ptxas() {
-  std::vector<std::string> roots;
-  for (const char* name : {"CUDA_HOME", "CUDA_PATH"})
-    if (const char* v = std::getenv(name); v && *v) roots.push_back(v);
-  roots.push_back("/usr/local/cuda");
-  for (const std::string& root : roots)
-    if (fs::exists(fs::path(root) / "bin" / "ptxas")) return (fs::path(root) / "bin" / "ptxas").string();
-  return "";
-}
-
-// Assembles `ptx` for `arch`; the empty string when ptxas accepts it, else its messages.
-std::string ptxas_errors(const std::string& ptx, const std::string& arch) {
-  static const std::string ptxas = find_ptxas();
-  if (ptxas.empty()) {
-    WARN("ptxas not found (set CUDA_HOME): PTX not assembled");
-    return "";
-  }
-  fs::path dir = fs::path(FUSE_BINARY_DIR) / "tests" / "cuda_scratch";
-  fs::create_directories(dir);
-  std::string tag = std::to_string(getpid());
-  fs::path file = dir / ("kernels." + tag + ".ptx"), log = dir / ("ptxas." + tag + ".log");
-  std::ofstream(file) << ptx;
-  std::string command = ptxas + " -arch=" + arch + " " + file.string() + " -o /dev/null > " + log.string() + " 2>&1";
-  if (std::system(command.c_str()) == 0) return "";
-  std::ifstream in(log);
-  std::stringstream text;
-  text << in.rdbuf();
-  return "ptxas failed:\n" + text.str();
 }
 
 // The number of parameters of each .entry of the PTX.
@@ -126,7 +96,7 @@ codegen::CudaModule check_compiles(const ir::Graph& g, const std::vector<std::st
   check_plan(p, m);
   for (const std::string& arch : archs) {
     INFO(arch);
-    std::string errors = ptxas_errors(m.ptx, arch);
+    std::string errors = testing::ptxas_errors(m.ptx, arch);
     INFO(errors);
     CHECK(errors.empty());
   }
@@ -284,7 +254,7 @@ TEST_CASE("matmuls tile A and B in shared memory, 16x16 threads for 128x128 outp
   // ptxas -v: the 64 accumulators per thread fit the registers without spilling (with the
   // tile's depth unrolled by fuse, LLVM hoisted every shared load above the FMAs: 255
   // registers and 184 bytes of spills).
-  std::string ptxas = find_ptxas();
+  std::string ptxas = testing::find_ptxas();
   if (ptxas.empty()) {
     WARN("ptxas not found (set CUDA_HOME): register use not checked");
     return;
@@ -423,7 +393,7 @@ TEST_CASE("CudaOptions::sm picks the PTX target", "[cuda]") {
   codegen::CudaModule m = codegen::compile_cuda(cuda_program(g.ir(), 90), options);
   CHECK(m.plan.sm == "sm_90");
   CHECK(m.ptx.find(".target sm_90") != std::string::npos);
-  CHECK(ptxas_errors(m.ptx, "sm_90").empty());
+  CHECK(testing::ptxas_errors(m.ptx, "sm_90").empty());
 }
 
 TEST_CASE("a compute capability LLVM cannot target is a clear error", "[cuda][errors]") {
@@ -472,8 +442,8 @@ TEST_CASE("log1p expm1 erf asin acos atan sinh cosh atan2 sign isnan isinf isfin
         options.fast_math = fast_math;
         codegen::CudaModule m = codegen::compile_cuda(p, options);
         check_plan(p, m);
-        INFO(ptxas_errors(m.ptx, "sm_80"));
-        CHECK(ptxas_errors(m.ptx, "sm_80").empty());
+        INFO(testing::ptxas_errors(m.ptx, "sm_80"));
+        CHECK(testing::ptxas_errors(m.ptx, "sm_80").empty());
         // f32 computes in f64 (libdevice's double functions) unless fast math.
         std::string mlir = codegen::emit_cuda_mlir(p, options);
         bool f64 = t == DType::F64 || !fast_math;
@@ -498,7 +468,7 @@ TEST_CASE("random graphs compile for CUDA: plans match the PTX, ptxas accepts ev
     ir::Program p = cuda_program(c.graph);
     codegen::CudaModule m = codegen::compile_cuda(p);
     check_plan(p, m);
-    if (seed % 10 == 0) CHECK(ptxas_errors(m.ptx, "sm_80").empty());
+    if (seed % 10 == 0) CHECK(testing::ptxas_errors(m.ptx, "sm_80").empty());
   }
 }
 

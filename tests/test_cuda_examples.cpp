@@ -50,7 +50,7 @@ TEST_CASE("every example and catalog graph runs on the GPU and matches the inter
   for (auto& [name, graph] : all_graphs()) {
     INFO(name);
     // Without a GPU: the bundle contents (this is what fusec --emit=bundle writes).
-    runtime::CudaProgram program = compile_cuda_program(graph);
+    runtime::CudaProgram program = compile_cuda_program(graph, Target::cuda(0, 80));
     CHECK_NOTHROW(runtime::validate(program, name));
     CHECK(!program.plan.launches.empty());
     if (!gpu) continue;

@@ -64,6 +64,15 @@ std::string inputs(const fs::path& dir) {
 
 }  // namespace
 
+TEST_CASE("fuse-run --help says what it runs and where", "[fuse-run]") {
+  Result r = fuse_run("--help");
+  CHECK(r.status == 0);
+  CHECK_THAT(r.output, Contains("Runs a bundle on an NVIDIA GPU through the CUDA driver (libcuda.so.1)"));
+  CHECK_THAT(r.output, Contains("DIR            a bundle written by fusec --target=cuda --emit=bundle"));
+  CHECK_THAT(r.output, Contains("--device N     the GPU to run on (default 0)"));
+  CHECK_THAT(r.output, Contains("floats within T relative + T absolute (default 1e-5)"));
+}
+
 TEST_CASE("fuse-run: usage and argument errors", "[fuse-run]") {
   fs::path dir = setup("args");
   Result r = fuse_run("");

@@ -798,3 +798,85 @@ TEST_CASE("fusec --cpu schedules for another CPU's vector width and caches", "[f
   CHECK(run.status == 0);
   CHECK(run.out.find("MISMATCH") == std::string::npos);
 }
+
+TEST_CASE("every emit kind on both targets walks the driver's stages", "[fusec][driver]") {
+  std::string file = kExamples + "softmax.expr";
+  fs::path dir = scratch("emit_every_stage");
+  struct Case {
+    std::string flags, kind, marker;
+  };
+  // One marker each: the text of the stage, or the start of the file it writes.
+  const Case cases[] = {
+      {"", "graph", "input \"x\""},
+      {"", "dot", "digraph \"softmax\" {"},
+      {"", "fused", "kernel k0_rowwise rowwise over [N, M]"},
+      {"", "plan", "\"kind\": \"rowwise\""},
+      {"", "mlir", "func.func @k0_rowwise"},
+      {"", "llvm", "define void @k0_rowwise"},
+      {"", "asm", "k0_rowwise:"},
+      {"", "obj", "\x7f" "ELF"},
+      {"--target=cuda --sm=80", "graph", "input \"x\""},
+      {"--target=cuda --sm=80", "dot", "digraph \"softmax\" {"},
+      {"--target=cuda --sm=80", "fused", "target=cuda"},
+      {"--target=cuda --sm=80", "plan", "cuda plan for sm_80"},
+      {"--target=cuda --sm=80", "mlir", "gpu.module @fuse_kernels"},
+      {"--target=cuda --sm=80", "llvm", "define void @k0_rowwise(ptr"},
+      {"--target=cuda --sm=80", "ptx", ".entry k0_rowwise"},
+  };
+  for (const Case& c : cases) {
+    INFO("fusec softmax.expr " << c.flags << " --emit=" << c.kind);
+    fs::path out = dir / ("out." + c.kind);
+    Result r = fusec(file + " " + c.flags + " --emit=" + c.kind + (c.kind == "obj" ? " -o " + out.string() : ""));
+    INFO(r.err);
+    REQUIRE(r.status == 0);
+    std::string text = c.kind == "obj" ? read_file(out) : r.out;
+    CHECK(text.find(c.marker) != std::string::npos);
+  }
+  Result bundle = fusec(file + " --target=cuda --sm=80 --emit=bundle -o " + (dir / "bundle").string());
+  REQUIRE(bundle.status == 0);
+  CHECK(fuse::runtime::read_bundle((dir / "bundle").string()).ptx.find(".entry k0_rowwise") != std::string::npos);
+}
+
+TEST_CASE("fusec --help says what each target compiles for and that run runs on the CPU by default", "[fusec]") {
+  Result help = fusec("--help");
+  REQUIRE(help.status == 0);
+  CHECK(help.out.find("where to run (cpu, cuda, interp; default cpu, machine code for this CPU)") != std::string::npos);
+  CHECK(help.out.find("default interp") == std::string::npos);
+  CHECK(help.out.find("targets (--target=NAME):\n  cpu       this machine's CPU") != std::string::npos);
+  CHECK(help.out.find("\n  cuda      NVIDIA GPUs: PTX for --sm=NN") != std::string::npos);
+  CHECK(help.out.find("\n  interp    run only: the fused Program") != std::string::npos);
+  for (const char* kind : {"graph", "dot", "fused", "plan", "mlir", "llvm", "asm", "obj", "ptx", "bundle"})
+    CHECK(help.out.find("\n  " + std::string(kind) + " ") != std::string::npos);
+
+  // What the help says is what runs: without --target, `run` compiles machine code (the cache
+  // compiles it once); the interpreter compiles nothing.
+  fs::path dir = scratch("run_default_target");
+  std::string env = "FUSE_CACHE_DIR=" + (dir / "entries").string() + " ";
+  std::string run = "run " + kExamples + "hypot.expr --random --dim N=8 --cache-stats";
+  Result cpu = fusec_env(env, run);
+  CHECK(cpu.status == 0);
+  CHECK(cpu.err.find("0 disk hits, 1 compilations") != std::string::npos);
+  Result interp = fusec_env(env, run + " --target=interp");
+  CHECK(interp.status == 0);
+  CHECK(interp.err.find("0 memory hits, 0 disk hits, 0 compilations") != std::string::npos);
+  INFO(cpu.err << interp.err);
+  Result compile_interp = fusec(kExamples + "hypot.expr --emit=fused --target=interp");
+  CHECK(compile_interp.status == 1);
+  CHECK(compile_interp.err.find("--target=interp only runs programs: use `fusec run`") != std::string::npos);
+}
+
+TEST_CASE("fusec run --target=cuda compiles for GPU 0 and --check reports a mismatch with compare_arrays",
+          "[fusec][cuda]") {
+  // The fake driver (tests/fake_cuda/) loads the PTX and records launches without running them:
+  // the outputs are whatever the device memory held, which --check must catch.
+  std::string env = "FUSE_LIBCUDA=" FUSE_FAKE_CUDA " ";
+  std::string run = "run " + kExamples + "hypot.expr --target=cuda --random --dim N=8";
+  Result printed = fusec_env(env, run);
+  INFO(printed.err);
+  CHECK(printed.status == 0);
+  CHECK(printed.out.find("r = array(") == 0);
+  Result checked = fusec_env(env, run + " --check");
+  INFO(checked.out << checked.err);
+  CHECK(checked.status == 1);
+  CHECK(checked.out.find(": MISMATCH\n  output 'r' (f32[8]) differs at flat index") != std::string::npos);
+}

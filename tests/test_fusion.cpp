@@ -163,7 +163,7 @@ TEST_CASE("schedules follow the target", "[fusion][schedule]") {
     }
   }
   passes::PipelineOptions cuda;
-  cuda.target = passes::TargetInfo::cuda(80);
+  cuda.target = ir::Target::cuda(0, 80);
   r = passes::run_pipeline(g.ir(), cuda);
   for (const ir::Kernel& k : r.program.kernels) {
     CHECK(k.schedule.target == ir::TargetKind::Cuda);

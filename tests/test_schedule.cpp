@@ -6,6 +6,7 @@
 
 #include "frontends/api.h"
 #include "ir/kernel_forms.h"
+#include "ir/target.h"
 #include "ir/printer.h"
 #include "ir/program.h"
 #include "ir/verifier.h"
@@ -19,7 +20,7 @@ namespace {
 const Dim N = sym("N"), M = sym("M"), K = sym("K");
 
 // The forms of a one-output graph's kernels, in launch order, on `target`.
-std::vector<LoopForm> forms_of(const ir::Graph& g, const passes::TargetInfo& target) {
+std::vector<LoopForm> forms_of(const ir::Graph& g, const ir::Target& target) {
   passes::PipelineOptions options;
   options.target = target;
   ir::Program p = passes::run_pipeline(g, options).program;
@@ -79,8 +80,8 @@ std::vector<FormCase> form_cases() {
 TEST_CASE("the schedule chooses each kernel's loop form for its target") {
   for (FormCase& c : form_cases()) {
     INFO(c.name);
-    std::vector<LoopForm> cpu = forms_of(c.graph, passes::TargetInfo::cpu("avx512"));
-    std::vector<LoopForm> cuda = forms_of(c.graph, passes::TargetInfo::cuda(80));
+    std::vector<LoopForm> cpu = forms_of(c.graph, ir::Target::cpu("avx512"));
+    std::vector<LoopForm> cuda = forms_of(c.graph, ir::Target::cuda(80));
     REQUIRE(cpu.size() == 1);
     REQUIRE(cuda.size() == 1);
     CHECK(ir::loop_form_name(cpu[0]) == ir::loop_form_name(c.cpu));
@@ -96,7 +97,7 @@ TEST_CASE("the printed schedule shows the form and only the parameters its code 
   std::string cpu = ir::print_program(passes::run_pipeline(g.ir(), options).program);
   CHECK_THAT(cpu, Catch::Contains("form=tiled_rows") && Catch::Contains("transpose_block=16"));
   CHECK_THAT(cpu, !Catch::Contains("accumulators") && !Catch::Contains("parallel_dims") && !Catch::Contains(" mc="));
-  options.target = passes::TargetInfo::cuda(80);
+  options.target = ir::Target::cuda(80);
   std::string cuda = ir::print_program(passes::run_pipeline(g.ir(), options).program);
   CHECK_THAT(cuda, Catch::Contains("form=shared_tile_transpose") && Catch::Contains("tile_rows=32") &&
                        Catch::Contains("shared_cols=33"));

@@ -33,6 +33,7 @@ using ir::Error;
 constexpr const char* kUsage =
     "usage: fuse-run DIR --input NAME=FILE.npy ... [--out OUTDIR] [--expect DIR [--tolerance T]] [--bench N]\n"
     "                [--device N]\n"
+    "Runs a bundle on an NVIDIA GPU through the CUDA driver (libcuda.so.1); needs no MLIR or LLVM.\n"
     "  DIR            a bundle written by fusec --target=cuda --emit=bundle\n"
     "  --input N=F    the value of input N, a .npy file (one per input of the bundle)\n"
     "  --out OUTDIR   write each output to OUTDIR/NAME.npy (else print them)\n"

@@ -1,11 +1,12 @@
-// fusec: the fuse compiler driver.
+// fusec: the command line of the fuse compiler.
 //
 //   fusec FILE.expr --emit=KIND [-o OUT]     print a stage of the compilation, or render it
 //   fusec run FILE.expr [options]            run the program on .npy or random inputs
 //   fusec cache stats|clear                  the disk cache of compiled CPU kernels
 //
-// Exit status: 0 on success, 1 for errors in the user's program, inputs or flags, 2 for internal
-// errors. The emit kinds, targets and flags are tables: a new stage or backend is one row.
+// Every stage and target comes from the driver (frontends/compile.h); this file is the command
+// line. Exit status: 0 on success, 1 for errors in the user's program, inputs or flags, 2 for
+// internal errors. The emit kinds, targets and flags are tables: a new stage or backend is one row.
 #include <algorithm>
 #include <charconv>
 #include <chrono>
@@ -24,8 +25,6 @@
 #include <vector>
 
 #include "codegen/cpu_codegen.h"
-#include "codegen/cuda_codegen.h"
-#include "ir/cuda_plan.h"
 #include "frontends/compile.h"
 #include "frontends/expr/compile.h"
 #include "frontends/render.h"
@@ -38,7 +37,6 @@
 #include "passes/pipeline.h"
 #include "runtime/bundle.h"
 #include "runtime/compare.h"
-#include "runtime/cuda_driver.h"
 #include "runtime/npy.h"
 
 namespace fuse {
@@ -48,94 +46,67 @@ using ir::Error;
 
 // ---- The tables ----
 
-/// A compiled program: the graph as written and what the passes made of it.
-struct Compiled {
-  ir::Graph source;
-  passes::PipelineResult result;
-  std::string title;
-  bool fused_picture;  // --fused: draw the Program's kernels rather than the source graph
-  codegen::CpuOptions cpu;
-  codegen::CudaOptions cuda;
-};
-
-/// What `--emit` can produce from a compiled program. `emit` serves --target=cpu, `emit_cuda`
-/// --target=cuda (null: not for that target; a target-independent kind has the same in both).
+/// What `--emit` can produce: the output of one of the driver's stages (frontends/compile.h),
+/// available for the targets that have that stage.
 struct EmitKind {
   std::string_view name;
   std::string_view help;
-  bool is_dot;     // the text is Graphviz dot, so `-o x.svg` / `-o x.png` renders it
-  bool is_binary;  // not text: only written to a file
-  std::string (*emit)(const Compiled& c);
-  std::string (*emit_cuda)(const Compiled& c);
+  Stage stage;
+  bool is_dot;     // Graphviz dot of the graph (--fused: of the Program), so `-o x.svg` / `-o x.png` renders it
+  bool is_binary;  // not text: only written to a file (bundle: a directory)
 };
-std::string emit_graph(const Compiled& c) { return ir::print_graph(c.source); }
-std::string emit_dot(const Compiled& c) {
-  return c.fused_picture ? ir::program_to_dot(c.result.program, c.title) : ir::graph_to_dot(c.source, c.title);
-}
-std::string emit_fused(const Compiled& c) { return ir::print_program(c.result.program); }
 const EmitKind kEmitKinds[] = {
-    {"graph", "the graph IR as text", false, false, emit_graph, emit_graph},
-    {"dot", "the graph as Graphviz dot (--fused: kernels as clusters); -o x.svg or -o x.png draws it", true, false,
-     emit_dot, emit_dot},
-    {"fused", "the fused Program as text: buffers, kernels, schedules", false, false, emit_fused, emit_fused},
+    {"graph", "the graph IR as text", Stage::Graph, false, false},
+    {"dot", "the graph as Graphviz dot (--fused: kernels as clusters); -o x.svg or -o x.png draws it", Stage::Graph,
+     true, false},
+    {"fused", "the fused Program as text: buffers, kernels, schedules", Stage::Program, false, false},
     {"plan", "the fused Program as JSON (schema in docs/architecture.md); --target=cuda: the CUDA launch plan",
-     false, false, [](const Compiled& c) { return ir::program_to_json(c.result.program); },
-     [](const Compiled& c) { return ir::print_cuda_plan(codegen::compile_cuda(c.result.program, c.cuda).plan); }},
-    {"mlir", "the kernels in MLIR, before lowering (--target=cuda: the gpu.module)", false, false,
-     [](const Compiled& c) { return codegen::emit_cpu_mlir(c.result.program, c.cpu); },
-     [](const Compiled& c) { return codegen::emit_cuda_mlir(c.result.program, c.cuda); }},
-    {"llvm", "the kernels in LLVM IR, after lowering, before LLVM's optimizations (--target=cuda: NVVM IR)", false,
-     false, [](const Compiled& c) { return codegen::emit_cpu_llvm(c.result.program, c.cpu); },
-     [](const Compiled& c) { return codegen::emit_cuda_llvm(c.result.program, c.cuda); }},
-    {"asm", "the CPU kernels as this machine's assembly", false, false,
-     [](const Compiled& c) { return codegen::emit_cpu_asm(c.result.program, c.cpu); }, nullptr},
-    {"obj", "the CPU kernels as an ELF object file (needs -o FILE.o)", false, true,
-     [](const Compiled& c) { return codegen::emit_cpu_object(c.result.program, c.cpu); }, nullptr},
-    {"ptx", "with --target=cuda: the kernels as PTX (libdevice linked; no GPU needed)", false, false, nullptr,
-     [](const Compiled& c) { return codegen::compile_cuda(c.result.program, c.cuda).ptx; }},
-    // Written by compile_command itself (a directory, not text).
+     Stage::Plan, false, false},
+    {"mlir", "the kernels in MLIR, before lowering (--target=cuda: the gpu.module)", Stage::Mlir, false, false},
+    {"llvm", "the kernels in LLVM IR, after lowering, before LLVM's optimizations (--target=cuda: NVVM IR)",
+     Stage::Llvm, false, false},
+    {"asm", "the CPU kernels as this machine's assembly", Stage::Asm, false, false},
+    {"obj", "the CPU kernels as an ELF object file (needs -o FILE.o)", Stage::Object, false, true},
+    {"ptx", "with --target=cuda: the kernels as PTX (libdevice linked; no GPU needed)", Stage::Ptx, false, false},
     {"bundle", "with --target=cuda: an AOT bundle for fuse-run (kernels.ptx, plan.json, constants) in -o DIR",
-     false, true, nullptr, [](const Compiled&) { return std::string(); }},
+     Stage::Ptx, false, true},
 };
 
-/// What the schedules of a compiled program are chosen for.
-struct ScheduleTarget {
-  std::string_view name;
-  std::string_view help;
-  passes::TargetInfo (*info)(int sm);
-};
-const ScheduleTarget kScheduleTargets[] = {
-    {"cpu", "this machine's CPU (vector width and caches detected)", [](int) { return passes::TargetInfo::host(); }},
-    {"cuda", "NVIDIA GPUs (--sm=NN, default 80); emits graph, dot, fused, plan, mlir, llvm, ptx, bundle",
-     [](int sm) { return passes::TargetInfo::cuda(sm); }},
-};
-
-/// Where `fusec run` can execute a program: `prepare` compiles once, the runner it returns runs.
+/// Compiles once for `fusec run`; the Runner it returns runs.
 using Runner = std::function<void(const ir::TensorMap& inputs, ir::TensorMap& outputs)>;
-struct Target {
+using PrepareRunner = Runner (*)(const ir::Graph& g, const Target& target, const CompileOptions& options);
+
+/// What `--target` names: what the schedules are for (`fusec FILE`) and where `fusec run` runs.
+struct TargetChoice {
   std::string_view name;
   std::string_view help;
-  Runner (*prepare)(const passes::PipelineResult& compiled, const CompileOptions& options);
+  Target (*target)();  // before --cpu and --sm refine it
+  bool compiles;       // a choice for `fusec FILE` (interp only runs)
+  PrepareRunner prepare;
 };
-const Target kTargets[] = {
-    {"cpu", "machine code for this CPU through MLIR and LLVM (the default)",
-     [](const passes::PipelineResult& c, const CompileOptions& options) -> Runner {
-       auto exe = std::make_shared<runtime::Executable>(compile_program(c.program, options));
+const TargetChoice kTargets[] = {
+    {"cpu",
+     "this machine's CPU: MLIR -> LLVM -> machine code, loaded in process (the default; --cpu=DESC schedules for "
+     "another CPU)",
+     Target::host, true,
+     [](const ir::Graph& g, const Target& target, const CompileOptions& options) -> Runner {
+       auto exe = std::make_shared<runtime::Executable>(compile(g, target, options));
        return [exe](const ir::TensorMap& inputs, ir::TensorMap& outputs) { exe->run(inputs, outputs); };
      }},
-    {"cuda", "PTX for GPU 0 through the CUDA driver (its compute capability, at most sm_90)",
-     [](const passes::PipelineResult& c, const CompileOptions& options) -> Runner {
-       codegen::CudaOptions cuda;
-       cuda.sm = options.pipeline.target.sm;
-       cuda.fast_math = options.pipeline.simplify.fast_math;
-       codegen::CudaModule module = codegen::compile_cuda(c.program, cuda);
-       auto exe = std::make_shared<runtime::CudaExecutable>(c.program, std::move(module.plan), std::move(module.ptx));
+    {"cuda",
+     "NVIDIA GPUs: PTX for --sm=NN (default GPU 0's compute capability, at most 90; 80 without a GPU); run: on "
+     "GPU 0 through the CUDA driver",
+     [] { return Target::cuda(); }, true,
+     [](const ir::Graph& g, const Target& target, const CompileOptions& options) -> Runner {
+       // compile_cuda asks GPU 0 first: without one, this is where `run` stops, saying why.
+       std::shared_ptr<runtime::CudaExecutable> exe = compile_cuda(g, target, options);
        // Host arrays in and out: each run uploads, launches, waits and downloads.
        return [exe](const ir::TensorMap& inputs, ir::TensorMap& outputs) { outputs = exe->run_host(inputs); };
      }},
-    {"interp", "the fused Program, kernel by kernel, in the reference interpreter",
-     [](const passes::PipelineResult& c, const CompileOptions&) -> Runner {
-       ir::Program program = c.program;
+    {"interp", "run only: the fused Program (CPU schedules), kernel by kernel, in the reference interpreter",
+     Target::host, false,
+     [](const ir::Graph& g, const Target& target, const CompileOptions& options) -> Runner {
+       ir::Program program = run_passes(g, target, options).result.program;
        return [program](const ir::TensorMap& inputs, ir::TensorMap& outputs) {
          outputs = ir::interpret_program(program, inputs);
        };
@@ -203,7 +174,8 @@ const Flag kFlags[] = {
     {"--explain-fusion", "", kCompile, false, "print the kernels and why each boundary between them exists",
      "fusec examples/mlp.expr --explain-fusion"},
     {"--target", "NAME", kCompile | kRun, false,
-     "compile: the schedules' target (cpu, cuda; default cpu); run: where to run (default interp)",
+     "what to compile for (cpu, cuda; default cpu); run: where to run (cpu, cuda, interp; default cpu, "
+     "machine code for this CPU)",
      "fusec run examples/add.expr --target=interp --random --dim N=8"},
     {"--sm", "NN", kCompile, false,
      "with --target=cuda: the compute capability (default: GPU 0's, at most 90; 80 without a GPU)",
@@ -386,11 +358,9 @@ std::string help_text() {
   }
   out << "\nemit kinds:\n";
   for (const EmitKind& k : kEmitKinds) out << "  " << k.name << std::string(10 - k.name.size(), ' ') << k.help << "\n";
-  out << "\ncompile targets (schedules):\n";
-  for (const ScheduleTarget& t : kScheduleTargets)
+  out << "\ntargets (--target=NAME):\n";
+  for (const TargetChoice& t : kTargets)
     out << "  " << t.name << std::string(10 - t.name.size(), ' ') << t.help << "\n";
-  out << "\nrun targets:\n";
-  for (const Target& t : kTargets) out << "  " << t.name << std::string(10 - t.name.size(), ' ') << t.help << "\n";
   out << "\ncache actions (the disk cache of compiled CPU kernels, in $FUSE_CACHE_DIR, else\n"
          "$XDG_CACHE_HOME/fuse, else ~/.cache/fuse; at most $FUSE_CACHE_MAX_BYTES, default 1G,\n"
          "least recently used entries out):\n";
@@ -462,17 +432,48 @@ const std::string& the_file(const Args& args) {
 
 // ---- fusec FILE --emit=KIND ----
 
-/// The pipeline options the flags ask for.
-passes::PipelineOptions pipeline_options(const Args& args, passes::TargetInfo target) {
-  passes::PipelineOptions options;
-  options.target = target;
-  if (const std::string* cpu = args.value("--cpu")) {
-    if (target.kind != ir::TargetKind::Cpu) throw Error("--cpu applies only to CPU targets");
-    options.target = passes::TargetInfo::cpu(*cpu);
+/// The target of a --target choice as the flags refine it: --cpu=DESC describes another CPU,
+/// --sm=NN the compute capability (without it the driver asks GPU 0).
+Target target_from_flags(const Args& args, const TargetChoice& choice) {
+  Target target = choice.target();
+  const std::string* cpu = args.value("--cpu");
+  const std::string* sm_text = args.value("--sm");
+  if (target.kind == TargetKind::Cpu) {
+    if (sm_text) throw Error("--sm applies only with --target=cuda");
+    return cpu ? Target::cpu(*cpu) : target;
   }
-  options.fusion.enabled = !args.has("--no-fusion");
-  options.simplify.fast_math = args.has("--fast-math");
+  if (cpu) throw Error("--cpu applies only to CPU targets");
+  if (sm_text) {
+    auto [end, error] = std::from_chars(sm_text->data(), sm_text->data() + sm_text->size(), target.sm);
+    if (error != std::errc() || end != sm_text->data() + sm_text->size() || target.sm < 75)
+      throw Error("--sm=" + *sm_text + ": expected a compute capability such as 80 (sm_80); CUDA 13 needs 75 or more");
+  }
+  return target;
+}
+
+/// The --target choice (default cpu); `fusec FILE` accepts only those that compile.
+const TargetChoice& target_choice(const Args& args) {
+  const TargetChoice& choice = lookup(kTargets, args.value("--target") ? *args.value("--target") : "cpu", "target");
+  if (args.command == kCompile && !choice.compiles)
+    throw Error("--target=" + std::string(choice.name) + " only runs programs: use `fusec run`");
+  return choice;
+}
+
+/// The compile options the flags ask for.
+CompileOptions compile_options(const Args& args) {
+  CompileOptions options;
+  options.pipeline.fusion.enabled = !args.has("--no-fusion");
+  options.pipeline.simplify.fast_math = args.has("--fast-math");
+  options.use_cache = !args.has("--no-cache");
   return options;
+}
+
+/// "graph, dot, fused, ..." for the --emit kinds `kind` has.
+std::string emit_kinds_for(TargetKind kind) {
+  std::string s;
+  for (const EmitKind& k : kEmitKinds)
+    if (has_stage(kind, k.stage)) s += (s.empty() ? "" : ", ") + std::string(k.name);
+  return s;
 }
 
 int compile_command(const Args& args) {
@@ -490,47 +491,36 @@ int compile_command(const Args& args) {
     if (std::find(passes.begin(), passes.end(), *dump_after) == passes.end())
       throw Error("unknown pass '" + *dump_after + "'" + did_you_mean(*dump_after, names));
   }
-  const ScheduleTarget& target = lookup(kScheduleTargets, args.value("--target") ? *args.value("--target") : "cpu",
-                                        "target");
-  bool for_cuda = target.name == "cuda";
-  int sm = 80;
-  if (const std::string* sm_text = args.value("--sm")) {
-    if (!for_cuda) throw Error("--sm applies only with --target=cuda");
-    auto [end, error] = std::from_chars(sm_text->data(), sm_text->data() + sm_text->size(), sm);
-    if (error != std::errc() || end != sm_text->data() + sm_text->size() || sm < 75)
-      throw Error("--sm=" + *sm_text + ": expected a compute capability such as 80 (sm_80); CUDA 13 needs 75 or more");
-  } else if (for_cuda && runtime::cuda::cuda_available()) {
-    sm = cuda_sm_for_device(0);  // no --sm: GPU 0's when there is one, else sm_80
-  }
-  if (kind && !(for_cuda ? kind->emit_cuda : kind->emit))
-    throw Error(for_cuda ? "--emit=" + *emit_name + " is for the CPU (CUDA emits: graph, dot, fused, plan, mlir, llvm, ptx, bundle)"
-                         : "--emit=" + *emit_name + " needs --target=cuda");
+  const TargetChoice& choice = target_choice(args);
+  Target target = target_from_flags(args, choice);
+  if (kind && !has_stage(target.kind, kind->stage))
+    throw Error(target.kind == TargetKind::Cuda
+                    ? "--emit=" + *emit_name + " is for the CPU (CUDA emits: " + emit_kinds_for(TargetKind::Cuda) + ")"
+                    : "--emit=" + *emit_name + " needs --target=cuda");
   std::optional<ir::Graph> graph = compile_file(file);
   if (!graph) return 1;
 
-  passes::PipelineOptions options = pipeline_options(args, target.info(sm));
+  CompileOptions options = compile_options(args);
   if (dump_after)
-    options.after_pass = [&](const std::string& pass, const ir::Graph& after) {
+    options.pipeline.after_pass = [&](const std::string& pass, const ir::Graph& after) {
       if (pass == *dump_after) std::cout << "// after " << pass << "\n" << ir::print_graph(after);
     };
-  Compiled compiled{*graph, passes::run_pipeline(*graph, options), std::filesystem::path(file).stem().string(),
-                    args.has("--fused"), {}};
-  compiled.cpu.fast_math = options.simplify.fast_math;
-  compiled.cuda.sm = sm;
-  compiled.cuda.fast_math = options.simplify.fast_math;
+  Compilation compiled = run_passes(*graph, target, options);
   if (args.has("--explain-fusion")) std::cout << passes::explain_fusion(compiled.result.graph, compiled.result.partition);
   if (!kind) return 0;
 
   const std::string* out = args.value("-o");
   if (kind->name == "bundle") {
     if (!out) throw Error("--emit=bundle writes a directory: give it with -o DIR");
-    codegen::CudaModule module = codegen::compile_cuda(compiled.result.program, compiled.cuda);
-    runtime::write_bundle(*out, runtime::make_cuda_program(compiled.result.program, std::move(module.plan),
-                                                           std::move(module.ptx)));
+    runtime::write_bundle(*out, cuda_program(compiled));
     return 0;
   }
   if (kind->is_binary && !out) throw Error("--emit=" + *emit_name + " is binary: write it to a file with -o FILE");
-  std::string text = (for_cuda ? kind->emit_cuda : kind->emit)(compiled);
+  std::string title = std::filesystem::path(file).stem().string();
+  std::string text;
+  if (!kind->is_dot) text = emit(compiled, kind->stage);
+  else if (args.has("--fused")) text = ir::program_to_dot(compiled.result.program, title);
+  else text = ir::graph_to_dot(compiled.graph, title);
   if (!out) {
     std::cout << text;
     return 0;
@@ -593,18 +583,22 @@ ir::SymbolBindings random_bindings(const Args& args, const ir::Graph& g, const i
 }
 
 /// --check: every output against the interpreter on the source graph, each element within the
-/// error bound of the rounding model (ir/rounding_model.h, runtime::compare_arrays with bounds).
+/// error bound of the rounding model (ir/rounding_model.h, runtime::compare_arrays with bounds);
+/// bounded_error gives the figures printed.
 int check_outputs(const ir::Graph& graph, const ir::TensorMap& inputs, const ir::TensorMap& outputs) {
   ir::ValuesAndBounds expected = ir::interpret_with_bounds(graph, inputs);
   bool ok = true;
   for (const ir::GraphOutput& o : graph.outputs) {
-    runtime::BoundedError e =
-        runtime::bounded_error(expected.values.at(o.name), outputs.at(o.name), expected.bounds.at(o.name));
-    bool within = e.max_in_bounds <= 1;
+    const ir::HostArray& want = expected.values.at(o.name);
+    const ir::HostArray& bounds = expected.bounds.at(o.name);
+    const ir::HostArray& got = outputs.at(o.name);
+    std::string mismatch = runtime::compare_arrays(want, got, bounds, "output '" + o.name + "'");
+    runtime::BoundedError e = runtime::bounded_error(want, got, bounds);
     std::string unchecked = e.unchecked ? ", " + std::to_string(e.unchecked) + " uncertain elements unchecked" : "";
     std::printf("check %s: max abs error %.3g, max rel error %.3g, %.3g of the allowed error%s: %s\n", o.name.c_str(),
-                e.max_abs, e.max_rel, e.max_in_bounds, unchecked.c_str(), within ? "ok" : "MISMATCH");
-    ok = ok && within;
+                e.max_abs, e.max_rel, e.max_in_bounds, unchecked.c_str(), mismatch.empty() ? "ok" : "MISMATCH");
+    if (!mismatch.empty()) std::printf("  %s\n", mismatch.c_str());
+    ok = ok && mismatch.empty();
   }
   return ok ? 0 : 1;
 }
@@ -630,9 +624,8 @@ void bench(const Runner& runner, const ir::TensorMap& inputs, ir::TensorMap& out
 
 int run_command(const Args& args) {
   const std::string& file = the_file(args);
-  const Target& target =
-      lookup(kTargets, args.value("--target") ? *args.value("--target") : "cpu",
-             "target");
+  const TargetChoice& choice = target_choice(args);
+  Target target = target_from_flags(args, choice);
   bool random = args.has("--random");
   for (std::string_view flag : {"--dim", "--seed"})
     if (args.has(flag) && !random) throw Error(std::string(flag) + " applies only with --random");
@@ -669,16 +662,7 @@ int run_command(const Args& args) {
     }
   }
 
-  CompileOptions compile_options;
-  passes::TargetInfo schedule_for = passes::TargetInfo::host();
-  if (target.name == "cuda") {
-    // Ask the device first: without one this is where `run --target=cuda` stops, clearly.
-    schedule_for = passes::TargetInfo::cuda(cuda_sm_for_device(0));
-  }
-  compile_options.pipeline = pipeline_options(args, schedule_for);
-  compile_options.use_cache = !args.has("--no-cache");
-  passes::PipelineResult compiled = passes::run_pipeline(*graph, compile_options.pipeline);
-  Runner runner = target.prepare(compiled, compile_options);
+  Runner runner = choice.prepare(*graph, target, compile_options(args));
   if (args.has("--cache-stats")) {
     codegen::CacheStats stats = codegen::cache_stats();
     std::cerr << "cache: " << stats.memory_hits << " memory hits, " << stats.disk_hits << " disk hits, "

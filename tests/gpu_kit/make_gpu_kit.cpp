@@ -78,7 +78,7 @@ int main(int argc, char** argv) {
            << "failed=0\n";
     for (auto& [name, graph] : graphs) {
       fs::path dir = out / "cases" / name;
-      runtime::write_bundle((dir / "bundle").string(), compile_cuda_program(graph, 80));
+      runtime::write_bundle((dir / "bundle").string(), compile_cuda_program(graph, Target::cuda(0, 80)));
       ir::TensorMap inputs = testing::random_inputs(graph, sizes_for(graph), 1, /*special_values=*/false);
       fs::create_directories(dir / "inputs");
       fs::create_directories(dir / "expected");

@@ -1,0 +1,40 @@
+// What code is compiled for: the one Target of fuse. The passes choose schedules from it, the
+// driver (frontends/compile.h) picks the backend and the device from it, and the C++ API takes it
+// as fuse::Target.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+// TargetKind (cpu, cuda) is declared beside the Schedule that records it per kernel.
+#include "ir/program.h"
+
+namespace fuse::ir {
+
+/// A CPU (its vector width, cores and caches: what the schedules depend on; the code runs on
+/// this machine either way) or an NVIDIA GPU (a device ordinal and the compute capability).
+struct Target {
+  TargetKind kind = TargetKind::Cpu;
+  // Cpu
+  int vector_bits = 512;  // 512 with AVX-512, 256 with AVX2
+  int cores = 1;
+  int64_t l1_bytes = 32 << 10, l2_bytes = 1 << 20, l3_bytes = 16 << 20;
+  // Cuda
+  int device = 0;  // the device ordinal to load onto and run on
+  /// The compute capability to compile for (80: sm_80); 0 leaves it to the driver: the device's
+  /// own (at most 90), or 80 when there is no GPU to ask.
+  int sm = 0;
+
+  /// The machine this process runs on (cpuid and /sys cache sizes).
+  static Target host();
+  /// The host with the properties that `description` names replaced: comma-separated `avx512`,
+  /// `avx2` or `vector=BITS`, `l1=SIZE`, `l2=SIZE`, `l3=SIZE` (bytes, or with a K, M or G
+  /// suffix) and `cores=N`, e.g. "avx2,l1=48K,l2=2M,l3=480M,cores=2"; "" is the host. Schedules
+  /// for another CPU's caches and vector width; the code still runs here. Throws ir::Error
+  /// naming the part it does not understand.
+  static Target cpu(std::string_view description = "");
+  /// GPU `device`, compiled for compute capability `sm` (0: see `sm`).
+  static Target cuda(int device = 0, int sm = 0);
+};
+
+}  // namespace fuse::ir
