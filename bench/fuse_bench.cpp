@@ -255,6 +255,7 @@ struct Prepared {
   ir::TensorMap inputs;
   std::optional<Variant> variants[2];  // [fused]
   std::optional<PeerRun> peers[kNumPeers];
+  std::string peer_errors[kNumPeers];  // why a peer has no run: its check failed
 };
 
 // Not a function-local static: main() releases it before exit, because a JIT destroyed by the
@@ -266,7 +267,7 @@ std::vector<std::string> g_disagreements;
 
 Prepared& prepared(const Workload& w) {
   auto it = g_prepared.find(&w);
-  if (it == g_prepared.end()) it = g_prepared.emplace(&w, Prepared{make_inputs(load_graph(w), w), {}, {}}).first;
+  if (it == g_prepared.end()) it = g_prepared.emplace(&w, Prepared{make_inputs(load_graph(w), w), {}, {}, {}}).first;
   return it->second;
 }
 
@@ -361,7 +362,9 @@ double difference_ulps(const Workload& w, const ir::TensorMap& inputs, const ir:
 PeerRun& peer_run(const Workload& w, Peer peer) {
   Prepared& p = prepared(w);
   std::optional<PeerRun>& slot = p.peers[static_cast<int>(peer)];
+  std::string& error = p.peer_errors[static_cast<int>(peer)];
   if (slot) return *slot;
+  if (!error.empty()) throw ir::Error(error);
   const ir::TensorMap& fuse_outputs = variant(w, true).outputs;
   PeerRun r;
   for (const auto& [name, a] : fuse_outputs) r.outputs[name] = ir::HostArray(a.dtype, a.shape);
@@ -375,9 +378,11 @@ PeerRun& peer_run(const Workload& w, Peer peer) {
     char buf[400];
     std::snprintf(buf, sizeof buf, "%s disagrees with fuse on %s: %s (%.3g ulps of the scale, tolerance %.3g)",
                   peer_title(peer), w.name.c_str(), where.c_str(), r.ulps, t.ulps);
-    g_disagreements.push_back(buf);
+    error = buf;
+    g_disagreements.push_back(error);
+    std::fflush(stdout);
     std::fprintf(stderr, "fuse_bench: PEER CHECK FAILED: %s\n", buf);
-    throw ir::Error(buf);
+    throw ir::Error(error);
   }
   slot.emplace(std::move(r));
   return *slot;
@@ -833,6 +838,7 @@ int main(int argc, char** argv) {
     std::error_code ignored;
     std::filesystem::remove_all(cache_dir, ignored);
     if (!g_disagreements.empty()) {
+      std::fflush(stdout);
       std::fprintf(stderr, "\nfuse_bench: FAILED: %zu peer(s) disagree with fuse, their rows are not timed:\n",
                    g_disagreements.size());
       for (const std::string& d : g_disagreements) std::fprintf(stderr, "  %s\n", d.c_str());
