@@ -677,7 +677,7 @@ void print_run_table(const MedianReporter& rep) {
     if (!f && !u) continue;
     double mb = rep.counter(f ? *f : *u, "MB");
     // From the median time, so that each row's numbers agree. The matmuls are bound by
-    // arithmetic, not bandwidth: no rates for them (matmul_bench has their GFLOP/s).
+    // arithmetic, not bandwidth: no rates for them (the peer table has their GFLOP/s).
     bool bandwidth = w.target_percent > 0;
     auto gbs = [&](double seconds) { return bandwidth ? format("%.1f", mb / 1e3 / seconds) : "-"; };
     auto percent = [&](double seconds) { return 100 * mb / 1e3 / seconds / limit_gbs(); };
