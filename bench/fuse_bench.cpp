@@ -1,6 +1,6 @@
-// fuse_bench: fuse's CPU backend, fused and unfused, against the machine's memory bandwidth, in
-// one run (bench/README.md). Google Benchmark times every row; a summary table of the medians
-// follows.
+// fuse_bench: fuse's CPU backend, fused and unfused, against its peers (Eigen, plain C++ loops,
+// oneDNN, OpenBLAS) and the machine's memory bandwidth, in one run (bench/README.md). Google
+// Benchmark times every row; summary tables of the medians follow.
 //
 //   fuse_bench [--benchmark_filter=REGEX] [--benchmark_repetitions=N] [--benchmark_*...]
 //   fuse_bench --compile-once=WORKLOAD   (used by the cold-process rows) compile in this fresh
@@ -12,10 +12,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <numbers>
@@ -24,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/peers.h"
 #include "bench/stream.h"
 #include "frontends/compile.h"
 #include "frontends/expr/compile.h"
@@ -48,10 +51,17 @@ struct Workload {
   std::string name;
   std::string file;  // .expr, relative to the source tree
   ir::SymbolBindings dims;
-  double target_percent;  // the goal for the fused run, in % of the bandwidth limit
+  // The goal for the fused run, in % of the bandwidth limit; 0 for the matmuls, which
+  // are bound by arithmetic (matmul_bench compares them with the FMA peak).
+  double target_percent;
   // Input values where uniform [-1, 1) would be unrealistic (a sigma near 0 makes the PDF
   // underflow); the others are uniform in [-1, 1).
   std::map<std::string, Range> ranges;
+
+  /// The .expr file's stem ("softmax", "matmul"): what the peers implement.
+  std::string kind() const { return std::filesystem::path(file).stem().string(); }
+  bool is_matmul() const { return kind() == "matmul" || kind() == "mlp_layer"; }
+  double flops() const { return is_matmul() ? 2.0 * dims.at("M") * dims.at("K") * dims.at("N") : 0; }
 };
 
 constexpr int64_t k10M = 10'000'000, k100M = 100'000'000;
@@ -71,8 +81,15 @@ const std::vector<Workload>& workloads() {
       {"max_10M", "bench/max.expr", {{"N", k10M}}, 90, {}},
       {"max_100M", "bench/max.expr", {{"N", k100M}}, 90, {}},
       {"softmax_4096x4096", "examples/softmax.expr", {{"N", 4096}, {"M", 4096}}, 75, {}},
+      {"softmax_512x32768", "examples/softmax.expr", {{"N", 512}, {"M", 32768}}, 75, {}},
+      {"softmax_65536x64", "examples/softmax.expr", {{"N", 65536}, {"M", 64}}, 75, {}},
       {"layernorm_4096x4096", "examples/layernorm.expr", {{"N", 4096}, {"D", 4096}}, 75, {{"gamma", {0.5f, 1.5f}}}},
+      {"layernorm_512x32768", "examples/layernorm.expr", {{"N", 512}, {"D", 32768}}, 75, {{"gamma", {0.5f, 1.5f}}}},
+      {"layernorm_65536x64", "examples/layernorm.expr", {{"N", 65536}, {"D", 64}}, 75, {{"gamma", {0.5f, 1.5f}}}},
       {"transpose_4096x4096", "bench/transpose.expr", {{"N", 4096}, {"M", 4096}}, 50, {}},
+      {"matmul_1024", "examples/matmul.expr", {{"M", 1024}, {"K", 1024}, {"N", 1024}}, 0, {}},
+      {"mlp_layer_1024", "bench/mlp_layer.expr", {{"M", 1024}, {"K", 1024}, {"N", 1024}}, 0, {}},
+      {"mlp_layer_2048", "bench/mlp_layer.expr", {{"M", 2048}, {"K", 2048}, {"N", 2048}}, 0, {}},
   };
   return all;
 }
@@ -226,21 +243,43 @@ struct Variant {
   ir::TensorMap outputs;  // preallocated by the warm-up run, reused by every timed run
 };
 
-/// One workload's inputs and its compiled variants, made on first use and kept for the whole run:
-/// the repetitions of all rows are interleaved (see main), so any row may come next.
+struct PeerRun {
+  std::function<void()> run;
+  ir::TensorMap outputs;  // fuse's output names and shapes, preallocated
+  double ulps = 0;        // its largest difference from fuse, in ulps of the check's scale
+};
+
+/// One workload's inputs, its compiled variants and its peers, made on first use and kept for
+/// the whole run: the repetitions of all rows are interleaved (see main), so any row may come next.
 struct Prepared {
   ir::TensorMap inputs;
   std::optional<Variant> variants[2];  // [fused]
+  std::optional<PeerRun> peers[kNumPeers];
+  std::string peer_errors[kNumPeers];  // why a peer has no run: its check failed
 };
 
 // Not a function-local static: main() releases it before exit, because a JIT destroyed by the
 // exit handlers outlives LLVM's own statics and crashes.
 std::map<const Workload*, Prepared> g_prepared;
 
+// Every disagreement between a peer and fuse, printed again at the end; fuse_bench then fails.
+std::vector<std::string> g_disagreements;
+
 Prepared& prepared(const Workload& w) {
   auto it = g_prepared.find(&w);
-  if (it == g_prepared.end()) it = g_prepared.emplace(&w, Prepared{make_inputs(load_graph(w), w), {}}).first;
+  if (it == g_prepared.end()) it = g_prepared.emplace(&w, Prepared{make_inputs(load_graph(w), w), {}, {}, {}}).first;
   return it->second;
+}
+
+/// `w` compiled (fused or not), after one untimed warm-up run.
+Variant& variant(const Workload& w, bool fused) {
+  Prepared& p = prepared(w);
+  std::optional<Variant>& slot = p.variants[fused];
+  if (!slot) {
+    slot.emplace(Variant{compile(load_graph(w), options(fused)), {}});
+    slot->exe.run(p.inputs, slot->outputs);  // warm-up: first touches of the outputs, caches
+  }
+  return *slot;
 }
 
 void run_workload(benchmark::State& state, const Workload& w, bool fused) {
@@ -248,12 +287,7 @@ void run_workload(benchmark::State& state, const Workload& w, bool fused) {
   Variant* v;
   try {
     p = &prepared(w);
-    std::optional<Variant>& slot = p->variants[fused];
-    if (!slot) {
-      slot.emplace(Variant{compile(load_graph(w), options(fused)), {}});
-      slot->exe.run(p->inputs, slot->outputs);  // warm-up: first touches of the outputs, caches
-    }
-    v = &*slot;
+    v = &variant(w, fused);
   } catch (const std::exception& e) {
     state.SkipWithError(e.what());
     return;
@@ -264,6 +298,110 @@ void run_workload(benchmark::State& state, const Workload& w, bool fused) {
   int kernels = static_cast<int>(v->exe.program().kernels.size());
   state.counters["kernels"] = kernels;
   state.counters["interp"] = kernels - v->exe.compiled_kernel_count();
+}
+
+// ---- Checking the peers ----
+
+/// How closely a peer must agree with fuse, element by element: |peer - fuse| <= ulps * 2^-23 *
+/// scale, where the scale is the largest |fuse| element of the output or, for a sum, the sum of
+/// the |x| (what the rounding error of any summation order is proportional to).
+struct Tolerance {
+  double ulps;
+  bool sum_of_abs;
+};
+
+Tolerance tolerance(const Workload& w) {
+  std::string k = w.kind();
+  // The same IEEE operations, or moves and comparisons, which do not round: exact.
+  if (k == "add" || k == "add_vectors" || k == "max" || k == "transpose") return {0, false};
+  if (k == "hypot") return {2, false};  // an FMA either side; the sqrt rounds correctly
+  // exp, sin, cos, tanh from libm, Eigen, oneDNN and fuse: each within a few ulps.
+  if (k == "gaussian_pdf" || k == "polar_distance" || k == "hidden_layer") return {8, false};
+  if (k == "sum") return {4, true};
+  // Sums along rows of length L (and the K of a matmul) in f32, in different orders: their
+  // rounding grows like sqrt(L) ulps, and the loops sum exp() one by one.
+  double length = static_cast<double>(w.is_matmul() ? w.dims.at("K") : w.dims.at(k == "softmax" ? "M" : "D"));
+  return {4 + 2 * std::sqrt(length), false};
+}
+
+/// The largest difference between `peer` and fuse's outputs, in ulps of the check's scale.
+/// Returns an explanation in `where` for the worst element.
+double difference_ulps(const Workload& w, const ir::TensorMap& inputs, const ir::TensorMap& fuse_outputs,
+                       const ir::TensorMap& peer_outputs, std::string& where) {
+  constexpr double kUlp = 0x1p-23;  // f32's machine epsilon
+  double worst = 0;
+  for (const auto& [name, f] : fuse_outputs) {
+    const ir::HostArray& p = peer_outputs.at(name);
+    const float* fv = f.as<float>();
+    const float* pv = p.as<float>();
+    double scale = 0;
+    if (tolerance(w).sum_of_abs) {
+      for (const auto& [input, a] : inputs)
+        for (int64_t i = 0; i < a.size(); ++i) scale += std::abs(a.as<float>()[i]);
+    } else {
+      for (int64_t i = 0; i < f.size(); ++i) scale = std::max(scale, static_cast<double>(std::abs(fv[i])));
+    }
+    scale = std::max(scale, 1e-30);
+    for (int64_t i = 0; i < f.size(); ++i) {
+      double diff = std::abs(static_cast<double>(pv[i]) - fv[i]);
+      double ulps = std::isnan(diff) ? (std::isnan(pv[i]) && std::isnan(fv[i]) ? 0 : INFINITY) : diff / (kUlp * scale);
+      if (where.empty() || ulps > worst) {
+        worst = ulps;
+        char buf[200];
+        std::snprintf(buf, sizeof buf, "%s[%lld] = %.9g, fuse %.9g", name.c_str(), static_cast<long long>(i),
+                      static_cast<double>(pv[i]), static_cast<double>(fv[i]));
+        where = buf;
+      }
+    }
+  }
+  return worst;
+}
+
+/// `peer`'s implementation of `w`, run once and checked against fuse's fused outputs. Throws
+/// when it disagrees (and records it for the end of the run).
+PeerRun& peer_run(const Workload& w, Peer peer) {
+  Prepared& p = prepared(w);
+  std::optional<PeerRun>& slot = p.peers[static_cast<int>(peer)];
+  std::string& error = p.peer_errors[static_cast<int>(peer)];
+  if (slot) return *slot;
+  if (!error.empty()) throw ir::Error(error);
+  const ir::TensorMap& fuse_outputs = variant(w, true).outputs;
+  PeerRun r;
+  for (const auto& [name, a] : fuse_outputs) r.outputs[name] = ir::HostArray(a.dtype, a.shape);
+  r.run = make_peer(peer, w.kind(), p.inputs, r.outputs);
+  if (!r.run) throw ir::Error(std::string(peer_name(peer)) + " has no " + w.kind());
+  r.run();  // warm-up, and the result to check
+  std::string where;
+  r.ulps = difference_ulps(w, p.inputs, fuse_outputs, r.outputs, where);
+  Tolerance t = tolerance(w);
+  if (!(r.ulps <= t.ulps)) {
+    char buf[400];
+    std::snprintf(buf, sizeof buf, "%s disagrees with fuse on %s: %s (%.3g ulps of the scale, tolerance %.3g)",
+                  peer_title(peer), w.name.c_str(), where.c_str(), r.ulps, t.ulps);
+    error = buf;
+    g_disagreements.push_back(error);
+    std::fflush(stdout);
+    std::fprintf(stderr, "fuse_bench: PEER CHECK FAILED: %s\n", buf);
+    throw ir::Error(error);
+  }
+  slot.emplace(std::move(r));
+  return *slot;
+}
+
+void run_peer(benchmark::State& state, const Workload& w, Peer peer) {
+  Prepared* p;
+  PeerRun* r;
+  try {
+    p = &prepared(w);
+    r = &peer_run(w, peer);
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+    return;
+  }
+  Clock::time_point start = Clock::now();
+  for (auto _ : state) r->run();
+  report_bytes(state, total_bytes(p->inputs) + total_bytes(r->outputs), since(start));
+  state.counters["ulps"] = r->ulps;
 }
 
 // ---- Compile latency ----
@@ -377,6 +515,7 @@ void compile_warm(benchmark::State& state, const Workload& w) {
 // ---- Registration ----
 
 constexpr int kColdRepetitions = 5;  // each spawns a process that loads LLVM: keep it short
+constexpr int kMatmulRepetitions = 11;
 
 void register_benchmarks() {
   auto row = [](benchmark::internal::Benchmark* b) {
@@ -389,18 +528,32 @@ void register_benchmarks() {
     row(benchmark::RegisterBenchmark((std::string("stream/") + kStreamKernels[k].name).c_str(), run_stream, k))
         ->UseRealTime();
   for (const Workload& w : workloads()) {
-    row(benchmark::RegisterBenchmark((w.name + "/fused").c_str(), run_workload, w, true))->UseRealTime();
-    row(benchmark::RegisterBenchmark((w.name + "/unfused").c_str(), run_workload, w, false))->UseRealTime();
+    // The matmuls run fewer repetitions: the loop peer's 2048^3 takes seconds.
+    auto timed = [&](benchmark::internal::Benchmark* b) {
+      row(b)->UseRealTime();
+      if (w.is_matmul()) b->Repetitions(kMatmulRepetitions);
+    };
+    timed(benchmark::RegisterBenchmark((w.name + "/fused").c_str(), run_workload, w, true));
+    timed(benchmark::RegisterBenchmark((w.name + "/unfused").c_str(), run_workload, w, false));
+    for (Peer peer : kPeers)
+      if (peer_supports(peer, w.kind()))
+        timed(benchmark::RegisterBenchmark((w.name + "/" + peer_name(peer)).c_str(), run_peer, w, peer));
   }
-  for (const Workload& w : workloads()) {
-    row(benchmark::RegisterBenchmark(("compile/" + w.name + "/cold").c_str(), compile_cold, w))
+  // Compile latency once per program: a workload's sizes are bound at run time, so every size of
+  // one .expr file compiles the same kernels.
+  std::vector<const Workload*> programs;
+  for (const Workload& w : workloads())
+    if (std::none_of(programs.begin(), programs.end(), [&](const Workload* p) { return p->file == w.file; }))
+      programs.push_back(&w);
+  for (const Workload* w : programs) {
+    row(benchmark::RegisterBenchmark(("compile/" + w->name + "/cold").c_str(), compile_cold, *w))
         ->UseManualTime()
         ->Repetitions(kColdRepetitions);
   }
-  for (const Workload& w : workloads())
-    row(benchmark::RegisterBenchmark(("compile/" + w.name + "/warm").c_str(), compile_warm, w))->UseRealTime();
-  for (const Workload& w : workloads()) {
-    row(benchmark::RegisterBenchmark(("compile/" + w.name + "/disk").c_str(), compile_disk, w))
+  for (const Workload* w : programs)
+    row(benchmark::RegisterBenchmark(("compile/" + w->name + "/warm").c_str(), compile_warm, *w))->UseRealTime();
+  for (const Workload* w : programs) {
+    row(benchmark::RegisterBenchmark(("compile/" + w->name + "/disk").c_str(), compile_disk, *w))
         ->UseManualTime()
         ->Repetitions(kColdRepetitions);
   }
@@ -499,29 +652,45 @@ void print_table(const std::vector<std::vector<std::string>>& rows) {
   }
 }
 
+struct BestPeer {
+  const char* title;
+  double seconds;
+};
+
+/// The fastest peer of `w` by median time; nullopt when no peer row ran.
+std::optional<BestPeer> best_peer(const MedianReporter& rep, const Workload& w) {
+  std::optional<BestPeer> best;
+  for (Peer peer : kPeers)
+    if (const Run* r = rep.find(w.name + "/" + peer_name(peer)))
+      if (!best || rep.seconds(*r) < best->seconds) best = BestPeer{peer_title(peer), rep.seconds(*r)};
+  return best;
+}
+
 void print_run_table(const MedianReporter& rep) {
   std::vector<std::vector<std::string>> rows = {{"workload", "MB", "fused ms", "GB/s", "% limit", "best %",
-                                                 "unfused ms", "GB/s", "% limit", "speedup", "target", "kernels",
-                                                 "interp"}};
+                                                 "unfused ms", "GB/s", "% limit", "speedup", "target", "best peer",
+                                                 "best peer / fuse", "kernels", "interp"}};
   for (const Workload& w : workloads()) {
     const std::string names[2] = {w.name + "/fused", w.name + "/unfused"};
     const Run* f = rep.find(names[0]);
     const Run* u = rep.find(names[1]);
     if (!f && !u) continue;
     double mb = rep.counter(f ? *f : *u, "MB");
-    // From the median time, so that each row's numbers agree.
-    auto gbs = [&](double seconds) { return mb / 1e3 / seconds; };
-    auto percent = [&](double seconds) { return 100 * gbs(seconds) / limit_gbs(); };
+    // From the median time, so that each row's numbers agree. The matmuls are bound by
+    // arithmetic, not bandwidth: no rates for them (the peer table has their GFLOP/s).
+    bool bandwidth = w.target_percent > 0;
+    auto gbs = [&](double seconds) { return bandwidth ? format("%.1f", mb / 1e3 / seconds) : "-"; };
+    auto percent = [&](double seconds) { return 100 * mb / 1e3 / seconds / limit_gbs(); };
+    auto percent_text = [&](double seconds) { return bandwidth ? format("%.0f%%", percent(seconds)) : "-"; };
     std::vector<std::string> row = {w.name, format("%.1f", mb)};
     if (f) {
-      row.insert(row.end(), {format("%.2f", rep.seconds(*f) * 1e3), format("%.1f", gbs(rep.seconds(*f))),
-                             format("%.0f%%", percent(rep.seconds(*f))), format("%.0f%%", percent(rep.best_seconds(*f)))});
+      row.insert(row.end(), {format("%.2f", rep.seconds(*f) * 1e3), gbs(rep.seconds(*f)), percent_text(rep.seconds(*f)),
+                             percent_text(rep.best_seconds(*f))});
     } else {
       row.insert(row.end(), {rep.missing(names[0]), "", "", ""});
     }
     if (u) {
-      row.insert(row.end(), {format("%.2f", rep.seconds(*u) * 1e3), format("%.1f", gbs(rep.seconds(*u))),
-                             format("%.0f%%", percent(rep.seconds(*u)))});
+      row.insert(row.end(), {format("%.2f", rep.seconds(*u) * 1e3), gbs(rep.seconds(*u)), percent_text(rep.seconds(*u))});
     } else {
       row.insert(row.end(), {rep.missing(names[1]), "", ""});
     }
@@ -532,13 +701,43 @@ void print_run_table(const MedianReporter& rep) {
                 : percent(rep.best_seconds(*f)) >= w.target_percent ? " best only"
                                                                      : " missed";
     }
-    row.push_back(format(">= %.0f%%", w.target_percent) + verdict);
+    row.push_back(bandwidth ? format(">= %.0f%%", w.target_percent) + verdict : "-");
+    std::optional<BestPeer> best = best_peer(rep, w);
+    row.push_back(best ? best->title : "-");
+    row.push_back(best && f ? format("%.2f", best->seconds / rep.seconds(*f)) : "-");
     auto both = [&](const char* counter) {
       return (f ? format("%.0f", rep.counter(*f, counter)) : "-") + " / " +
              (u ? format("%.0f", rep.counter(*u, counter)) : "-");
     };
     row.push_back(both("kernels"));
     row.push_back(both("interp"));
+    rows.push_back(row);
+  }
+  if (rows.size() > 1) print_table(rows);
+}
+
+/// fuse fused against each peer: median ms, the ratio, and how far the peers' outputs were from
+/// fuse's (the largest difference of any peer, in ulps of the check's scale, and the tolerance).
+void print_peer_table(const MedianReporter& rep) {
+  std::vector<std::string> header = {"workload", "fuse ms"};
+  for (Peer peer : kPeers) header.push_back(std::string(peer_title(peer)) + " ms");
+  header.insert(header.end(), {"best peer / fuse", "fuse GFLOP/s", "peer diff (ulps) / tol"});
+  std::vector<std::vector<std::string>> rows = {header};
+  for (const Workload& w : workloads()) {
+    const Run* f = rep.find(w.name + "/fused");
+    std::optional<BestPeer> best = best_peer(rep, w);
+    if (!f && !best) continue;
+    std::vector<std::string> row = {w.name, f ? format("%.2f", rep.seconds(*f) * 1e3) : rep.missing(w.name + "/fused")};
+    double worst_ulps = -1;
+    for (Peer peer : kPeers) {
+      std::string name = w.name + "/" + peer_name(peer);
+      const Run* r = rep.find(name);
+      if (r) worst_ulps = std::max(worst_ulps, rep.counter(*r, "ulps"));
+      row.push_back(r ? format("%.2f", rep.seconds(*r) * 1e3) : peer_supports(peer, w.kind()) ? rep.missing(name) : "");
+    }
+    row.push_back(best && f ? format("%.2f", best->seconds / rep.seconds(*f)) : "-");
+    row.push_back(f && w.is_matmul() ? format("%.1f", w.flops() / rep.seconds(*f) / 1e9) : "");
+    row.push_back(worst_ulps >= 0 ? format("%.2g", worst_ulps) + " / " + format("%.3g", tolerance(w).ulps) : "-");
     rows.push_back(row);
   }
   if (rows.size() > 1) print_table(rows);
@@ -581,6 +780,8 @@ void print_summary(const MedianReporter& rep, const std::string& load_before) {
     std::printf("%s %s %.1f / %.1f", k ? "," : "", kStreamKernels[k].name, best_gbs(k), median_gbs(k));
   std::printf(" (triad_stores: ordinary stores; read: a sum)\n\n");
   print_run_table(rep);
+  std::printf("\nfuse (fused) and its peers, medians (best peer / fuse >= 1: fuse is faster):\n\n");
+  print_peer_table(rep);
   std::printf("\ncompile latency, fused, uncached (medians):\n\n");
   print_latency_table(rep);
 }
@@ -596,6 +797,13 @@ int compile_once(const std::string& name, bool cached) {
 
 int main(int argc, char** argv) {
   using namespace fuse::bench;
+  // OpenMP's threads (Eigen, the loops, oneDNN) spin for milliseconds after each parallel region
+  // by default, taking a core from whichever row runs next; fuse's pool sleeps. libgomp reads
+  // OMP_WAIT_POLICY when it is loaded, so this sets it and starts again.
+  if (!std::getenv("OMP_WAIT_POLICY")) {
+    setenv("OMP_WAIT_POLICY", "passive", 1);
+    execv("/proc/self/exe", argv);
+  }
   try {
     if (argc == 2 && std::string_view(argv[1]).starts_with("--compile-once="))
       return compile_once(std::string(argv[1]).substr(std::strlen("--compile-once=")), false);
@@ -618,6 +826,7 @@ int main(int argc, char** argv) {
     if (benchmark::ReportUnrecognizedArguments(count, args.data())) return 1;
 
     std::string load_before = load_average();
+    set_peer_threads(fuse::runtime::ThreadPool::global().num_threads());
     measure_stream();
     register_benchmarks();
     MedianReporter reporter(isatty(STDOUT_FILENO) ? benchmark::ConsoleReporter::OO_Defaults
@@ -628,6 +837,13 @@ int main(int argc, char** argv) {
     benchmark::Shutdown();
     std::error_code ignored;
     std::filesystem::remove_all(cache_dir, ignored);
+    if (!g_disagreements.empty()) {
+      std::fflush(stdout);
+      std::fprintf(stderr, "\nfuse_bench: FAILED: %zu peer(s) disagree with fuse, their rows are not timed:\n",
+                   g_disagreements.size());
+      for (const std::string& d : g_disagreements) std::fprintf(stderr, "  %s\n", d.c_str());
+      return 1;
+    }
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "fuse_bench: %s\n", e.what());
