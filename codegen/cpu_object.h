@@ -1,5 +1,8 @@
 // Internal to codegen: the MLIR half (codegen/cpu/lower.cpp) turns a Program into an object file;
 // the JIT half (cpu_jit.cpp) caches and loads it. Not included outside codegen/.
+//
+// Thread safety: CpuObject is plain data; compile_cpu_object keeps its MLIR and LLVM contexts per
+// call, so any number may run at once.
 #pragma once
 
 #include <string>

@@ -1,6 +1,9 @@
 // CUDA code generation: Program kernels -> MLIR (gpu.module with an #nvvm.target; gpu, scf,
 // arith, math, memref, vector, nvvm) -> NVVM -> PTX, plus the launch plan the runtime follows.
 // Works on any machine: producing PTX needs no GPU and no driver.
+//
+// Thread safety: compile_cuda and the emit functions keep their MLIR and LLVM contexts per call:
+// any number may run at once. CudaModule is plain data.
 #pragma once
 
 #include <string>

@@ -3,6 +3,7 @@
 #include <graphviz/gvc.h>
 
 #include <memory>
+#include <mutex>
 
 #include "ir/error.h"
 
@@ -10,6 +11,8 @@ namespace fuse {
 
 namespace {
 
+// Graphviz keeps global state (its error callback, plugin lists): one rendering at a time.
+std::mutex graphviz_mutex;
 // Graphviz reports problems through a global callback; this collects them for the Error.
 std::string graphviz_messages;
 int collect_message(char* message) {
@@ -37,6 +40,7 @@ bool is_image_format(std::string_view format) { return format == "svg" || format
 std::string render_dot(const std::string& dot, const std::string& format) {
   if (!is_image_format(format))
     throw ir::Error("cannot render to '" + format + "': the formats are svg and png");
+  std::lock_guard<std::mutex> lock(graphviz_mutex);
   graphviz_messages.clear();
   agseterrf(collect_message);
   std::unique_ptr<GVC_t, ContextDeleter> gvc(gvContext());

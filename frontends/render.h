@@ -1,4 +1,7 @@
 // Pictures of graphs: dot text rendered to SVG or PNG in process by the Graphviz library.
+//
+// Thread safety: render_dot may be called from any thread; calls are serialized by a mutex, since
+// Graphviz keeps global state.
 #pragma once
 
 #include <string>

@@ -1,6 +1,8 @@
 // The launch plan of a Program compiled for CUDA: everything the runtime needs, besides the PTX
 // and the Program's buffers, to run it without the compiler. codegen/ produces it
 // (codegen::compile_cuda), runtime/ executes it, and an AOT bundle stores it next to the PTX.
+//
+// Thread safety: plain data; const use from any number of threads, mutation needs exclusive access.
 #pragma once
 
 #include <array>

@@ -1,4 +1,7 @@
 // Graphviz dot text for a graph: the picture form of the IR (`fusec --emit=dot -o g.svg`).
+//
+// Thread safety: free functions that only read their Graph; any number may run at once on graphs
+// nobody is modifying.
 #pragma once
 
 #include <string>

@@ -1,4 +1,6 @@
 // Element types of fuse tensors and the promotion rules between them.
+//
+// Thread safety: values and pure functions; safe from any thread.
 #pragma once
 
 #include <cstddef>

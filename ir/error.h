@@ -1,4 +1,6 @@
 // The one exception type fuse throws for problems in user input, with the user's location.
+//
+// Thread safety: an exception value; safe from any thread.
 #pragma once
 
 #include <stdexcept>

@@ -4,6 +4,10 @@
 // (add_* functions), which throw fuse::ir::Error naming the op, the shapes and the user's
 // location on misuse. Elementwise ops broadcast implicitly (NumPy rules) until the broadcasting
 // pass (passes/broadcast.h) makes every broadcast an explicit broadcast_to view.
+//
+// Thread safety: Graph, Node and ScalarFn are plain values: const use (printing, interpreting,
+// compiling) from any number of threads at once; adding nodes needs exclusive access. computed_from
+// only reads.
 #pragma once
 
 #include <cstdint>

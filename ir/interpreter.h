@@ -2,6 +2,9 @@
 // every op means; every backend is tested against it. It favours being obviously right over
 // being fast, but evaluates elementwise bodies column-wise so that graphs of millions of elements
 // and thousands of small random graphs stay cheap to check.
+//
+// Thread safety: interpret() keeps its state per call: any number may run at once on graphs and
+// inputs nobody is modifying.
 #pragma once
 
 #include <map>

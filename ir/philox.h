@@ -1,4 +1,6 @@
 // Counter-based random numbers: the definition of `rand`, shared bit for bit by every backend.
+//
+// Thread safety: pure functions; safe from any thread.
 #pragma once
 
 #include <array>

@@ -1,5 +1,7 @@
 // The stable text form of a Graph, one node per line (what `fusec --emit=graph` prints and the
 // golden tests compare against).
+//
+// Thread safety: pure functions of their argument; safe from any thread on a Graph nobody modifies.
 #pragma once
 
 #include <string>

@@ -1,5 +1,8 @@
 // The kernel-level Program: what the passes hand to a backend. A Program is a list of kernels
 // (each a fused sub-graph with a schedule), the buffers they read and write, and the launch order.
+//
+// Thread safety: Program and its parts are plain values: const use from any number of threads,
+// mutation needs exclusive access. interpret_program keeps its state per call.
 #pragma once
 
 #include <cstdint>

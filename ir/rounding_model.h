@@ -50,6 +50,8 @@
 // and the shared errors of related values (e and sum(e) in a softmax) are not known to cancel. So
 // a bound is never tripped by a correct backend but grows along chains of matmuls (each multiplies
 // it by about Σ|a||b| / |Σab|, √K for random signs) far beyond the errors that occur.
+//
+// Thread safety: pure functions of their arguments; safe from any thread.
 #pragma once
 
 #include "ir/interpreter.h"

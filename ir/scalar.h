@@ -5,6 +5,8 @@
 // (bool condition) and `cast`. Literals are weakly typed while they stand alone: a weak literal
 // takes the dtype of what it meets (`x * 2.0` keeps x's f32, `i32 + 1` stays i32); a float
 // literal meeting an integer gives f32. Expressions made only of literals are folded.
+//
+// Thread safety: plain values and pure functions (the op table is constant); safe from any thread.
 #pragma once
 
 #include <cstdint>

@@ -1,4 +1,6 @@
 // Tensor shapes whose dims are constants, named symbols, or products of them (`2*N*M`).
+//
+// Thread safety: plain values and pure functions; safe from any thread.
 #pragma once
 
 #include <cstdint>

@@ -1,6 +1,8 @@
 // What code is compiled for: the one Target of fuse. The passes choose schedules from it, the
 // driver (frontends/compile.h) picks the backend and the device from it, and the C++ API takes it
 // as fuse::Target.
+//
+// Thread safety: a plain value; Target::host() reads cpuid and sysfs and may run on any thread.
 #pragma once
 
 #include <cstdint>

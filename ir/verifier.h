@@ -1,5 +1,7 @@
 // Structural invariants of a Graph and of a Program, checked after every pass (PipelineOptions::
 // verify_each_pass, on by default).
+//
+// Thread safety: pure functions that only read their argument; safe from any thread.
 #pragma once
 
 #include <string>

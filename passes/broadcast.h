@@ -1,4 +1,6 @@
 // Shape inference and broadcasting: makes every implicit broadcast an explicit view.
+//
+// Thread safety: a pure function (a new Graph from a const one); safe from any thread.
 #pragma once
 
 #include "ir/graph.h"

@@ -1,5 +1,7 @@
 // Turns a partition of a graph into a Program: buffers for what crosses kernel boundaries,
 // one kernel (a self-contained sub-graph) per group, and a launch order.
+//
+// Thread safety: a pure function; safe from any thread.
 #pragma once
 
 #include "ir/program.h"

@@ -14,6 +14,8 @@
 // arithmetic, 8 for transcendental functions such as exp, log, sin, tanh, pow). Views,
 // generators and ops of cost <= kCheapCost are "cheap": they may be recomputed in several kernels, across expanding
 // broadcasts, and in matmul prologues. Anything else is computed once and materialized.
+//
+// Thread safety: pure functions (a Partition from a const Graph); safe from any thread.
 #pragma once
 
 #include <string>

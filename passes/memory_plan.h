@@ -1,4 +1,6 @@
 // Memory planning: intermediates share storage slots when their lifetimes do not overlap.
+//
+// Thread safety: mutates only the Program it is given; callers keep one Program per thread.
 #pragma once
 
 #include "ir/program.h"

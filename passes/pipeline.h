@@ -1,5 +1,8 @@
 // The pass pipeline, in one readable sequence (Halide's Lower.cpp style): each stage's graph can
 // be printed (`fusec --dump-after=PASS`).
+//
+// Thread safety: run_pipeline keeps its state per call (the after_pass callback runs on the
+// caller's thread); any number may run at once.
 #pragma once
 
 #include <functional>

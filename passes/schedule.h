@@ -1,5 +1,7 @@
 // Tiling and scheduling: chooses, per kernel and target, the parallel dims, vector width, tiles
 // and reduction strategy. Schedules are data in the Program; codegen follows them.
+//
+// Thread safety: mutates only the Program it is given; safe from any thread on distinct Programs.
 #pragma once
 
 #include "ir/program.h"

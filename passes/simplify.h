@@ -1,4 +1,6 @@
 // Simplification: CSE, constant folding, algebraic identities, view folding, dead-code elimination.
+//
+// Thread safety: a pure function; safe from any thread.
 #pragma once
 
 #include "ir/graph.h"

@@ -6,6 +6,9 @@
 //   DIR/constant_I.npy    plan constant I
 //
 // The format is described, with an example plan.json, in docs/architecture.md.
+//
+// Thread safety: reading and writing bundles keep their state per call; two writers of the same
+// directory at once are not supported.
 #pragma once
 
 #include <functional>

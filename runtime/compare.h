@@ -1,5 +1,7 @@
 // Comparing arrays within a tolerance: what fuse-run --expect and the tests use to hold
 // compiled results to the reference interpreter's.
+//
+// Thread safety: pure functions; safe from any thread.
 #pragma once
 
 #include <string>

@@ -1,6 +1,10 @@
 // The CUDA Driver API, opened at run time: libcuda.so.1 is dlopen'ed on first use, so fuse builds
 // and runs on machines without the CUDA toolkit or an NVIDIA driver (CUDA is then unavailable,
 // and says why). Nothing here links against libcuda.
+//
+// Thread safety: the driver is loaded once (a function-local static) and each device's context
+// created once (std::call_once), so every function here may be called from any thread; the
+// Driver API itself is thread-safe.
 #pragma once
 
 #include <cstddef>

@@ -1,5 +1,7 @@
 // A small JSON value with a strict parser and a printer: enough for AOT bundles' plan.json,
 // without a dependency.
+//
+// Thread safety: plain values and pure functions; safe from any thread.
 #pragma once
 
 #include <cstdint>

@@ -1,4 +1,7 @@
 // NumPy interop on the host: the .npy file format, and NumPy's text form of an array.
+//
+// Thread safety: each call reads or writes its own file; safe from any thread (concurrent writes
+// of the same path are not).
 #pragma once
 
 #include <string>

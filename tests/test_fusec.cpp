@@ -14,6 +14,9 @@
 #include <map>
 #include <regex>
 #include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
 
 #include "frontends/expr/compile.h"
 #include "frontends/render.h"
@@ -554,6 +557,35 @@ TEST_CASE("dot text, PNG pictures and clusters", "[fusec][dot]") {
                     Catch::Contains("already in a cluster"));
   CHECK_THROWS_WITH(fuse::render_dot(dot, "pdf"), Catch::Contains("formats are svg and png"));
   CHECK_THROWS_WITH(fuse::render_dot("digraph { a -> ", "svg"), Catch::Contains("graphviz"));
+}
+
+TEST_CASE("render_dot from several threads at once: every picture whole and errors to their caller", "[fusec][render]") {
+  // Graphviz keeps global state; render_dot serializes the calls (frontends/render.h).
+  const std::string good = "digraph { a -> b; b -> c; }";
+  std::vector<std::string> images(8);
+  std::vector<std::string> errors(8);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t)
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 5; ++i) {
+        try {
+          if (t % 2) images[t] = fuse::render_dot(good, "svg");
+          else fuse::render_dot("digraph { a -> ", "svg");
+        } catch (const std::exception& e) {
+          errors[t] = e.what();
+        }
+      }
+    });
+  for (std::thread& th : threads) th.join();
+  for (int t = 0; t < 8; ++t) {
+    INFO("thread " << t);
+    if (t % 2) {
+      CHECK(images[t].find("</svg>") != std::string::npos);
+      CHECK(errors[t].empty());
+    } else {
+      CHECK_THAT(errors[t], Catch::Contains("graphviz"));
+    }
+  }
 }
 
 TEST_CASE("fusion stages: fused, plan, explain-fusion, dump-after, no-fusion", "[fusec][fusion]") {
