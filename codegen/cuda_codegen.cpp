@@ -28,6 +28,7 @@
 // ones in i64, float max/min in their own type (exact), user combiners sequentially in the
 // node's dtype (a user combiner need not be associative: one thread folds the row in order).
 #include "codegen/cuda_codegen.h"
+#include "codegen/cuda_nvvm.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -1437,6 +1438,18 @@ std::string emit_cuda_llvm(const ir::Program& p, const CudaOptions& options) {
   llvm::raw_string_ostream out(text);
   llvm_module->print(out, nullptr);
   return text;
+}
+
+// ---- the CUDA simulator's entry point (codegen/cuda_sim.cpp): the same lowering, no NVPTX ----
+std::unique_ptr<llvm::Module> lower_cuda_to_nvvm(const ir::Program& p, const CudaOptions& options,
+                                                 llvm::LLVMContext& llvm_context, ir::CudaPlan& plan) {
+  auto context = make_context();
+  Built built = build_module(*context, p, options);
+  lower(built);
+  std::unique_ptr<llvm::Module> m = mlir::translateModuleToLLVMIR(built.gpu_module.getOperation(), llvm_context, "fuse_kernels");
+  if (!m) throw ir::Error(fail_text("translation to LLVM IR failed"));
+  plan = std::move(built.plan);
+  return m;
 }
 
 CudaModule compile_cuda(const ir::Program& p, const CudaOptions& options) {

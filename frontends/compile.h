@@ -26,6 +26,10 @@ struct Target {
   int sm = 0;
   static Target cpu() { return {}; }
   static Target cuda(int device = 0, int sm = 0) { return {Kind::Cuda, device, sm}; }
+  /// Cuda: the simulated CUDA device (runtime/sim/) instead of the driver; FUSE_CUDA_SIM=1
+  /// selects it for every CUDA target.
+  bool simulated = false;
+  static Target cuda_sim() { return {Kind::Cuda, 0, 0, true}; }
 };
 
 /// Compiles for the CPU: the passes, then MLIR -> LLVM -> machine code for every kernel the CPU

@@ -25,6 +25,7 @@
 
 #include "codegen/cpu_codegen.h"
 #include "codegen/cuda_codegen.h"
+#include "codegen/cuda_sim.h"
 #include "ir/cuda_plan.h"
 #include "frontends/compile.h"
 #include "frontends/expr/compile.h"
@@ -128,9 +129,20 @@ const Target kTargets[] = {
        codegen::CudaOptions cuda;
        cuda.sm = options.pipeline.target.sm;
        cuda.fast_math = options.pipeline.simplify.fast_math;
-       codegen::CudaModule module = codegen::compile_cuda(c.program, cuda);
+       // FUSE_CUDA_SIM=1: the simulated device, which runs host code compiled from the same kernels.
+       codegen::CudaModule module = runtime::cuda::simulator_selected() ? codegen::compile_cuda_sim(c.program, cuda)
+                                                                        : codegen::compile_cuda(c.program, cuda);
        auto exe = std::make_shared<runtime::CudaExecutable>(c.program, std::move(module.plan), std::move(module.ptx));
        // Host arrays in and out: each run uploads, launches, waits and downloads.
+       return [exe](const ir::TensorMap& inputs, ir::TensorMap& outputs) { outputs = exe->run_host(inputs); };
+     }},
+    {"cuda-sim", "the CUDA kernels on the simulated device (runtime/sim/: no GPU needed; checks: --sim-checks)",
+     [](const passes::PipelineResult& c, const CompileOptions& options) -> Runner {
+       codegen::CudaOptions cuda;
+       cuda.sm = options.pipeline.target.sm;
+       cuda.fast_math = options.pipeline.simplify.fast_math;
+       codegen::CudaModule module = codegen::compile_cuda_sim(c.program, cuda);
+       auto exe = std::make_shared<runtime::CudaExecutable>(c.program, std::move(module.plan), std::move(module.ptx));
        return [exe](const ir::TensorMap& inputs, ir::TensorMap& outputs) { outputs = exe->run_host(inputs); };
      }},
     {"interp", "the fused Program, kernel by kernel, in the reference interpreter",
@@ -241,6 +253,9 @@ const Flag kFlags[] = {
     {"--print", "", kRun, false,
      "print each output as NumPy does (the default without --out, --check or --bench)",
      "fusec run examples/hypot.expr --random --dim N=10 --out results --print"},
+    {"--sim-checks", "LIST", kRun, false,
+     "with --target=cuda-sim: the simulator's checks, all (default), none, or a comma list of sync, race, memcheck",
+     "fusec run examples/softmax.expr --target=cuda-sim --random --dim N=64 --dim M=5000 --sim-checks=race --check"},
     {"--help", "", kCompile | kRun, false, "show this help", "fusec --help"},
     {"--version", "", kCompile | kRun, false, "show the version", "fusec --version"},
 };
@@ -671,7 +686,12 @@ int run_command(const Args& args) {
 
   CompileOptions compile_options;
   passes::TargetInfo schedule_for = passes::TargetInfo::host();
-  if (target.name == "cuda") {
+  if (const std::string* checks = args.value("--sim-checks")) {
+    if (target.name != "cuda-sim") throw Error("--sim-checks applies only with --target=cuda-sim");
+    setenv("FUSE_CUDA_SIM_CHECKS", checks->c_str(), 1);
+  }
+  if (target.name == "cuda-sim") runtime::cuda::use_simulator();
+  if (target.name == "cuda" || target.name == "cuda-sim") {
     // Ask the device first: without one this is where `run --target=cuda` stops, clearly.
     schedule_for = passes::TargetInfo::cuda(cuda_sm_for_device(0));
   }
