@@ -13,11 +13,14 @@
 #include "llvm/IR/Constants.h"
 #include "llvm/IR/IRBuilder.h"
 #include "llvm/IR/Instructions.h"
+#include "llvm/IR/Intrinsics.h"
 #include "llvm/IR/LLVMContext.h"
 #include "llvm/IR/LegacyPassManager.h"
 #include "llvm/IR/Module.h"
 #include "llvm/IR/ReplaceConstant.h"
 #include "llvm/IR/Verifier.h"
+#include "llvm/AsmParser/Parser.h"
+#include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/TargetSelect.h"
 #include "llvm/Support/raw_ostream.h"
 #include "llvm/Target/TargetMachine.h"
@@ -67,11 +70,12 @@ bool host_libm_function(const std::string& name) {
 /// Rewrites one NVVM-level module into host code for the simulated device.
 class Rewriter {
  public:
-  Rewriter(llvm::Module& m, const ir::CudaPlan& plan, const llvm::DataLayout& layout) : m_(m), ctx_(m.getContext()) {
+  Rewriter(llvm::Module& m, const std::vector<std::string>& entries, const llvm::DataLayout& layout)
+      : m_(m), ctx_(m.getContext()) {
     m_.setDataLayout(layout);
-    for (const ir::CudaLaunch& l : plan.launches) {
-      llvm::Function* f = m_.getFunction(l.entry);
-      if (!f || f->isDeclaration()) throw ir::Error(fail_text("the plan's entry '" + l.entry + "' is not in the module"));
+    for (const std::string& entry : entries) {
+      llvm::Function* f = m_.getFunction(entry);
+      if (!f || f->isDeclaration()) throw ir::Error(fail_text("the entry '" + entry + "' is not in the module"));
       if (std::find(entries_.begin(), entries_.end(), f) == entries_.end()) entries_.push_back(f);
     }
     auto* i32 = llvm::Type::getInt32Ty(ctx_);
@@ -156,6 +160,16 @@ class Rewriter {
     } else if (name == "llvm.nvvm.barrier0") {
       int n = barriers_[call->getFunction()]++;
       b.CreateCall(barrier_, {site(kernel_of(call) + ": barrier #" + std::to_string(n))});
+    } else if (name == "llvm.nvvm.sqrt.rn.f" || name == "llvm.nvvm.sqrt.rn.d") {
+      // Correctly rounded on both sides: bit-exact.
+      replacement = b.CreateUnaryIntrinsic(llvm::Intrinsic::sqrt, call->getArgOperand(0));
+    } else if (name == "llvm.nvvm.div.rn.f" || name == "llvm.nvvm.div.rn.d") {
+      replacement = b.CreateFDiv(call->getArgOperand(0), call->getArgOperand(1));
+    } else if (name == "llvm.nvvm.rcp.rn.f" || name == "llvm.nvvm.rcp.rn.d") {
+      replacement = b.CreateFDiv(llvm::ConstantFP::get(call->getType(), 1.0), call->getArgOperand(0));
+    } else if (name == "llvm.nvvm.fma.rn.f" || name == "llvm.nvvm.fma.rn.d") {
+      replacement = b.CreateIntrinsic(llvm::Intrinsic::fma, {call->getType()},
+                                      {call->getArgOperand(0), call->getArgOperand(1), call->getArgOperand(2)});
     } else if (name.rfind("llvm.nvvm.membar.", 0) == 0) {
       // A block runs on one host thread and blocks do not communicate within a launch.
     } else if (name.rfind(shfl, 0) == 0) {
@@ -353,33 +367,64 @@ struct Rewritten {
   ir::CudaPlan plan;
 };
 
+void rewrite_module(llvm::Module& m, const std::vector<std::string>& entries, llvm::TargetMachine& machine) {
+  m.setTargetTriple(machine.getTargetTriple().str());
+  Rewriter(m, entries, machine.createDataLayout()).run();
+}
+
+std::vector<std::string> plan_entries(const ir::CudaPlan& plan) {
+  std::vector<std::string> entries;
+  for (const ir::CudaLaunch& l : plan.launches) entries.push_back(l.entry);
+  return entries;
+}
+
 Rewritten rewrite(const ir::Program& p, const CudaOptions& options, llvm::LLVMContext& context,
                   llvm::TargetMachine& machine) {
   Rewritten r;
   r.module = lower_cuda_to_nvvm(p, options, context, r.plan);
-  r.module->setTargetTriple(machine.getTargetTriple().str());
-  Rewriter(*r.module, r.plan, machine.createDataLayout()).run();
+  rewrite_module(*r.module, plan_entries(r.plan), machine);
   return r;
 }
 
+/// The optimized module as a simulated module image.
+std::string image_of(llvm::Module& m, llvm::TargetMachine& machine) {
+  auto optimize = mlir::makeOptimizingTransformer(2, 0, &machine);
+  if (llvm::Error e = optimize(&m))
+    throw ir::Error(fail_text("LLVM optimization failed: " + llvm::toString(std::move(e))));
+  llvm::SmallVector<char, 0> buffer;
+  llvm::raw_svector_ostream out(buffer);
+  llvm::legacy::PassManager codegen;
+  if (machine.addPassesToEmitFile(codegen, out, nullptr, llvm::CodeGenFileType::ObjectFile))
+    throw ir::Error(fail_text("the host target cannot emit an object file"));
+  codegen.run(m);
+  std::string image = std::string(sim::kImageMagic) + std::to_string(buffer.size()) + "\n";
+  image.append(buffer.begin(), buffer.end());
+  return image;
+}
+
 }  // namespace
+
+std::string compile_cuda_sim_ir(const std::string& nvvm_ir, const std::vector<std::string>& entries) {
+  llvm::LLVMContext context;
+  llvm::SMDiagnostic diagnostic;
+  std::unique_ptr<llvm::Module> m = llvm::parseAssemblyString(nvvm_ir, diagnostic, context);
+  if (!m) {
+    std::string text;
+    llvm::raw_string_ostream out(text);
+    diagnostic.print("nvvm", out);
+    throw ir::Error("CUDA simulator: the NVVM IR does not parse: " + text);
+  }
+  std::unique_ptr<llvm::TargetMachine> machine = host_machine();
+  rewrite_module(*m, entries, *machine);
+  return image_of(*m, *machine);
+}
 
 CudaModule compile_cuda_sim(const ir::Program& p, const CudaOptions& options) {
   llvm::LLVMContext context;
   std::unique_ptr<llvm::TargetMachine> machine = host_machine();
   Rewritten r = rewrite(p, options, context, *machine);
-  auto optimize = mlir::makeOptimizingTransformer(2, 0, machine.get());
-  if (llvm::Error e = optimize(r.module.get()))
-    throw ir::Error(fail_text("LLVM optimization failed: " + llvm::toString(std::move(e))));
-  llvm::SmallVector<char, 0> buffer;
-  llvm::raw_svector_ostream out(buffer);
-  llvm::legacy::PassManager codegen;
-  if (machine->addPassesToEmitFile(codegen, out, nullptr, llvm::CodeGenFileType::ObjectFile))
-    throw ir::Error(fail_text("the host target cannot emit an object file"));
-  codegen.run(*r.module);
   CudaModule result;
-  result.ptx = std::string(sim::kImageMagic) + std::to_string(buffer.size()) + "\n";
-  result.ptx.append(buffer.begin(), buffer.end());
+  result.ptx = image_of(*r.module, *machine);
   result.plan = std::move(r.plan);
   return result;
 }

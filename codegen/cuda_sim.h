@@ -16,6 +16,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "codegen/cuda_codegen.h"
 
@@ -24,6 +25,10 @@ namespace fuse::codegen {
 /// Compiles every kernel of `p` (scheduled for CUDA) for the simulated device: `ptx` holds the
 /// simulator's module image (ir/cuda_sim_abi.h), `plan` the same launch plan compile_cuda makes.
 CudaModule compile_cuda_sim(const ir::Program& p, const CudaOptions& options = {});
+
+/// The simulator's module image for NVVM-level LLVM IR text (as `fusec --target=cuda --emit=llvm`
+/// prints it), with `entries` its kernels: how tests run hand-written, deliberately broken kernels.
+std::string compile_cuda_sim_ir(const std::string& nvvm_ir, const std::vector<std::string>& entries);
 
 /// The rewritten host LLVM IR, before optimization (`fusec --target=cuda-sim --emit=llvm`).
 std::string emit_cuda_sim_llvm(const ir::Program& p, const CudaOptions& options = {});

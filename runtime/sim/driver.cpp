@@ -231,7 +231,8 @@ CUresult cuLaunchKernel(void* f, unsigned gx, unsigned gy, unsigned gz, unsigned
   try {
     report = sim::run_kernel(*kernel, config, params, device().memory, sim::options_from_environment());
   } catch (const std::exception& e) {
-    report = e.what();
+    t_last_report = std::string("fuse CUDA simulator: ") + e.what();
+    return kLaunchFailed;
   }
   if (report.empty()) return kSuccess;
   t_last_report = "fuse CUDA simulator: " + report;

@@ -53,10 +53,14 @@ namespace {
 constexpr uint64_t kAllocationAlignment = 256;  // as cuMemAlloc's
 constexpr uint64_t kQuarantineBytes = 256ull << 20;
 uint64_t round_up(uint64_t n, uint64_t to) { return (n + to - 1) / to * to; }
+/// Each allocation is followed by a red zone of this many bytes that belongs to no allocation, so
+/// that an access just past the end is reported against it (not taken for the next allocation).
+constexpr uint64_t kRedZone = 256;
+uint64_t reserved_bytes(uint64_t size) { return round_up(std::max<uint64_t>(size, 1), kAllocationAlignment) + kRedZone; }
 }  // namespace
 
 void* Memory::allocate(uint64_t bytes) {
-  void* p = std::aligned_alloc(kAllocationAlignment, round_up(std::max<uint64_t>(bytes, 1), kAllocationAlignment));
+  void* p = std::aligned_alloc(kAllocationAlignment, reserved_bytes(bytes));
   if (!p) return nullptr;
   std::lock_guard lock(mutex_);
   table_[reinterpret_cast<uintptr_t>(p)] = {reinterpret_cast<uintptr_t>(p), bytes, true};
@@ -533,14 +537,14 @@ void* BlockRunner::global_access(SimThread& t, uintptr_t a, uint64_t bytes, uint
   const char* verb = flags & abi::kWrite ? "writes" : "reads";
   const Memory::Allocation* hit = nullptr;
   if (last_allocation_ < all.size() && a >= all[last_allocation_].base &&
-      a < all[last_allocation_].base + std::max<uint64_t>(all[last_allocation_].size, 1)) {
+      a < all[last_allocation_].base + reserved_bytes(all[last_allocation_].size)) {
     hit = &all[last_allocation_];
   } else {
     auto it = std::upper_bound(all.begin(), all.end(), a,
                                [](uintptr_t v, const Memory::Allocation& x) { return v < x.base; });
     if (it != all.begin()) {
       --it;
-      if (a < it->base + round_up(std::max<uint64_t>(it->size, 1), kAllocationAlignment)) {
+      if (a < it->base + reserved_bytes(it->size)) {
         hit = &*it;
         last_allocation_ = static_cast<size_t>(it - all.begin());
       }
