@@ -395,3 +395,21 @@ define void @clock(ptr %out, ptr %in) {
   CHECK_THROWS_WITH(codegen::compile_cuda_sim_ir(ir, {"clock"}),
                     Contains("the CUDA simulator does not implement the NVVM operation llvm.nvvm.read.ptx.sreg.clock"));
 }
+
+// ---- CUDA bugs found by reading the code, verified on the simulator ----
+
+TEST_CASE("f32 floor division agrees with the interpreter on the simulator and the CPU", "[cuda][sim][regression]") {
+  // 1.0f / 0.1f rounds to 10.0f, but the exact quotient is 9.99999985: 1.0 // 0.1 is 9 (NumPy too).
+  Graph g;
+  Tensor x = g.input("x", DType::F32, {sym("N")});
+  Tensor d = g.input("d", DType::F32, {sym("N")});
+  g.output("y", floordiv(x, d));
+  ir::HostArray xs(DType::F32, {5}), ds(DType::F32, {5});
+  const float xv[] = {1.0f, 1.0f, -1.0f, 0.3f, 7.0f}, dv[] = {0.1f, 0.2f, 0.1f, 0.1f, 0.7f};
+  for (int i = 0; i < 5; ++i) xs.set_f64(i, xv[i]), ds.set_f64(i, dv[i]);
+  ir::TensorMap inputs = {{"x", xs}, {"d", ds}};
+  ir::TensorMap expected = ir::interpret(g.ir(), inputs);
+  CHECK(expected.at("y").get_f64(0) == 9.0);
+  CHECK(testing::compare_outputs(expected, compile_cuda(g, Target::cuda_sim())->run_host(inputs), 0, 0) == "");
+  CHECK(testing::compare_outputs(expected, compile(g).run(inputs), 0, 0) == "");
+}
