@@ -189,7 +189,8 @@ void CudaExecutable::release_driver_objects() noexcept {
 }
 
 CUdeviceptr CudaExecutable::output_storage(ir::BufferId b, const ir::SymbolBindings& symbols,
-                                           DeviceTensorMap& outputs) {
+                                           DeviceTensorMap& outputs, const DeviceTensorMap& inputs,
+                                           std::vector<DeviceBuffer>& retired) {
   const ir::Buffer& buf = program_.buffers[b];
   // The buffer carries the name of the first output that names it.
   const std::string* name = &buf.name;
@@ -200,6 +201,17 @@ CUdeviceptr CudaExecutable::output_storage(ir::BufferId b, const ir::SymbolBindi
     }
   ir::ConcreteShape shape = ir::evaluate(buf.shape, symbols);
   DeviceBuffer& out = outputs[*name];
+  if (out.size_bytes() > 0) {
+    for (const ir::ProgramIO& in : program_.inputs) {
+      const DeviceBuffer& input = inputs.at(in.name);
+      if (input.size_bytes() > 0 && out.data() < input.data() + input.size_bytes() &&
+          input.data() < out.data() + out.size_bytes()) {
+        retired.push_back(std::move(out));
+        out = DeviceBuffer();
+        break;
+      }
+    }
+  }
   if (out.dtype() != buf.dtype || out.shape() != shape || out.device() != device_)
     out = DeviceBuffer::empty(buf.dtype, shape, device_);
   return out.data();
@@ -236,9 +248,12 @@ void CudaExecutable::run(const DeviceTensorMap& inputs, DeviceTensorMap& outputs
   // Every buffer's device address for this run.
   std::vector<CUdeviceptr> address(program_.buffers.size(), 0);
   for (const ir::ProgramIO& in : program_.inputs) address[in.buffer] = inputs.at(in.name).data();
+  // `inputs` and `outputs` may be one map: inputs replaced there stay alive here until the end.
+  std::vector<DeviceBuffer> retired;
   for (size_t b = 0; b < program_.buffers.size(); ++b) {
     ir::BufferId id = static_cast<ir::BufferId>(b);
-    if (program_.buffers[b].role == ir::BufferRole::Output) address[b] = output_storage(id, symbols, outputs);
+    if (program_.buffers[b].role == ir::BufferRole::Output)
+      address[b] = output_storage(id, symbols, outputs, inputs, retired);
     if (program_.buffers[b].role == ir::BufferRole::Intermediate) address[b] = slot_storage(id, symbols);
   }
   std::vector<int64_t> symbol_sizes;
@@ -295,6 +310,8 @@ void CudaExecutable::run(const DeviceTensorMap& inputs, DeviceTensorMap& outputs
       out = DeviceBuffer::empty(source->dtype(), source->shape(), device_);
     source->copy_to(out);
   }
+  // The replaced buffers go back to the cache only when no queued kernel reads them.
+  if (!retired.empty()) check(api.cuStreamSynchronize(stream_), "cuStreamSynchronize");
 }
 
 ir::TensorMap CudaExecutable::run_host(const ir::TensorMap& inputs) {

@@ -92,7 +92,11 @@ class CudaExecutable {
   cuda::CUstream stream() const { return stream_; }
 
  private:
-  cuda::CUdeviceptr output_storage(ir::BufferId b, const ir::SymbolBindings& symbols, DeviceTensorMap& outputs);
+  /// `retired` receives a preallocated output whose memory is also an input's (`run(state,
+  /// state)`): kernels such as transposes would overwrite what other threads still read, so the
+  /// output gets new memory and the old buffer is released once the run has finished.
+  cuda::CUdeviceptr output_storage(ir::BufferId b, const ir::SymbolBindings& symbols, DeviceTensorMap& outputs,
+                                   const DeviceTensorMap& inputs, std::vector<DeviceBuffer>& retired);
   cuda::CUdeviceptr slot_storage(ir::BufferId b, const ir::SymbolBindings& symbols);
   void release_driver_objects() noexcept;
 

@@ -413,3 +413,58 @@ TEST_CASE("f32 floor division agrees with the interpreter on the simulator and t
   CHECK(testing::compare_outputs(expected, compile_cuda(g, Target::cuda_sim())->run_host(inputs), 0, 0) == "");
   CHECK(testing::compare_outputs(expected, compile(g).run(inputs), 0, 0) == "");
 }
+
+// ---- the CUDA runtime on the simulated device ----
+
+TEST_CASE("device buffers and preallocated outputs work on the simulator", "[cuda][sim][runtime]") {
+  Graph g;
+  Tensor x = g.input("x", DType::F32, {sym("N")});
+  g.output("y", exp(x) * 2 + 1);
+  std::unique_ptr<runtime::CudaExecutable> exe = compile_cuda(g, Target::cuda_sim());
+  ir::TensorMap host = testing::random_inputs(g.ir(), {{"N", 10007}}, 1, false);
+  runtime::DeviceTensorMap inputs;
+  inputs.emplace("x", runtime::DeviceBuffer::to_device(host.at("x")));
+  runtime::DeviceTensorMap outputs = exe->run(inputs);
+  cuda::CUdeviceptr first = outputs.at("y").data();
+  // A preallocated output of the right type is reused.
+  exe->run(inputs, outputs);
+  CHECK(outputs.at("y").data() == first);
+  CHECK(testing::compare_outputs(ir::interpret(g.ir(), host), {{"y", outputs.at("y").to_host()}}, 0, 0) == "");
+  // Outputs fed back as inputs without a host copy: y2 = f(f(x)).
+  runtime::DeviceTensorMap second;
+  second.emplace("x", std::move(outputs.at("y")));
+  runtime::DeviceTensorMap again = exe->run(second);
+  ir::TensorMap once = ir::interpret(g.ir(), host);
+  ir::TensorMap twice = ir::interpret(g.ir(), {{"x", once.at("y")}});
+  CHECK(testing::compare_outputs(twice, {{"y", again.at("y").to_host()}}, 0, 0) == "");
+  CHECK(exe->last_run_ms() >= 0);
+}
+
+TEST_CASE("two executables chained without synchronize on the simulator", "[cuda][sim][runtime]") {
+  Graph ga, gb;
+  Tensor a = ga.input("x", DType::F32, {sym("N"), sym("M")});
+  ga.output("y", transpose(a) * 3);
+  Tensor b = gb.input("y", DType::F32, {sym("M"), sym("N")});
+  gb.output("z", sum(b, {1}));
+  auto exe_a = compile_cuda(ga, Target::cuda_sim());
+  auto exe_b = compile_cuda(gb, Target::cuda_sim());
+  ir::TensorMap host = testing::random_inputs(ga.ir(), {{"N", 300}, {"M", 70}}, 2, false);
+  runtime::DeviceTensorMap in;
+  in.emplace("x", runtime::DeviceBuffer::to_device(host.at("x")));
+  runtime::DeviceTensorMap mid = exe_a->run(in);
+  runtime::DeviceTensorMap out = exe_b->run(mid);
+  ir::TensorMap expected = ir::interpret(gb.ir(), ir::interpret(ga.ir(), host));
+  CHECK(testing::compare_outputs(expected, {{"z", out.at("z").to_host()}}, 1e-5, 1e-5) == "");
+}
+
+TEST_CASE("an output that is also the input of a transpose is not overwritten while read", "[cuda][sim][regression]") {
+  Graph g;
+  Tensor s = g.input("state", DType::F32, {sym("N"), sym("N")});
+  g.output("state", transpose(s) + 1);
+  std::unique_ptr<runtime::CudaExecutable> exe = compile_cuda(g, Target::cuda_sim());
+  ir::TensorMap host = testing::random_inputs(g.ir(), {{"N", 100}}, 3, false);
+  runtime::DeviceTensorMap state;
+  state.emplace("state", runtime::DeviceBuffer::to_device(host.at("state")));
+  exe->run(state, state);
+  CHECK(testing::compare_outputs(ir::interpret(g.ir(), host), {{"state", state.at("state").to_host()}}, 0, 0) == "");
+}
