@@ -6,6 +6,8 @@
 // CUDA_ERROR_MISALIGNED_ADDRESS for memcheck), and cuGetErrorString gives the simulator's report.
 #include <atomic>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <map>
@@ -51,6 +53,19 @@ Device& device() {
 }
 
 thread_local std::string t_last_report;
+
+/// FUSE_CUDA_SIM_STATS=1: the simulator's totals on stderr at exit.
+struct PrintTotals {
+  ~PrintTotals() {
+    const char* env = std::getenv("FUSE_CUDA_SIM_STATS");
+    if (!env || std::string(env) != "1") return;
+    long long threads = 0;
+    double seconds = 0;
+    sim::totals(threads, seconds);
+    std::fprintf(stderr, "fuse CUDA simulator: %lld CUDA threads in %.3f s of launches (%.0f threads/s)\n", threads,
+                 seconds, seconds > 0 ? threads / seconds : 0.0);
+  }
+} g_print_totals;
 
 void* new_handle() {
   static std::atomic<uintptr_t> next{1};

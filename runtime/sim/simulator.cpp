@@ -550,26 +550,27 @@ void* BlockRunner::global_access(SimThread& t, uintptr_t a, uint64_t bytes, uint
       }
     }
   }
-  std::string what = std::string(verb) + " " + std::to_string(bytes) + " bytes at " + hex(a);
+  auto what = [&] { return std::string(verb) + " " + std::to_string(bytes) + " bytes at " + hex(a); };
+  if (hit && hit->live && a + bytes <= hit->base + hit->size && a % align == 0) return reinterpret_cast<void*>(a);
   if (!hit) {
-    report("memcheck: access outside every allocation", site, t, what);
+    report("memcheck: access outside every allocation", site, t, what());
     return scratch_;
   }
   if (!hit->live) {
     report("memcheck: use after free", site, t,
-           what + ", " + std::to_string(a - hit->base) + " bytes into a freed " + std::to_string(hit->size) +
+           what() + ", " + std::to_string(a - hit->base) + " bytes into a freed " + std::to_string(hit->size) +
                "-byte allocation");
     return scratch_;
   }
   if (a + bytes > hit->base + hit->size) {
     report("memcheck: out-of-bounds global access", site, t,
-           what + ": bytes [" + std::to_string(a - hit->base) + ", " + std::to_string(a - hit->base + bytes) +
+           what() + ": bytes [" + std::to_string(a - hit->base) + ", " + std::to_string(a - hit->base + bytes) +
                ") of a " + std::to_string(hit->size) + "-byte allocation");
     return scratch_;
   }
   if (a % align != 0) {
     report("memcheck: misaligned global access", site, t,
-           what + ": the address is not a multiple of " + std::to_string(align));
+           what() + ": the address is not a multiple of " + std::to_string(align));
     return scratch_;
   }
   return reinterpret_cast<void*>(a);
