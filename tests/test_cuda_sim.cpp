@@ -61,10 +61,12 @@ std::string sizes_str(const ir::SymbolBindings& sizes) {
 }
 
 /// Runs `g` on the simulator at every size set and compares with the interpreter.
-void check_graph(const ir::Graph& g, const std::string& what) {
+void check_graph(const ir::Graph& g, const std::string& what, bool every_size = true) {
   std::unique_ptr<runtime::CudaExecutable> exe = compile_cuda(g, Target::cuda_sim());
   uint64_t seed = 1;
-  for (const ir::SymbolBindings& sizes : size_sets(g)) {
+  std::vector<ir::SymbolBindings> sets = size_sets(g);
+  if (!every_size) sets.resize(1);
+  for (const ir::SymbolBindings& sizes : sets) {
     INFO(what << " at " << sizes_str(sizes));
     ir::TensorMap inputs = testing::random_inputs(g, sizes, seed++);
     ir::ValuesAndBounds expected;
@@ -122,6 +124,20 @@ TEST_CASE("every fusion catalog graph runs on the simulator and matches the inte
       check_graph(g.ir(), c.name);
     }
   }
+}
+
+TEST_CASE("every example and catalog graph covers its work with a grid of 2 blocks per axis", "[cuda][sim][examples]") {
+  // Grid-stride loops, as more than 65,535 tiles on a grid axis need: the simulator launches at
+  // most 2 blocks along each axis (FUSE_CUDA_SIM_MAX_GRID).
+  setenv("FUSE_CUDA_SIM_MAX_GRID", "2", 1);
+  for (const std::filesystem::path& file : testing::example_files())
+    check_graph(testing::compile_example(file), file.filename().string(), false);
+  for (const testing::Case& c : testing::catalog()) {
+    Graph g;
+    c.build(g);
+    check_graph(g.ir(), c.name, false);
+  }
+  unsetenv("FUSE_CUDA_SIM_MAX_GRID");
 }
 
 TEST_CASE("random graphs run on the simulator and match the interpreter", "[cuda][sim][random]") {
@@ -467,4 +483,15 @@ TEST_CASE("an output that is also the input of a transpose is not overwritten wh
   state.emplace("state", runtime::DeviceBuffer::to_device(host.at("state")));
   exe->run(state, state);
   CHECK(testing::compare_outputs(ir::interpret(g.ir(), host), {{"state", state.at("state").to_host()}}, 0, 0) == "");
+}
+
+// Found by the simulator's 2,000-graph run: the CUDA code generator itself fails on this graph
+// ("lowering to NVVM failed" with no diagnostic), for PTX as for the simulator. Hidden ([.]) until
+// codegen/cuda_codegen.cpp is fixed: `test_cuda_sim "[codegen-bug]"` reproduces it.
+TEST_CASE("random graph 1371 compiles for CUDA", "[.][codegen-bug]") {
+  testing::RandomCase c = testing::random_case(1371);
+  INFO(c.description << "\n" << ir::print_graph(c.graph));
+  CHECK_NOTHROW(compile_cuda_program(c.graph));
+  CHECK(testing::compare_outputs(ir::interpret_with_bounds(c.graph, c.inputs),
+                                 compile_cuda(c.graph, Target::cuda_sim())->run_host(c.inputs)) == "");
 }

@@ -5,6 +5,7 @@
 // A launch that fails a check returns CUDA_ERROR_LAUNCH_FAILED (or CUDA_ERROR_ILLEGAL_ADDRESS,
 // CUDA_ERROR_MISALIGNED_ADDRESS for memcheck), and cuGetErrorString gives the simulator's report.
 #include <atomic>
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -241,6 +242,10 @@ CUresult cuLaunchKernel(void* f, unsigned gx, unsigned gy, unsigned gz, unsigned
     return kInvalidValue;
   auto* kernel = static_cast<sim::Kernel*>(f);
   sim::LaunchConfig config{{gx, gy, gz}, {bx, by, bz}, shared_bytes};
+  // FUSE_CUDA_SIM_MAX_GRID=K runs at most K blocks along each grid axis (a smaller grid, as a GPU's
+  // 65,535 limit on y and z gives): kernels must cover their work with grid-stride loops.
+  if (const char* cap = std::getenv("FUSE_CUDA_SIM_MAX_GRID"); cap && std::atoi(cap) > 0)
+    for (unsigned& g : config.grid) g = std::min(g, static_cast<unsigned>(std::atoi(cap)));
   std::lock_guard lock(device().mutex);
   std::string report;
   try {
