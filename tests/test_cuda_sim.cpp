@@ -331,7 +331,7 @@ define void @uninitialized(ptr %out, ptr %in) {
              Contains("memcheck: uninitialized shared memory read at uninitialized: load #0"));
 }
 
-TEST_CASE("the simulator's shuffles follow PTX: mode, clamp, segment and out-of-range lanes", "[cuda][sim][shuffle]") {
+TEST_CASE("the simulator's shuffles follow PTX for mode and clamp and segment and out-of-range lanes", "[cuda][sim][shuffle]") {
   // out[t] = shfl(in[t]) for each mode with a 16-lane segment (c = (32 - 16) << 8 | clamp).
   auto kernel = [](const std::string& mode, int b, int c) {
     return std::string(kDeclarations) + R"(
