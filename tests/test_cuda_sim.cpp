@@ -107,6 +107,23 @@ TEST_CASE("softmax with rows longer than a block runs on the simulator", "[cuda]
   }
 }
 
+TEST_CASE("a two-stage reduction over more tiles than partial blocks runs on the simulator", "[cuda][sim]") {
+  // The partials' grid is capped at 1,024 blocks: 2,000,003 elements are 1,954 tiles of 1,024, so
+  // the blocks stride over the tiles.
+  Graph g;
+  Tensor x = g.input("x", DType::F32, {sym("N")});
+  g.output("s", sum(x));
+  g.output("m", max(x));
+  std::unique_ptr<runtime::CudaExecutable> exe = compile_cuda(g, Target::cuda_sim());
+  REQUIRE(exe->program().plan.launches.size() == 2);
+  CHECK(exe->program().plan.launches[0].max_grid[0] == 1024);
+  for (int64_t n : {2000003, 1024 * 1024 + 1, 1}) {
+    INFO("N = " << n);
+    ir::TensorMap inputs = testing::random_inputs(g.ir(), {{"N", n}}, 5);
+    CHECK(testing::compare_outputs(ir::interpret_with_bounds(g.ir(), inputs), exe->run_host(inputs)) == "");
+  }
+}
+
 TEST_CASE("every example runs on the simulator and matches the interpreter", "[cuda][sim][examples]") {
   std::vector<std::filesystem::path> files = testing::example_files();
   REQUIRE(files.size() >= 14);
