@@ -688,6 +688,10 @@ int run_command(const Args& args) {
   passes::TargetInfo schedule_for = passes::TargetInfo::host();
   if (const std::string* checks = args.value("--sim-checks")) {
     if (target.name != "cuda-sim") throw Error("--sim-checks applies only with --target=cuda-sim");
+    std::stringstream list(*checks);
+    for (std::string item; std::getline(list, item, ',');)
+      if (item != "sync" && item != "race" && item != "memcheck" && !((item == "all" || item == "none") && *checks == item))
+        throw Error("--sim-checks: unknown check '" + item + "' (all, none, or a comma list of sync, race, memcheck)");
     setenv("FUSE_CUDA_SIM_CHECKS", checks->c_str(), 1);
   }
   if (target.name == "cuda-sim") runtime::cuda::use_simulator();
