@@ -351,6 +351,9 @@ class Rewriter {
       }
       b.CreateCall(f, args);
       b.CreateRetVoid();
+      auto* i64 = llvm::Type::getInt64Ty(ctx_);
+      new llvm::GlobalVariable(m_, i64, true, llvm::GlobalValue::ExternalLinkage,
+                               llvm::ConstantInt::get(i64, f->arg_size()), sim::kParamCountPrefix + f->getName().str());
     }
   }
 

@@ -8,6 +8,7 @@
 //   void __fuse_sim_entry_E(void** params)   calls E with the launch's parameters
 //   uint64_t __fuse_sim_shared_E             E's static shared memory in bytes (the dynamic
 //                                            shared memory follows it, 16-byte aligned)
+//   uint64_t __fuse_sim_params_E             E's parameter count (each 8 bytes)
 // and calls the simulator functions below, which the device resolves when it loads the object.
 #pragma once
 
@@ -18,6 +19,7 @@ namespace fuse::ir::cuda_sim {
 inline constexpr const char* kImageMagic = "FUSESIM1 ";
 inline constexpr const char* kEntryPrefix = "__fuse_sim_entry_";
 inline constexpr const char* kSharedSizePrefix = "__fuse_sim_shared_";
+inline constexpr const char* kParamCountPrefix = "__fuse_sim_params_";
 
 /// The special registers: `int32_t __fuse_sim_sreg(int32_t which)`.
 enum SpecialRegister : int32_t {

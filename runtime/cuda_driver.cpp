@@ -39,6 +39,7 @@ std::vector<Symbol> symbols_of(DriverApi& a) {
           FUSE_CUDA_SYMBOL(cuStreamCreate),
           FUSE_CUDA_SYMBOL(cuStreamDestroy_v2),
           FUSE_CUDA_SYMBOL(cuStreamSynchronize),
+          FUSE_CUDA_SYMBOL(cuStreamWaitEvent),
           FUSE_CUDA_SYMBOL(cuModuleLoadDataEx),
           FUSE_CUDA_SYMBOL(cuModuleUnload),
           FUSE_CUDA_SYMBOL(cuModuleGetFunction),

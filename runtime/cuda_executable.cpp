@@ -118,6 +118,24 @@ int sm_number(const std::string& sm) {
   return n;
 }
 
+/// The order of runs on one device: each run's stream waits for the end of the run queued before
+/// it (by any CudaExecutable), so one executable's outputs can be another's inputs without a
+/// synchronize, and a block the caching allocator hands out again is written only after the
+/// kernels that used it. (Each executable has its own stream: without this, a second executable
+/// could read the first one's outputs before they are written.)
+struct RunOrder {
+  std::mutex mutex;
+  cuda::CUevent tail = nullptr;  // recorded at the end of the last run queued
+  bool recorded = false;
+};
+
+RunOrder& run_order(int device) {
+  static std::mutex mutex;
+  static auto* orders = new std::map<int, RunOrder>;  // never destroyed: used by static destructors
+  std::lock_guard lock(mutex);
+  return (*orders)[device];
+}
+
 }  // namespace
 
 CudaExecutable::CudaExecutable(const ir::Program& program, ir::CudaPlan plan, std::string ptx, int device)
@@ -259,6 +277,10 @@ void CudaExecutable::run(const DeviceTensorMap& inputs, DeviceTensorMap& outputs
   std::vector<int64_t> symbol_sizes;
   for (const std::string& s : program_.plan.symbols) symbol_sizes.push_back(ir::evaluate(ir::Dim::symbol(s), symbols));
 
+  RunOrder& order = run_order(device_);
+  std::lock_guard order_lock(order.mutex);
+  if (!order.tail) check(api.cuEventCreate(&order.tail, cuda::CU_EVENT_DEFAULT), "cuEventCreate");
+  if (order.recorded) check(api.cuStreamWaitEvent(stream_, order.tail, 0), "cuStreamWaitEvent");
   check(api.cuEventRecord(start_, stream_), "cuEventRecord");
   std::vector<uint64_t> values;
   std::vector<void*> params;
@@ -287,6 +309,8 @@ void CudaExecutable::run(const DeviceTensorMap& inputs, DeviceTensorMap& outputs
                   std::to_string(l.block[2]) + "]");
   }
   check(api.cuEventRecord(end_, stream_), "cuEventRecord");
+  check(api.cuEventRecord(order.tail, stream_), "cuEventRecord");
+  order.recorded = true;
   ran_ = true;
 
   // Outputs that are not their buffer's first name, or that name an input, are copies. The

@@ -473,7 +473,10 @@ TEST_CASE("device buffers and preallocated outputs work on the simulator", "[cud
   CHECK(exe->last_run_ms() >= 0);
 }
 
-TEST_CASE("two executables chained without synchronize on the simulator", "[cuda][sim][runtime]") {
+TEST_CASE("two executables chained without synchronize on the simulator", "[cuda][sim][runtime][regression]") {
+  // Deferred streams: each stream's work runs only when forced, the newest stream first, so B's
+  // kernels run before A's unless B's stream waits for A's run.
+  setenv("FUSE_CUDA_SIM_DEFER", "1", 1);
   Graph ga, gb;
   Tensor a = ga.input("x", DType::F32, {sym("N"), sym("M")});
   ga.output("y", transpose(a) * 3);
@@ -488,6 +491,7 @@ TEST_CASE("two executables chained without synchronize on the simulator", "[cuda
   runtime::DeviceTensorMap out = exe_b->run(mid);
   ir::TensorMap expected = ir::interpret(gb.ir(), ir::interpret(ga.ir(), host));
   CHECK(testing::compare_outputs(expected, {{"z", out.at("z").to_host()}}, 1e-5, 1e-5) == "");
+  unsetenv("FUSE_CUDA_SIM_DEFER");
 }
 
 TEST_CASE("an output that is also the input of a transpose is not overwritten while read", "[cuda][sim][regression]") {

@@ -1,7 +1,11 @@
 // libfuse_cuda_sim.so: a simulated CUDA device behind the Driver API entry points fuse resolves
 // (runtime/cuda_driver.h), loaded instead of libcuda.so.1 when FUSE_CUDA_SIM=1. Device memory is
-// host memory; work runs synchronously, in order, when it is queued (so every stream and event
-// is trivially ordered); modules are simulated module images (codegen/cuda_sim.h), never PTX.
+// host memory; modules are simulated module images (codegen/cuda_sim.h), never PTX. Work runs
+// when it is queued, unless FUSE_CUDA_SIM_DEFER=1: then the work of each non-null stream waits
+// until something forces it (cuStreamSynchronize, an event it recorded being waited on, or any
+// null-stream operation, cuMemFree, cuModuleUnload, which run every stream's pending work, the
+// newest stream first): the most unfavourable order CUDA allows, so that a missing
+// synchronization between streams shows up as wrong results.
 // A launch that fails a check returns CUDA_ERROR_LAUNCH_FAILED (or CUDA_ERROR_ILLEGAL_ADDRESS,
 // CUDA_ERROR_MISALIGNED_ADDRESS for memcheck), and cuGetErrorString gives the simulator's report.
 #include <atomic>
@@ -11,6 +15,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <functional>
+#include <vector>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -37,15 +43,22 @@ struct Module {
   std::deque<sim::Kernel> kernels;
 };
 
+struct Stream {
+  std::deque<std::function<CUresult()>> pending;
+  CUresult error = 0;  // the first failure of deferred work, returned by the next synchronization
+};
+
 struct Event {
   std::chrono::steady_clock::time_point when;
   bool recorded = false;
+  Stream* stream = nullptr;  // where it was last recorded
 };
 
 struct Device {
-  std::mutex mutex;  // launches run one at a time (each uses every core)
+  std::recursive_mutex mutex;  // work runs one item at a time (a launch uses every core)
   sim::Memory memory;
-  std::set<void*> handles;  // streams, modules, events
+  std::vector<Stream*> streams;  // live, oldest first
+  std::set<Event*> events;
 };
 
 Device& device() {
@@ -68,9 +81,37 @@ struct PrintTotals {
   }
 } g_print_totals;
 
-void* new_handle() {
-  static std::atomic<uintptr_t> next{1};
-  return reinterpret_cast<void*>(0x5100000000ull + 0x100 * next++);
+bool deferred() {
+  const char* env = std::getenv("FUSE_CUDA_SIM_DEFER");
+  return env && std::string(env) == "1";
+}
+
+CUresult flush(Stream* s) {
+  while (!s->pending.empty()) {
+    std::function<CUresult()> work = std::move(s->pending.front());
+    s->pending.pop_front();
+    CUresult r = work();
+    if (r != kSuccess && s->error == kSuccess) s->error = r;
+  }
+  return s->error;
+}
+
+/// Every stream's pending work, the newest stream first.
+void flush_all() {
+  std::vector<Stream*> streams = device().streams;
+  for (auto it = streams.rbegin(); it != streams.rend(); ++it) flush(*it);
+}
+
+/// Runs `work` now (the null stream, after every other stream's pending work) or queues it on
+/// `stream` when deferring.
+CUresult submit(void* stream, std::function<CUresult()> work) {
+  std::lock_guard lock(device().mutex);
+  if (deferred() && stream) {
+    static_cast<Stream*>(stream)->pending.push_back(std::move(work));
+    return kSuccess;
+  }
+  if (!stream) flush_all();
+  return work();
 }
 
 }  // namespace
@@ -151,44 +192,90 @@ CUresult cuMemAlloc_v2(CUdeviceptr* ptr, size_t bytes) {
   return kSuccess;
 }
 CUresult cuMemFree_v2(CUdeviceptr ptr) {
+  std::lock_guard lock(device().mutex);
+  flush_all();  // as CUDA's, an implicit synchronization
   return device().memory.free(reinterpret_cast<void*>(ptr)) ? kSuccess : kInvalidValue;
 }
-CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void* src, size_t bytes, void*) {
+CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void* src, size_t bytes, void* stream) {
   if (bytes == 0) return kSuccess;
   if (!device().memory.valid(dst, bytes)) return kInvalidValue;
-  std::memcpy(reinterpret_cast<void*>(dst), src, bytes);
-  return kSuccess;
+  return submit(stream, [=] {
+    std::memcpy(reinterpret_cast<void*>(dst), src, bytes);
+    return kSuccess;
+  });
 }
-CUresult cuMemcpyDtoHAsync_v2(void* dst, CUdeviceptr src, size_t bytes, void*) {
+CUresult cuMemcpyDtoHAsync_v2(void* dst, CUdeviceptr src, size_t bytes, void* stream) {
   if (bytes == 0) return kSuccess;
   if (!device().memory.valid(src, bytes)) return kInvalidValue;
-  std::memcpy(dst, reinterpret_cast<const void*>(src), bytes);
-  return kSuccess;
+  return submit(stream, [=] {
+    std::memcpy(dst, reinterpret_cast<const void*>(src), bytes);
+    return kSuccess;
+  });
 }
-CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t bytes, void*) {
+CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t bytes, void* stream) {
   if (bytes == 0) return kSuccess;
   if (!device().memory.valid(dst, bytes) || !device().memory.valid(src, bytes)) return kInvalidValue;
-  std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), bytes);
-  return kSuccess;
+  return submit(stream, [=] {
+    std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), bytes);
+    return kSuccess;
+  });
 }
-CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char value, size_t count, void*) {
+CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char value, size_t count, void* stream) {
   if (count == 0) return kSuccess;
   if (!device().memory.valid(dst, count)) return kInvalidValue;
-  std::memset(reinterpret_cast<void*>(dst), value, count);
-  return kSuccess;
+  return submit(stream, [=] {
+    std::memset(reinterpret_cast<void*>(dst), value, count);
+    return kSuccess;
+  });
 }
 
 CUresult cuStreamCreate(void** stream, unsigned) {
   std::lock_guard lock(device().mutex);
-  *stream = new_handle();
-  device().handles.insert(*stream);
+  auto* s = new Stream;
+  device().streams.push_back(s);
+  *stream = s;
   return kSuccess;
 }
 CUresult cuStreamDestroy_v2(void* stream) {
   std::lock_guard lock(device().mutex);
-  return device().handles.erase(stream) ? kSuccess : kInvalidHandle;
+  auto& all = device().streams;
+  auto it = std::find(all.begin(), all.end(), static_cast<Stream*>(stream));
+  if (it == all.end()) return kInvalidHandle;
+  flush(*it);
+  for (Event* e : device().events)
+    if (e->stream == *it) e->stream = nullptr;  // what it recorded has run
+  delete *it;
+  all.erase(it);
+  return kSuccess;
 }
-CUresult cuStreamSynchronize(void*) { return kSuccess; }
+CUresult cuStreamSynchronize(void* stream) {
+  std::lock_guard lock(device().mutex);
+  if (!stream) {
+    flush_all();
+    return kSuccess;
+  }
+  auto* s = static_cast<Stream*>(stream);
+  CUresult r = flush(s);
+  s->error = kSuccess;
+  return r;
+}
+CUresult cuStreamWaitEvent(void* stream, void* event, unsigned) {
+  auto* e = static_cast<Event*>(event);
+  if (!e) return kInvalidHandle;
+  // When the waiting work runs, everything queued on the event's stream (as of now) runs first:
+  // at least what preceded the record.
+  Stream* source = nullptr;
+  {
+    std::lock_guard lock(device().mutex);
+    source = e->stream;
+  }
+  if (source == static_cast<Stream*>(stream)) return kSuccess;
+  return submit(stream, [source] {
+    auto& live = device().streams;
+    if (source && std::find(live.begin(), live.end(), source) != live.end()) flush(source);
+    return kSuccess;
+  });
+}
 
 CUresult cuModuleLoadDataEx(void** module, const void* image, unsigned num_options, int* options, void** values) {
   std::string error;
@@ -213,6 +300,8 @@ CUresult cuModuleLoadDataEx(void** module, const void* image, unsigned num_optio
 }
 
 CUresult cuModuleUnload(void* module) {
+  std::lock_guard lock(device().mutex);
+  flush_all();
   delete static_cast<Module*>(module);
   return kSuccess;
 }
@@ -223,11 +312,13 @@ CUresult cuModuleGetFunction(void** function, void* module, const char* name) {
   std::string error;
   void* entry = m->object->lookup(fuse::ir::cuda_sim::kEntryPrefix + std::string(name), error);
   void* shared = m->object->lookup(fuse::ir::cuda_sim::kSharedSizePrefix + std::string(name), error);
-  if (!entry || !shared) return kNotFound;
+  void* count = m->object->lookup(fuse::ir::cuda_sim::kParamCountPrefix + std::string(name), error);
+  if (!entry || !shared || !count) return kNotFound;
   sim::Kernel& k = m->kernels.emplace_back();
   k.name = name;
   k.entry = reinterpret_cast<void (*)(void**)>(entry);
   k.static_shared = *static_cast<const uint64_t*>(shared);
+  k.param_count = *static_cast<const uint64_t*>(count);
   *function = &k;
   return kSuccess;
 }
@@ -235,7 +326,7 @@ CUresult cuModuleGetFunction(void** function, void* module, const char* name) {
 CUresult cuFuncSetAttribute(void*, int, int) { return kSuccess; }
 
 CUresult cuLaunchKernel(void* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
-                        unsigned shared_bytes, void*, void** params, void**) {
+                        unsigned shared_bytes, void* stream, void** params, void**) {
   if (!f) return kInvalidHandle;
   if (gx == 0 || gy == 0 || gz == 0 || bx == 0 || by == 0 || bz == 0 || gy > 65535 || gz > 65535 ||
       static_cast<uint64_t>(bx) * by * bz > 1024 || bz > 64)
@@ -246,39 +337,68 @@ CUresult cuLaunchKernel(void* f, unsigned gx, unsigned gy, unsigned gz, unsigned
   // 65,535 limit on y and z gives): kernels must cover their work with grid-stride loops.
   if (const char* cap = std::getenv("FUSE_CUDA_SIM_MAX_GRID"); cap && std::atoi(cap) > 0)
     for (unsigned& g : config.grid) g = std::min(g, static_cast<unsigned>(std::atoi(cap)));
-  std::lock_guard lock(device().mutex);
-  std::string report;
-  try {
-    report = sim::run_kernel(*kernel, config, params, device().memory, sim::options_from_environment());
-  } catch (const std::exception& e) {
-    t_last_report = std::string("fuse CUDA simulator: ") + e.what();
+  // The parameters are read when the launch is queued, as cuLaunchKernel does.
+  std::vector<uint64_t> values(kernel->param_count);
+  for (size_t i = 0; i < values.size(); ++i) std::memcpy(&values[i], params[i], sizeof(uint64_t));
+  return submit(stream, [kernel, config, values]() mutable {
+    std::vector<void*> pointers;
+    for (uint64_t& v : values) pointers.push_back(&v);
+    std::string report;
+    try {
+      report = sim::run_kernel(*kernel, config, pointers.data(), device().memory, sim::options_from_environment());
+    } catch (const std::exception& e) {
+      t_last_report = std::string("fuse CUDA simulator: ") + e.what();
+      return kLaunchFailed;
+    }
+    if (report.empty()) return kSuccess;
+    t_last_report = "fuse CUDA simulator: " + report;
+    if (report.find("misaligned") != std::string::npos) return kMisalignedAddress;
+    if (report.find("memcheck") != std::string::npos) return kIllegalAddress;
     return kLaunchFailed;
-  }
-  if (report.empty()) return kSuccess;
-  t_last_report = "fuse CUDA simulator: " + report;
-  if (report.find("misaligned") != std::string::npos) return kMisalignedAddress;
-  if (report.find("memcheck") != std::string::npos) return kIllegalAddress;
-  return kLaunchFailed;
+  });
 }
 
 CUresult cuEventCreate(void** event, unsigned) {
-  *event = new Event;
+  std::lock_guard lock(device().mutex);
+  auto* e = new Event;
+  device().events.insert(e);
+  *event = e;
   return kSuccess;
 }
 CUresult cuEventDestroy_v2(void* event) {
-  delete static_cast<Event*>(event);
-  return kSuccess;
-}
-CUresult cuEventRecord(void* event, void*) {
+  std::lock_guard lock(device().mutex);
   auto* e = static_cast<Event*>(event);
-  e->when = std::chrono::steady_clock::now();
-  e->recorded = true;
+  if (!device().events.erase(e)) return kInvalidHandle;
+  delete e;
   return kSuccess;
 }
-CUresult cuEventSynchronize(void*) { return kSuccess; }
+CUresult cuEventRecord(void* event, void* stream) {
+  auto* e = static_cast<Event*>(event);
+  if (!e) return kInvalidHandle;
+  {
+    std::lock_guard lock(device().mutex);
+    e->stream = static_cast<Stream*>(stream);
+  }
+  return submit(stream, [e] {
+    e->when = std::chrono::steady_clock::now();
+    e->recorded = true;
+    return kSuccess;
+  });
+}
+CUresult cuEventSynchronize(void* event) {
+  auto* e = static_cast<Event*>(event);
+  std::lock_guard lock(device().mutex);
+  if (e->stream) flush(e->stream);
+  return kSuccess;
+}
 CUresult cuEventElapsedTime(float* ms, void* start, void* end) {
   auto* a = static_cast<Event*>(start);
   auto* b = static_cast<Event*>(end);
+  {
+    std::lock_guard lock(device().mutex);
+    if (a && a->stream) flush(a->stream);
+    if (b && b->stream) flush(b->stream);
+  }
   if (!a || !b || !a->recorded || !b->recorded) return kInvalidHandle;
   *ms = std::chrono::duration<float, std::milli>(b->when - a->when).count();
   return kSuccess;

@@ -54,6 +54,7 @@ struct Kernel {
   std::string name;
   void (*entry)(void** params) = nullptr;
   uint64_t static_shared = 0;
+  uint64_t param_count = 0;
 };
 
 struct LaunchConfig {
