@@ -24,9 +24,12 @@
 //   to each output before its store.
 // - A kernel whose outputs permute or reshape a reduction's or matmul's result: element by
 //   element, each thread folding the reductions (dot products) its elements need.
-// Accumulation follows the interpreter: float sums, products, means and matmuls in f64, integer
-// ones in i64, float max/min in their own type (exact), user combiners sequentially in the
-// node's dtype (a user combiner need not be associative: one thread folds the row in order).
+// Accumulation follows the interpreter: float sums, products and means in f64, integer ones in
+// i64, float max/min in their own type (exact), user combiners sequentially in the node's dtype
+// (a user combiner need not be associative: one thread folds the row in order). Exception: the
+// tiled Matmul kernel accumulates in the matmul's dtype (f32 FMAs for f32: f64 accumulators
+// spilled), so f32 matmuls carry f32 rounding over K terms (the rounding model's bound covers it);
+// only element-by-element dot products (the permuted-result form) use f64.
 #include "codegen/cuda_codegen.h"
 #include "codegen/cuda_nvvm.h"
 
