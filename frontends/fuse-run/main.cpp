@@ -38,9 +38,8 @@ constexpr const char* kUsage =
     "  --input N=F    the value of input N, a .npy file (one per input of the bundle)\n"
     "  --out OUTDIR   write each output to OUTDIR/NAME.npy (else print them)\n"
     "  --expect DIR   compare each output with DIR/NAME.npy; exit 1 on a mismatch\n"
-    "  --tolerance T  with --expect: floats within T relative + T absolute (default: each element\n"
-    "                 within DIR/NAME.bound.npy, the rounding model's bound, when that file exists;\n"
-    "                 else 1e-5)\n"
+    "  --tolerance T  with --expect: floats within T relative + T absolute (default 1e-5)\n"
+    "                 instead of DIR/NAME.bound.npy (the rounding model's bounds) when that exists\n"
     "  --bench N      run N more times and print the median kernel time\n"
     "  --device N     the GPU to run on (default 0)\n";
 
