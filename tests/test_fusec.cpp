@@ -879,6 +879,8 @@ TEST_CASE("fusec run --target=cuda compiles for GPU 0 and --check reports a mism
   INFO(checked.out << checked.err);
   CHECK(checked.status == 1);
   CHECK(checked.out.find(": MISMATCH\n  output 'r' (f32[8]) differs at flat index") != std::string::npos);
+}
+
 TEST_CASE("fusec run --target=cuda-sim runs the CUDA kernels on the simulator and checks them", "[fusec][cuda][sim]") {
   // The done-when command of the simulator's issue.
   Result r = fusec("run " + kExamples + "softmax.expr --target=cuda-sim --random --dim N=64 --dim M=5000 --check");
