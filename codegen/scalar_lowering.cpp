@@ -163,7 +163,15 @@ mlir::Value ScalarLowering::scalar_op(ScalarOp op, DType operand, DType result, 
       case ScalarOp::Sub: return b_.create<mlir::arith::SubFOp>(loc_, x, a[1]);
       case ScalarOp::Mul: return b_.create<mlir::arith::MulFOp>(loc_, x, a[1]);
       case ScalarOp::Div: return b_.create<mlir::arith::DivFOp>(loc_, x, a[1]);
-      case ScalarOp::FloorDiv: return b_.create<mlir::math::FloorOp>(loc_, b_.create<mlir::arith::DivFOp>(loc_, x, a[1]));
+      case ScalarOp::FloorDiv:
+        // In f64 for f32 on both targets, as the interpreter: an f32 quotient can round up to the
+        // next integer (1.0f // 0.1f is 9, but 1.0f / 0.1f rounds to 10.0f).
+        if (operand == DType::F32 && !fast_math_) {
+          mlir::Value q = b_.create<mlir::arith::DivFOp>(loc_, cast(x, DType::F32, DType::F64, lanes),
+                                                         cast(a[1], DType::F32, DType::F64, lanes));
+          return cast(b_.create<mlir::math::FloorOp>(loc_, q), DType::F64, DType::F32, lanes);
+        }
+        return b_.create<mlir::math::FloorOp>(loc_, b_.create<mlir::arith::DivFOp>(loc_, x, a[1]));
       case ScalarOp::Mod: {  // Python: the result takes the divisor's sign
         mlir::Value r = b_.create<mlir::arith::RemFOp>(loc_, x, a[1]);
         mlir::Value differ = b_.create<mlir::arith::XOrIOp>(loc_, cmpf(CmpFPredicate::OLT, r, zero(operand)),

@@ -5,6 +5,7 @@
 
 #include "codegen/cpu_codegen.h"
 #include "codegen/cuda_codegen.h"
+#include "codegen/cuda_sim.h"
 #include "ir/cuda_plan.h"
 #include "ir/printer.h"
 #include "runtime/cuda_driver.h"
@@ -73,6 +74,7 @@ std::vector<Stage> stages_of(TargetKind kind) {
 
 // The target with what it leaves to the driver decided.
 Target resolved(Target target) {
+  if (target.simulated) runtime::cuda::use_simulator();
   if (target.kind == TargetKind::Cuda && target.sm == 0)
     target.sm = runtime::cuda::cuda_available() ? cuda_sm_for_device(target.device) : 80;
   return target;
@@ -123,7 +125,10 @@ runtime::Executable load_cpu(Compilation c) {
 
 runtime::CudaProgram cuda_program(const Compilation& c) {
   require_kind(c, TargetKind::Cuda, "cuda_program");
-  codegen::CudaModule module = codegen::compile_cuda(program(c), cuda_options(c));
+  // The simulated device runs host code compiled from the same kernels (codegen/cuda_sim.h).
+  codegen::CudaModule module = c.target.simulated || runtime::cuda::simulator_selected()
+                                   ? codegen::compile_cuda_sim(program(c), cuda_options(c))
+                                   : codegen::compile_cuda(program(c), cuda_options(c));
   return runtime::make_cuda_program(program(c), std::move(module.plan), std::move(module.ptx));
 }
 
@@ -144,6 +149,7 @@ runtime::Executable compile(const ir::Graph& g, const CompileOptions& options) {
 std::unique_ptr<runtime::CudaExecutable> compile_cuda(const ir::Graph& g, const Target& target,
                                                       const CompileOptions& options) {
   if (target.kind != TargetKind::Cuda) throw ir::Error("fuse::compile_cuda needs a CUDA target (Target::cuda())");
+  if (target.simulated) runtime::cuda::use_simulator();
   // The device first: without one, say so before compiling anything.
   Target on_device = target;
   int device_sm = cuda_sm_for_device(target.device);

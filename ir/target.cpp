@@ -93,4 +93,10 @@ Target Target::cuda(int device, int sm) {
   return t;
 }
 
+Target Target::cuda_sim() {
+  Target t = cuda();
+  t.simulated = true;
+  return t;
+}
+
 }  // namespace fuse::ir

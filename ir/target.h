@@ -26,6 +26,9 @@ struct Target {
   /// The compute capability to compile for (80: sm_80); 0 leaves it to the driver: the device's
   /// own (at most 90), or 80 when there is no GPU to ask.
   int sm = 0;
+  /// Cuda: the simulated CUDA device (runtime/sim/, docs/cuda-simulator.md) instead of the
+  /// driver's; FUSE_CUDA_SIM=1 selects it for every CUDA target.
+  bool simulated = false;
 
   /// The machine this process runs on (cpuid and /sys cache sizes).
   static Target host();
@@ -37,6 +40,8 @@ struct Target {
   static Target cpu(std::string_view description = "");
   /// GPU `device`, compiled for compute capability `sm` (0: see `sm`).
   static Target cuda(int device = 0, int sm = 0);
+  /// The simulated CUDA device: `fusec run --target=cuda-sim`.
+  static Target cuda_sim();
 };
 
 }  // namespace fuse::ir

@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <memory>
 #include <mutex>
@@ -38,6 +39,7 @@ std::vector<Symbol> symbols_of(DriverApi& a) {
           FUSE_CUDA_SYMBOL(cuStreamCreate),
           FUSE_CUDA_SYMBOL(cuStreamDestroy_v2),
           FUSE_CUDA_SYMBOL(cuStreamSynchronize),
+          FUSE_CUDA_SYMBOL(cuStreamWaitEvent),
           FUSE_CUDA_SYMBOL(cuModuleLoadDataEx),
           FUSE_CUDA_SYMBOL(cuModuleUnload),
           FUSE_CUDA_SYMBOL(cuModuleGetFunction),
@@ -57,9 +59,13 @@ struct Loaded {
   std::string reason;
 };
 
+std::atomic<bool> g_use_simulator{false};
+std::atomic<bool> g_driver_opened{false};
+
 const Loaded& loaded() {
   // Never unloaded: device memory and modules may be released by static destructors after main.
   static const Loaded* result = [] {
+    g_driver_opened = true;
     auto* l = new Loaded;
     try {
       l->driver = std::make_unique<Driver>(load_driver(driver_library_path()));
@@ -88,7 +94,26 @@ DeviceContext& device_context(int ordinal) {
 
 }  // namespace
 
+bool simulator_selected() {
+  const char* env = std::getenv("FUSE_CUDA_SIM");
+  return g_use_simulator || (env && std::string(env) == "1");
+}
+
+std::string simulator_library_path() {
+  const char* env = std::getenv("FUSE_CUDA_SIM_LIBRARY");
+  return env && *env ? env : FUSE_CUDA_SIM_LIBRARY;
+}
+
+void use_simulator() {
+  if (simulator_selected()) return;
+  if (g_driver_opened)
+    throw ir::Error("cannot switch to the CUDA simulator: this process already opened " + driver_library_path() +
+                    " (set FUSE_CUDA_SIM=1 before the first CUDA call)");
+  g_use_simulator = true;
+}
+
 std::string driver_library_path() {
+  if (simulator_selected()) return simulator_library_path();
   const char* env = std::getenv("FUSE_LIBCUDA");
   return env && *env ? env : "libcuda.so.1";
 }

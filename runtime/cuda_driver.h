@@ -57,6 +57,7 @@ struct DriverApi {
   CUresult (*cuStreamCreate)(CUstream* stream, unsigned flags);
   CUresult (*cuStreamDestroy_v2)(CUstream stream);
   CUresult (*cuStreamSynchronize)(CUstream stream);
+  CUresult (*cuStreamWaitEvent)(CUstream stream, CUevent event, unsigned flags);
   CUresult (*cuModuleLoadDataEx)(CUmodule* module, const void* image, unsigned num_options, CUjit_option* options,
                                  void** values);
   CUresult (*cuModuleUnload)(CUmodule module);
@@ -89,9 +90,17 @@ struct Driver {
   int version = 0;  // cuDriverGetVersion: 1000 * major + 10 * minor
 };
 
-/// The library fuse opens: $FUSE_LIBCUDA when set (tests point it at a fake driver), else
-/// "libcuda.so.1".
+/// The library fuse opens: the CUDA simulator when it is selected (below), else $FUSE_LIBCUDA
+/// when set (tests point it at a fake driver), else "libcuda.so.1".
 std::string driver_library_path();
+
+/// The simulated CUDA device (runtime/sim/): selected by FUSE_CUDA_SIM=1 or use_simulator();
+/// $FUSE_CUDA_SIM_LIBRARY overrides where libfuse_cuda_sim.so is (default: the build's).
+bool simulator_selected();
+std::string simulator_library_path();
+/// Selects the simulator for this process. Throws ir::Error when the process has already opened
+/// another driver (the driver is opened once per process).
+void use_simulator();
 
 /// Opens `path`, resolves every entry point, calls cuInit and counts devices. Throws Unavailable
 /// with the reason on any failure. Each call opens the library anew (tests use it directly);

@@ -118,6 +118,24 @@ int sm_number(const std::string& sm) {
   return n;
 }
 
+/// The order of runs on one device: each run's stream waits for the end of the run queued before
+/// it (by any CudaExecutable), so one executable's outputs can be another's inputs without a
+/// synchronize, and a block the caching allocator hands out again is written only after the
+/// kernels that used it. (Each executable has its own stream: without this, a second executable
+/// could read the first one's outputs before they are written.)
+struct RunOrder {
+  std::mutex mutex;
+  cuda::CUevent tail = nullptr;  // recorded at the end of the last run queued
+  bool recorded = false;
+};
+
+RunOrder& run_order(int device) {
+  static std::mutex mutex;
+  static auto* orders = new std::map<int, RunOrder>;  // never destroyed: used by static destructors
+  std::lock_guard lock(mutex);
+  return (*orders)[device];
+}
+
 }  // namespace
 
 CudaExecutable::CudaExecutable(CudaProgram program, int device) : program_(std::move(program)), device_(device) {
@@ -186,7 +204,8 @@ void CudaExecutable::release_driver_objects() noexcept {
 }
 
 CUdeviceptr CudaExecutable::output_storage(ir::BufferId b, const ir::SymbolBindings& symbols,
-                                           DeviceTensorMap& outputs) {
+                                           DeviceTensorMap& outputs, const DeviceTensorMap& inputs,
+                                           std::vector<DeviceBuffer>& retired) {
   const ir::Buffer& buf = program_.buffers[b];
   // The buffer carries the name of the first output that names it.
   const std::string* name = &buf.name;
@@ -197,6 +216,17 @@ CUdeviceptr CudaExecutable::output_storage(ir::BufferId b, const ir::SymbolBindi
     }
   ir::ConcreteShape shape = ir::evaluate(buf.shape, symbols);
   DeviceBuffer& out = outputs[*name];
+  if (out.size_bytes() > 0) {
+    for (const ir::ProgramIO& in : program_.inputs) {
+      const DeviceBuffer& input = inputs.at(in.name);
+      if (input.size_bytes() > 0 && out.data() < input.data() + input.size_bytes() &&
+          input.data() < out.data() + out.size_bytes()) {
+        retired.push_back(std::move(out));
+        out = DeviceBuffer();
+        break;
+      }
+    }
+  }
   if (out.dtype() != buf.dtype || out.shape() != shape || out.device() != device_)
     out = DeviceBuffer::empty(buf.dtype, shape, device_);
   return out.data();
@@ -233,14 +263,21 @@ void CudaExecutable::run(const DeviceTensorMap& inputs, DeviceTensorMap& outputs
   // Every buffer's device address for this run.
   std::vector<CUdeviceptr> address(program_.buffers.size(), 0);
   for (const ir::ProgramIO& in : program_.inputs) address[in.buffer] = inputs.at(in.name).data();
+  // `inputs` and `outputs` may be one map: inputs replaced there stay alive here until the end.
+  std::vector<DeviceBuffer> retired;
   for (size_t b = 0; b < program_.buffers.size(); ++b) {
     ir::BufferId id = static_cast<ir::BufferId>(b);
-    if (program_.buffers[b].role == ir::BufferRole::Output) address[b] = output_storage(id, symbols, outputs);
+    if (program_.buffers[b].role == ir::BufferRole::Output)
+      address[b] = output_storage(id, symbols, outputs, inputs, retired);
     if (program_.buffers[b].role == ir::BufferRole::Intermediate) address[b] = slot_storage(id, symbols);
   }
   std::vector<int64_t> symbol_sizes;
   for (const std::string& s : program_.plan.symbols) symbol_sizes.push_back(ir::evaluate(ir::Dim::symbol(s), symbols));
 
+  RunOrder& order = run_order(device_);
+  std::lock_guard order_lock(order.mutex);
+  if (!order.tail) check(api.cuEventCreate(&order.tail, cuda::CU_EVENT_DEFAULT), "cuEventCreate");
+  if (order.recorded) check(api.cuStreamWaitEvent(stream_, order.tail, 0), "cuStreamWaitEvent");
   check(api.cuEventRecord(start_, stream_), "cuEventRecord");
   std::vector<uint64_t> values;
   std::vector<void*> params;
@@ -269,6 +306,8 @@ void CudaExecutable::run(const DeviceTensorMap& inputs, DeviceTensorMap& outputs
                   std::to_string(l.block[2]) + "]");
   }
   check(api.cuEventRecord(end_, stream_), "cuEventRecord");
+  check(api.cuEventRecord(order.tail, stream_), "cuEventRecord");
+  order.recorded = true;
   ran_ = true;
 
   // Outputs that are not their buffer's first name, or that name an input, are copies. The
@@ -292,6 +331,8 @@ void CudaExecutable::run(const DeviceTensorMap& inputs, DeviceTensorMap& outputs
       out = DeviceBuffer::empty(source->dtype(), source->shape(), device_);
     source->copy_to(out);
   }
+  // The replaced buffers go back to the cache only when no queued kernel reads them.
+  if (!retired.empty()) check(api.cuStreamSynchronize(stream_), "cuStreamSynchronize");
 }
 
 ir::TensorMap CudaExecutable::run_host(const ir::TensorMap& inputs) {

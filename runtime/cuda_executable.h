@@ -60,8 +60,9 @@ int64_t grid_size(int64_t work, int64_t work_per_block, int64_t max_grid);
 /// Thread safety: run(), run_host(), synchronize() and last_run_ms() may be called from any
 /// number of threads at once. Runs on one CudaExecutable are queued one after another on its one
 /// stream (a mutex guards the queueing, which takes microseconds; the GPU then executes them in
-/// that order, sharing the intermediates safely): for runs that overlap on the GPU, compile one
-/// CudaExecutable per caller. Different CudaExecutables never wait for each other. last_run_ms()
+/// that order, sharing the intermediates safely). Runs of different CudaExecutables on one device
+/// also execute in the order they were queued (each stream waits for an event at the end of the
+/// previous run), so outputs of one can be inputs of another without synchronize(). last_run_ms()
 /// times whichever run was queued last.
 class CudaExecutable {
  public:
@@ -90,7 +91,11 @@ class CudaExecutable {
   cuda::CUstream stream() const { return stream_; }
 
  private:
-  cuda::CUdeviceptr output_storage(ir::BufferId b, const ir::SymbolBindings& symbols, DeviceTensorMap& outputs);
+  /// `retired` receives a preallocated output whose memory is also an input's (`run(state,
+  /// state)`): kernels such as transposes would overwrite what other threads still read, so the
+  /// output gets new memory and the old buffer is released once the run has finished.
+  cuda::CUdeviceptr output_storage(ir::BufferId b, const ir::SymbolBindings& symbols, DeviceTensorMap& outputs,
+                                   const DeviceTensorMap& inputs, std::vector<DeviceBuffer>& retired);
   cuda::CUdeviceptr slot_storage(ir::BufferId b, const ir::SymbolBindings& symbols);
   void release_driver_objects() noexcept;
 

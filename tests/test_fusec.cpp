@@ -912,3 +912,17 @@ TEST_CASE("fusec run --target=cuda compiles for GPU 0 and --check reports a mism
   CHECK(checked.status == 1);
   CHECK(checked.out.find(": MISMATCH\n  output 'r' (f32[8]) differs at flat index") != std::string::npos);
 }
+
+TEST_CASE("fusec run --target=cuda-sim runs the CUDA kernels on the simulator and checks them", "[fusec][cuda][sim]") {
+  // The done-when command of the simulator's issue.
+  Result r = fusec("run " + kExamples + "softmax.expr --target=cuda-sim --random --dim N=64 --dim M=5000 --check");
+  INFO(r.err);
+  CHECK(r.status == 0);
+  CHECK(r.out.find("check y: ") != std::string::npos);
+  CHECK(r.out.find(": ok") != std::string::npos);
+  Result bad = fusec("run " + kExamples + "softmax.expr --target=cuda-sim --random --dim N=2 --dim M=5 --sim-checks=race,typo");
+  CHECK(bad.status == 1);
+  CHECK(bad.err.find("--sim-checks: unknown check 'typo'") != std::string::npos);
+  Result wrong = fusec("run " + kExamples + "softmax.expr --target=cpu --random --dim N=2 --dim M=5 --sim-checks=race");
+  CHECK(wrong.err.find("--sim-checks applies only with --target=cuda-sim") != std::string::npos);
+}

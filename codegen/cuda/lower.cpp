@@ -3,6 +3,7 @@
 // LLVM dialects to LLVM IR and by LLVM's NVPTX backend to PTX, with libdevice linked where the
 // kernels call it.
 #include "codegen/cuda_codegen.h"
+#include "codegen/cuda_nvvm.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -153,6 +154,18 @@ std::string emit_cuda_llvm(const ir::Program& p, const CudaOptions& options) {
   llvm::raw_string_ostream out(text);
   llvm_module->print(out, nullptr);
   return text;
+}
+
+// ---- the CUDA simulator's entry point (codegen/cuda_sim.cpp): the same lowering, no NVPTX ----
+std::unique_ptr<llvm::Module> lower_cuda_to_nvvm(const ir::Program& p, const CudaOptions& options,
+                                                 llvm::LLVMContext& llvm_context, ir::CudaPlan& plan) {
+  auto context = make_context();
+  Built built = build_module(*context, p, options);
+  lower(built);
+  std::unique_ptr<llvm::Module> m = mlir::translateModuleToLLVMIR(built.gpu_module.getOperation(), llvm_context, "fuse_kernels");
+  if (!m) throw ir::Error(fail_text("translation to LLVM IR failed"));
+  plan = std::move(built.plan);
+  return m;
 }
 
 CudaModule compile_cuda(const ir::Program& p, const CudaOptions& options) {

@@ -39,6 +39,7 @@ constexpr const char* kUsage =
     "  --out OUTDIR   write each output to OUTDIR/NAME.npy (else print them)\n"
     "  --expect DIR   compare each output with DIR/NAME.npy; exit 1 on a mismatch\n"
     "  --tolerance T  with --expect: floats within T relative + T absolute (default 1e-5)\n"
+    "                 instead of DIR/NAME.bound.npy (the rounding model's bounds) when that exists\n"
     "  --bench N      run N more times and print the median kernel time\n"
     "  --device N     the GPU to run on (default 0)\n";
 
@@ -152,8 +153,14 @@ int fuse_run(const std::vector<std::string>& argv) {
     else if (o.bench == 0 && o.expect.empty()) std::cout << runtime::array_repr(value, out.name + " = ") << "\n";
     if (!o.expect.empty()) {
       ir::HostArray expected = runtime::read_npy((std::filesystem::path(o.expect) / (out.name + ".npy")).string());
+      // The rounding model's per-element bounds (fuse_gpu_kit writes them): a fixed tolerance is
+      // too tight for f32 matmuls with a long K and too loose for short ones.
+      std::filesystem::path bound = std::filesystem::path(o.expect) / (out.name + ".bound.npy");
+      std::string what = "output '" + out.name + "'";
       std::string mismatch =
-          runtime::compare_arrays(expected, value, o.tolerance, o.tolerance, "output '" + out.name + "'");
+          !o.tolerance_given && std::filesystem::exists(bound)
+              ? runtime::compare_arrays(expected, value, runtime::read_npy(bound.string()), what)
+              : runtime::compare_arrays(expected, value, o.tolerance, o.tolerance, what);
       if (mismatch.empty()) {
         std::cout << "output '" << out.name << "': matches (max abs difference "
                   << runtime::max_abs_difference(expected, value) << ")\n";

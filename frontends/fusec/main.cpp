@@ -103,6 +103,13 @@ const TargetChoice kTargets[] = {
        // Host arrays in and out: each run uploads, launches, waits and downloads.
        return [exe](const ir::TensorMap& inputs, ir::TensorMap& outputs) { outputs = exe->run_host(inputs); };
      }},
+    {"cuda-sim",
+     "run only: the CUDA kernels on the simulated device (no GPU needed; docs/cuda-simulator.md; --sim-checks)",
+     Target::cuda_sim, false,
+     [](const ir::Graph& g, const Target& target, const CompileOptions& options) -> Runner {
+       std::shared_ptr<runtime::CudaExecutable> exe = compile_cuda(g, target, options);
+       return [exe](const ir::TensorMap& inputs, ir::TensorMap& outputs) { outputs = exe->run_host(inputs); };
+     }},
     {"interp", "run only: the fused Program (CPU schedules), kernel by kernel, in the reference interpreter",
      Target::host, false,
      [](const ir::Graph& g, const Target& target, const CompileOptions& options) -> Runner {
@@ -213,6 +220,9 @@ const Flag kFlags[] = {
     {"--print", "", kRun, false,
      "print each output as NumPy does (the default without --out, --check or --bench)",
      "fusec run examples/hypot.expr --random --dim N=10 --out results --print"},
+    {"--sim-checks", "LIST", kRun, false,
+     "with --target=cuda-sim: the simulator's checks, all (default), none, or a comma list of sync, race, memcheck",
+     "fusec run examples/softmax.expr --target=cuda-sim --random --dim N=64 --dim M=5000 --sim-checks=race --check"},
     {"--help", "", kCompile | kRun, false, "show this help", "fusec --help"},
     {"--version", "", kCompile | kRun, false, "show the version", "fusec --version"},
 };
@@ -662,6 +672,14 @@ int run_command(const Args& args) {
     }
   }
 
+  if (const std::string* checks = args.value("--sim-checks")) {
+    if (!target.simulated) throw Error("--sim-checks applies only with --target=cuda-sim");
+    std::stringstream list(*checks);
+    for (std::string item; std::getline(list, item, ',');)
+      if (item != "sync" && item != "race" && item != "memcheck" && !((item == "all" || item == "none") && *checks == item))
+        throw Error("--sim-checks: unknown check '" + item + "' (all, none, or a comma list of sync, race, memcheck)");
+    setenv("FUSE_CUDA_SIM_CHECKS", checks->c_str(), 1);
+  }
   Runner runner = choice.prepare(*graph, target, compile_options(args));
   if (args.has("--cache-stats")) {
     codegen::CacheStats stats = codegen::cache_stats();

@@ -262,6 +262,7 @@ CUresult cuStreamCreate(void** stream, unsigned flags) {
 }
 CUresult cuStreamDestroy_v2(void* stream) { return stream ? kSuccess : kInvalidHandle; }
 CUresult cuStreamSynchronize(void* stream) { return kSuccess; }
+CUresult cuStreamWaitEvent(void* stream, void* event, unsigned flags) { return event ? kSuccess : kInvalidHandle; }
 
 CUresult cuModuleLoadDataEx(void** module, const void* image, unsigned num_options, int* options, void** values) {
   std::string text = static_cast<const char*>(image);  // PTX must be NUL-terminated

@@ -1,0 +1,518 @@
+// The generated CUDA kernels on the simulated device (runtime/sim/, codegen/cuda_sim.h): every
+// example, every fusion-catalog graph and a batch of random graphs against the reference
+// interpreter under the rounding model, with the simulator's sync, race and memory checks on; and
+// deliberately broken hand-written kernels that each check must report with kernel and site.
+// FUSE_SIM_RANDOM_GRAPHS sets how many random graphs run (default 300).
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <dlfcn.h>
+#include <set>
+
+#include "codegen/cuda_sim.h"
+#include "frontends/compile.h"
+#include "ir/printer.h"
+#include "runtime/cuda_driver.h"
+#include "tests/examples.h"
+#include "tests/fusion_catalog.h"
+#include "tests/random_graph.h"
+
+using namespace fuse;
+namespace cuda = fuse::runtime::cuda;
+using Catch::Matchers::Contains;
+
+namespace {
+
+// Every test in this file runs on the simulator with every check on: set before the driver loads.
+const bool kSimulator = [] {
+  setenv("FUSE_CUDA_SIM", "1", 1);
+  return setenv("FUSE_CUDA_SIM_CHECKS", "all", 1) == 0;
+}();
+
+std::vector<std::string> input_symbols(const ir::Graph& g) {
+  std::set<std::string> names;
+  for (ir::NodeId id : g.input_nodes())
+    for (const ir::Dim& d : g.node(id).shape) names.insert(d.symbols.begin(), d.symbols.end());
+  return {names.begin(), names.end()};
+}
+
+/// Small odd sizes, 1, and each symbol in turn at 1023 (long rows, many rows, long reductions).
+std::vector<ir::SymbolBindings> size_sets(const ir::Graph& g) {
+  static const int64_t small[] = {7, 17, 5, 11, 3, 13, 9, 15};
+  std::vector<std::string> symbols = input_symbols(g);
+  ir::SymbolBindings base, ones;
+  for (size_t i = 0; i < symbols.size(); ++i) base[symbols[i]] = small[i % std::size(small)], ones[symbols[i]] = 1;
+  std::vector<ir::SymbolBindings> sets = {base};
+  if (!symbols.empty()) sets.push_back(ones);
+  for (const std::string& s : symbols) {
+    ir::SymbolBindings large = base;
+    large[s] = 1023;
+    sets.push_back(large);
+  }
+  return sets;
+}
+
+std::string sizes_str(const ir::SymbolBindings& sizes) {
+  std::string s;
+  for (const auto& [name, size] : sizes) s += (s.empty() ? "" : ", ") + name + "=" + std::to_string(size);
+  return s.empty() ? "no symbols" : s;
+}
+
+/// Runs `g` on the simulator at every size set and compares with the interpreter.
+void check_graph(const ir::Graph& g, const std::string& what, bool every_size = true) {
+  std::unique_ptr<runtime::CudaExecutable> exe = compile_cuda(g, Target::cuda_sim());
+  uint64_t seed = 1;
+  std::vector<ir::SymbolBindings> sets = size_sets(g);
+  if (!every_size) sets.resize(1);
+  for (const ir::SymbolBindings& sizes : sets) {
+    INFO(what << " at " << sizes_str(sizes));
+    ir::TensorMap inputs = testing::random_inputs(g, sizes, seed++);
+    ir::ValuesAndBounds expected;
+    try {
+      expected = ir::interpret_with_bounds(g, inputs);
+    } catch (const ir::Error&) {
+      continue;  // sizes this graph does not accept (reshapes needing a multiple)
+    }
+    CHECK(testing::compare_outputs(expected, exe->run_host(inputs)) == "");
+  }
+}
+
+/// The simulator's counters (libfuse_cuda_sim.so's fuse_cuda_sim_totals).
+void sim_totals(long long& threads, double& seconds) {
+  cuda::driver();
+  void* lib = dlopen(cuda::simulator_library_path().c_str(), RTLD_NOW | RTLD_NOLOAD);
+  REQUIRE(lib);
+  auto totals = reinterpret_cast<void (*)(long long*, double*)>(dlsym(lib, "fuse_cuda_sim_totals"));
+  REQUIRE(totals);
+  totals(&threads, &seconds);
+}
+
+}  // namespace
+
+TEST_CASE("the simulator is the driver of this process", "[cuda][sim]") {
+  REQUIRE(cuda::simulator_selected());
+  CHECK(cuda::driver().path == cuda::simulator_library_path());
+  CHECK(cuda::device_info(0).name == "fuse CUDA simulator");
+}
+
+TEST_CASE("softmax with rows longer than a block runs on the simulator", "[cuda][sim]") {
+  ir::Graph g = testing::compile_example(std::filesystem::path(FUSE_SOURCE_DIR) / "examples" / "softmax.expr");
+  std::unique_ptr<runtime::CudaExecutable> exe = compile_cuda(g, Target::cuda_sim());
+  for (int64_t m : {5000, 1, 4097}) {
+    INFO("M = " << m);
+    ir::TensorMap inputs = testing::random_inputs(g, {{"N", 64}, {"M", m}}, 7, false);
+    CHECK(testing::compare_outputs(ir::interpret_with_bounds(g, inputs), exe->run_host(inputs)) == "");
+  }
+}
+
+TEST_CASE("a two-stage reduction over more tiles than partial blocks runs on the simulator", "[cuda][sim]") {
+  // The partials' grid is capped at 1,024 blocks: 2,000,003 elements are 1,954 tiles of 1,024, so
+  // the blocks stride over the tiles.
+  Graph g;
+  Tensor x = g.input("x", DType::F32, {sym("N")});
+  g.output("s", sum(x));
+  g.output("m", max(x));
+  std::unique_ptr<runtime::CudaExecutable> exe = compile_cuda(g, Target::cuda_sim());
+  REQUIRE(exe->program().plan.launches.size() == 2);
+  CHECK(exe->program().plan.launches[0].max_grid[0] == 1024);
+  for (int64_t n : {2000003, 1024 * 1024 + 1, 1}) {
+    INFO("N = " << n);
+    ir::TensorMap inputs = testing::random_inputs(g.ir(), {{"N", n}}, 5);
+    CHECK(testing::compare_outputs(ir::interpret_with_bounds(g.ir(), inputs), exe->run_host(inputs)) == "");
+  }
+}
+
+TEST_CASE("every example runs on the simulator and matches the interpreter", "[cuda][sim][examples]") {
+  std::vector<std::filesystem::path> files = testing::example_files();
+  REQUIRE(files.size() >= 14);
+  for (const std::filesystem::path& file : files) {
+    SECTION(file.filename().string()) { check_graph(testing::compile_example(file), file.filename().string()); }
+  }
+}
+
+TEST_CASE("every fusion catalog graph runs on the simulator and matches the interpreter", "[cuda][sim][examples]") {
+  REQUIRE(testing::catalog().size() >= 25);
+  for (const testing::Case& c : testing::catalog()) {
+    SECTION(c.name) {
+      Graph g;
+      c.build(g);
+      check_graph(g.ir(), c.name);
+    }
+  }
+}
+
+TEST_CASE("every example and catalog graph covers its work with a grid of 2 blocks per axis", "[cuda][sim][examples]") {
+  // Grid-stride loops, as more than 65,535 tiles on a grid axis need: the simulator launches at
+  // most 2 blocks along each axis (FUSE_CUDA_SIM_MAX_GRID).
+  setenv("FUSE_CUDA_SIM_MAX_GRID", "2", 1);
+  for (const std::filesystem::path& file : testing::example_files())
+    check_graph(testing::compile_example(file), file.filename().string(), false);
+  for (const testing::Case& c : testing::catalog()) {
+    Graph g;
+    c.build(g);
+    check_graph(g.ir(), c.name, false);
+  }
+  unsetenv("FUSE_CUDA_SIM_MAX_GRID");
+}
+
+TEST_CASE("random graphs run on the simulator and match the interpreter", "[cuda][sim][random]") {
+  const char* env = std::getenv("FUSE_SIM_RANDOM_GRAPHS");
+  const int count = env ? std::atoi(env) : 300;
+  auto start = std::chrono::steady_clock::now();
+  long long threads_before = 0, threads_after = 0;
+  double seconds_before = 0, seconds_after = 0;
+  sim_totals(threads_before, seconds_before);
+  int failures = 0;
+  for (int i = 0; i < count; ++i) {
+    uint64_t seed = 1000 + static_cast<uint64_t>(i);
+    testing::RandomCase c = testing::random_case(seed);
+    INFO(c.description << "\n" << ir::print_graph(c.graph));
+    ir::ValuesAndBounds expected = ir::interpret_with_bounds(c.graph, c.inputs);
+    std::string mismatch;
+    try {
+      mismatch = testing::compare_outputs(expected, compile_cuda(c.graph, Target::cuda_sim())->run_host(c.inputs));
+    } catch (const ir::Error& e) {
+      mismatch = e.what();
+    }
+    CHECK(mismatch == "");
+    failures += !mismatch.empty();
+  }
+  sim_totals(threads_after, seconds_after);
+  double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  WARN(count << " random graphs on the simulator, " << failures << " mismatches, " << wall << " s; "
+             << (threads_after - threads_before) << " simulated CUDA threads in "
+             << (seconds_after - seconds_before) << " s of launches ("
+             << (threads_after - threads_before) / std::max(1e-9, seconds_after - seconds_before) << " threads/s)");
+}
+
+// ---- deliberately broken kernels ----
+
+namespace {
+
+/// A hand-written NVVM-level kernel `entry(ptr out, ptr in)` run once on the simulator with
+/// `threads` threads in one block, on two 64-float buffers (in[i] = i). Returns "" or the
+/// launch's error as the runtime reports it.
+std::string run_kernel(const std::string& ir, const std::string& entry, unsigned threads, unsigned blocks = 1) {
+  std::string image = codegen::compile_cuda_sim_ir(ir, {entry});
+  const cuda::DriverApi& api = cuda::api(0);
+  cuda::CUmodule module = nullptr;
+  cuda::check(api.cuModuleLoadDataEx(&module, image.c_str(), 0, nullptr, nullptr), "cuModuleLoadDataEx");
+  cuda::CUfunction f = nullptr;
+  cuda::check(api.cuModuleGetFunction(&f, module, entry.c_str()), "cuModuleGetFunction");
+  cuda::CUdeviceptr out = 0, in = 0;
+  cuda::check(api.cuMemAlloc_v2(&out, 64 * sizeof(float)), "cuMemAlloc");
+  cuda::check(api.cuMemAlloc_v2(&in, 64 * sizeof(float)), "cuMemAlloc");
+  float values[64];
+  for (int i = 0; i < 64; ++i) values[i] = static_cast<float>(i);
+  cuda::check(api.cuMemcpyHtoDAsync_v2(in, values, sizeof values, nullptr), "cuMemcpyHtoDAsync");
+  void* params[] = {&out, &in};
+  cuda::CUresult r = api.cuLaunchKernel(f, blocks, 1, 1, threads, 1, 1, 0, nullptr, params, nullptr);
+  std::string error = r == cuda::CUDA_SUCCESS ? "" : cuda::error_text(api, r);
+  api.cuMemFree_v2(out);
+  api.cuMemFree_v2(in);
+  api.cuModuleUnload(module);
+  return error;
+}
+
+const char* kDeclarations = R"(
+declare i32 @llvm.nvvm.read.ptx.sreg.tid.x()
+declare void @llvm.nvvm.barrier0()
+declare i32 @llvm.nvvm.shfl.sync.bfly.i32(i32, i32, i32, i32)
+declare i32 @llvm.nvvm.shfl.sync.idx.i32(i32, i32, i32, i32)
+declare i32 @llvm.nvvm.shfl.sync.up.i32(i32, i32, i32, i32)
+declare i32 @llvm.nvvm.shfl.sync.down.i32(i32, i32, i32, i32)
+)";
+
+/// tile[t] = t; [barrier]; out[t] = tile[63 - t]: reversal through shared memory.
+std::string reverse_kernel(bool barrier) {
+  return std::string(kDeclarations) + R"(
+@tile = internal addrspace(3) global [64 x float] undef, align 16
+define void @reverse(ptr %out, ptr %in) {
+  %t = call i32 @llvm.nvvm.read.ptx.sreg.tid.x()
+  %p = getelementptr float, ptr addrspace(3) @tile, i32 %t
+  %f = sitofp i32 %t to float
+  store float %f, ptr addrspace(3) %p, align 4
+)" + (barrier ? "  call void @llvm.nvvm.barrier0()\n" : "") + R"(
+  %n = sub i32 63, %t
+  %q = getelementptr float, ptr addrspace(3) @tile, i32 %n
+  %v = load float, ptr addrspace(3) %q, align 4
+  %o = getelementptr float, ptr %out, i32 %t
+  store float %v, ptr %o, align 4
+  ret void
+}
+)";
+}
+
+}  // namespace
+
+TEST_CASE("the simulator reports a missing barrier as a shared-memory race", "[cuda][sim][checks]") {
+  CHECK(run_kernel(reverse_kernel(true), "reverse", 64) == "");
+  // With every check on, thread 0 already reads a byte no thread has written yet.
+  CHECK_THAT(run_kernel(reverse_kernel(false), "reverse", 64),
+             Contains("memcheck: uninitialized shared memory read at reverse: load #1"));
+  setenv("FUSE_CUDA_SIM_CHECKS", "race", 1);
+  std::string error = run_kernel(reverse_kernel(false), "reverse", 64);
+  setenv("FUSE_CUDA_SIM_CHECKS", "all", 1);
+  CHECK_THAT(error, Contains("CUDA_ERROR_LAUNCH_FAILED"));
+  CHECK_THAT(error, Contains("race (write after read) at reverse: store #0 (float, shared, align 4)"));
+  CHECK_THAT(error, Contains("read by thread (31, 0, 0) with no barrier in between"));
+  CHECK_THAT(error, Contains("block (0, 0, 0) thread ("));
+}
+
+TEST_CASE("the simulator reports a barrier in a thread-dependent branch", "[cuda][sim][checks]") {
+  std::string ir = std::string(kDeclarations) + R"(
+define void @divergent(ptr %out, ptr %in) {
+entry:
+  %t = call i32 @llvm.nvvm.read.ptx.sreg.tid.x()
+  %low = icmp ult i32 %t, 16
+  br i1 %low, label %wait, label %done
+wait:
+  call void @llvm.nvvm.barrier0()
+  br label %done
+done:
+  %o = getelementptr float, ptr %out, i32 %t
+  store float 1.0, ptr %o, align 4
+  ret void
+}
+)";
+  std::string error = run_kernel(ir, "divergent", 64);
+  CHECK_THAT(error, Contains("sync error (barrier not reached by every thread of the block) at divergent: barrier #0"));
+  CHECK_THAT(error, Contains("thread (16, 0, 0)"));
+  // Two barriers, one per branch: threads wait at different barriers.
+  std::string two = std::string(kDeclarations) + R"(
+define void @two_barriers(ptr %out, ptr %in) {
+entry:
+  %t = call i32 @llvm.nvvm.read.ptx.sreg.tid.x()
+  %low = icmp ult i32 %t, 16
+  br i1 %low, label %a, label %b
+a:
+  call void @llvm.nvvm.barrier0()
+  br label %done
+b:
+  call void @llvm.nvvm.barrier0()
+  br label %done
+done:
+  ret void
+}
+)";
+  CHECK_THAT(run_kernel(two, "two_barriers", 64), Contains("sync error (threads wait at different barriers) at two_barriers: barrier #"));
+}
+
+TEST_CASE("the simulator reports an out-of-bounds index with kernel and site", "[cuda][sim][checks]") {
+  auto kernel = [](int offset) {
+    return std::string(kDeclarations) + R"(
+define void @shifted_copy(ptr %out, ptr %in) {
+  %t = call i32 @llvm.nvvm.read.ptx.sreg.tid.x()
+  %s = add i32 %t, )" + std::to_string(offset) + R"(
+  %p = getelementptr float, ptr %in, i32 %s
+  %v = load float, ptr %p, align 4
+  %o = getelementptr float, ptr %out, i32 %t
+  store float %v, ptr %o, align 4
+  ret void
+}
+)";
+  };
+  CHECK(run_kernel(kernel(0), "shifted_copy", 64) == "");
+  std::string error = run_kernel(kernel(1), "shifted_copy", 64);
+  CHECK_THAT(error, Contains("CUDA_ERROR_ILLEGAL_ADDRESS"));
+  CHECK_THAT(error, Contains("memcheck: out-of-bounds global access at shifted_copy: load #0 (float, align 4)"));
+  CHECK_THAT(error, Contains("thread (63, 0, 0)"));
+  CHECK_THAT(error, Contains("bytes [256, 260) of a 256-byte allocation"));
+}
+
+TEST_CASE("the simulator reports a misaligned vector access and an uninitialized shared read", "[cuda][sim][checks]") {
+  std::string misaligned = std::string(kDeclarations) + R"(
+define void @misaligned(ptr %out, ptr %in) {
+  %p = getelementptr i8, ptr %in, i64 4
+  %v = load <4 x float>, ptr %p, align 16
+  store <4 x float> %v, ptr %out, align 16
+  ret void
+}
+)";
+  CHECK_THAT(run_kernel(misaligned, "misaligned", 1),
+             Contains("memcheck: misaligned global access at misaligned: load #0 (<4 x float>, align 16)"));
+  std::string uninitialized = std::string(kDeclarations) + R"(
+@tile = internal addrspace(3) global [64 x float] undef, align 16
+define void @uninitialized(ptr %out, ptr %in) {
+  %t = call i32 @llvm.nvvm.read.ptx.sreg.tid.x()
+  %q = getelementptr float, ptr addrspace(3) @tile, i32 %t
+  %v = load float, ptr addrspace(3) %q, align 4
+  %o = getelementptr float, ptr %out, i32 %t
+  store float %v, ptr %o, align 4
+  ret void
+}
+)";
+  CHECK_THAT(run_kernel(uninitialized, "uninitialized", 32),
+             Contains("memcheck: uninitialized shared memory read at uninitialized: load #0"));
+}
+
+TEST_CASE("the simulator's shuffles follow PTX for mode and clamp and segment and out-of-range lanes", "[cuda][sim][shuffle]") {
+  // out[t] = shfl(in[t]) for each mode with a 16-lane segment (c = (32 - 16) << 8 | clamp).
+  auto kernel = [](const std::string& mode, int b, int c) {
+    return std::string(kDeclarations) + R"(
+define void @shuffle(ptr %out, ptr %in) {
+  %t = call i32 @llvm.nvvm.read.ptx.sreg.tid.x()
+  %v = sitofp i32 %t to float
+  %i = fptosi float %v to i32
+  %r = call i32 @llvm.nvvm.shfl.sync.)" + mode + R"(.i32(i32 -1, i32 %i, i32 )" + std::to_string(b) + ", i32 " +
+           std::to_string(c) + R"()
+  %f = sitofp i32 %r to float
+  %o = getelementptr float, ptr %out, i32 %t
+  store float %f, ptr %o, align 4
+  ret void
+}
+)";
+  };
+  auto lanes = [&](const std::string& mode, int b, int c) {
+    std::string image = codegen::compile_cuda_sim_ir(kernel(mode, b, c), {"shuffle"});
+    const cuda::DriverApi& api = cuda::api(0);
+    cuda::CUmodule module = nullptr;
+    cuda::check(api.cuModuleLoadDataEx(&module, image.c_str(), 0, nullptr, nullptr), "cuModuleLoadDataEx");
+    cuda::CUfunction f = nullptr;
+    cuda::check(api.cuModuleGetFunction(&f, module, "shuffle"), "cuModuleGetFunction");
+    cuda::CUdeviceptr out = 0;
+    cuda::check(api.cuMemAlloc_v2(&out, 32 * sizeof(float)), "cuMemAlloc");
+    void* params[] = {&out, &out};
+    cuda::check(api.cuLaunchKernel(f, 1, 1, 1, 32, 1, 1, 0, nullptr, params, nullptr), "cuLaunchKernel");
+    float values[32];
+    cuda::check(api.cuMemcpyDtoHAsync_v2(values, out, sizeof values, nullptr), "cuMemcpyDtoHAsync");
+    api.cuMemFree_v2(out);
+    api.cuModuleUnload(module);
+    std::vector<int> result;
+    for (float v : values) result.push_back(static_cast<int>(v));
+    return result;
+  };
+  const int segment16 = (32 - 16) << 8;
+  std::vector<int> down = lanes("down", 3, segment16 | 31), up = lanes("up", 3, segment16),
+                   bfly = lanes("bfly", 5, segment16 | 31), idx = lanes("idx", 2, segment16 | 31);
+  for (int lane = 0; lane < 32; ++lane) {
+    INFO("lane " << lane);
+    int base = lane & ~15, in_segment = lane & 15;
+    CHECK(down[lane] == (in_segment + 3 <= 15 ? lane + 3 : lane));  // past the segment: own value
+    CHECK(up[lane] == (in_segment >= 3 ? lane - 3 : lane));
+    CHECK(bfly[lane] == (lane ^ 5));
+    CHECK(idx[lane] == base + 2);
+  }
+}
+
+TEST_CASE("the simulator reports a shuffle whose mask does not match the lanes that arrive", "[cuda][sim][checks]") {
+  // Only the first 16 lanes shuffle, but they name the whole warp.
+  std::string ir = std::string(kDeclarations) + R"(
+define void @partial_shuffle(ptr %out, ptr %in) {
+entry:
+  %t = call i32 @llvm.nvvm.read.ptx.sreg.tid.x()
+  %low = icmp ult i32 %t, 16
+  br i1 %low, label %shuffle, label %done
+shuffle:
+  %r = call i32 @llvm.nvvm.shfl.sync.bfly.i32(i32 -1, i32 %t, i32 1, i32 31)
+  br label %done
+done:
+  ret void
+}
+)";
+  CHECK_THAT(run_kernel(ir, "partial_shuffle", 32),
+             Contains("sync error (shuffle mask names a lane that has exited) at partial_shuffle: shfl.sync.bfly #0"));
+}
+
+TEST_CASE("an unknown NVVM operation is a compile error naming it", "[cuda][sim][checks]") {
+  std::string ir = R"(
+declare i32 @llvm.nvvm.read.ptx.sreg.clock()
+define void @clock(ptr %out, ptr %in) {
+  %c = call i32 @llvm.nvvm.read.ptx.sreg.clock()
+  store i32 %c, ptr %out, align 4
+  ret void
+}
+)";
+  CHECK_THROWS_WITH(codegen::compile_cuda_sim_ir(ir, {"clock"}),
+                    Contains("the CUDA simulator does not implement the NVVM operation llvm.nvvm.read.ptx.sreg.clock"));
+}
+
+// ---- CUDA bugs found by reading the code, verified on the simulator ----
+
+TEST_CASE("f32 floor division agrees with the interpreter on the simulator and the CPU", "[cuda][sim][regression]") {
+  // 1.0f / 0.1f rounds to 10.0f, but the exact quotient is 9.99999985: 1.0 // 0.1 is 9 (NumPy too).
+  Graph g;
+  Tensor x = g.input("x", DType::F32, {sym("N")});
+  Tensor d = g.input("d", DType::F32, {sym("N")});
+  g.output("y", floordiv(x, d));
+  ir::HostArray xs(DType::F32, {5}), ds(DType::F32, {5});
+  const float xv[] = {1.0f, 1.0f, -1.0f, 0.3f, 7.0f}, dv[] = {0.1f, 0.2f, 0.1f, 0.1f, 0.7f};
+  for (int i = 0; i < 5; ++i) xs.set_f64(i, xv[i]), ds.set_f64(i, dv[i]);
+  ir::TensorMap inputs = {{"x", xs}, {"d", ds}};
+  ir::TensorMap expected = ir::interpret(g.ir(), inputs);
+  CHECK(expected.at("y").get_f64(0) == 9.0);
+  CHECK(testing::compare_outputs(expected, compile_cuda(g, Target::cuda_sim())->run_host(inputs), 0, 0) == "");
+  CHECK(testing::compare_outputs(expected, compile(g).run(inputs), 0, 0) == "");
+}
+
+// ---- the CUDA runtime on the simulated device ----
+
+TEST_CASE("device buffers and preallocated outputs work on the simulator", "[cuda][sim][runtime]") {
+  Graph g;
+  Tensor x = g.input("x", DType::F32, {sym("N")});
+  g.output("y", exp(x) * 2 + 1);
+  std::unique_ptr<runtime::CudaExecutable> exe = compile_cuda(g, Target::cuda_sim());
+  ir::TensorMap host = testing::random_inputs(g.ir(), {{"N", 10007}}, 1, false);
+  runtime::DeviceTensorMap inputs;
+  inputs.emplace("x", runtime::DeviceBuffer::to_device(host.at("x")));
+  runtime::DeviceTensorMap outputs = exe->run(inputs);
+  cuda::CUdeviceptr first = outputs.at("y").data();
+  // A preallocated output of the right type is reused.
+  exe->run(inputs, outputs);
+  CHECK(outputs.at("y").data() == first);
+  CHECK(testing::compare_outputs(ir::interpret(g.ir(), host), {{"y", outputs.at("y").to_host()}}, 0, 0) == "");
+  // Outputs fed back as inputs without a host copy: y2 = f(f(x)).
+  runtime::DeviceTensorMap second;
+  second.emplace("x", std::move(outputs.at("y")));
+  runtime::DeviceTensorMap again = exe->run(second);
+  ir::TensorMap once = ir::interpret(g.ir(), host);
+  ir::TensorMap twice = ir::interpret(g.ir(), {{"x", once.at("y")}});
+  CHECK(testing::compare_outputs(twice, {{"y", again.at("y").to_host()}}, 0, 0) == "");
+  CHECK(exe->last_run_ms() >= 0);
+}
+
+TEST_CASE("two executables chained without synchronize on the simulator", "[cuda][sim][runtime][regression]") {
+  // Deferred streams: each stream's work runs only when forced, the newest stream first, so B's
+  // kernels run before A's unless B's stream waits for A's run.
+  setenv("FUSE_CUDA_SIM_DEFER", "1", 1);
+  Graph ga, gb;
+  Tensor a = ga.input("x", DType::F32, {sym("N"), sym("M")});
+  ga.output("y", transpose(a) * 3);
+  Tensor b = gb.input("y", DType::F32, {sym("M"), sym("N")});
+  gb.output("z", sum(b, {1}));
+  auto exe_a = compile_cuda(ga, Target::cuda_sim());
+  auto exe_b = compile_cuda(gb, Target::cuda_sim());
+  ir::TensorMap host = testing::random_inputs(ga.ir(), {{"N", 300}, {"M", 70}}, 2, false);
+  runtime::DeviceTensorMap in;
+  in.emplace("x", runtime::DeviceBuffer::to_device(host.at("x")));
+  runtime::DeviceTensorMap mid = exe_a->run(in);
+  runtime::DeviceTensorMap out = exe_b->run(mid);
+  ir::TensorMap expected = ir::interpret(gb.ir(), ir::interpret(ga.ir(), host));
+  CHECK(testing::compare_outputs(expected, {{"z", out.at("z").to_host()}}, 1e-5, 1e-5) == "");
+  unsetenv("FUSE_CUDA_SIM_DEFER");
+}
+
+TEST_CASE("an output that is also the input of a transpose is not overwritten while read", "[cuda][sim][regression]") {
+  Graph g;
+  Tensor s = g.input("state", DType::F32, {sym("N"), sym("N")});
+  g.output("state", transpose(s) + 1);
+  std::unique_ptr<runtime::CudaExecutable> exe = compile_cuda(g, Target::cuda_sim());
+  ir::TensorMap host = testing::random_inputs(g.ir(), {{"N", 100}}, 3, false);
+  runtime::DeviceTensorMap state;
+  state.emplace("state", runtime::DeviceBuffer::to_device(host.at("state")));
+  exe->run(state, state);
+  CHECK(testing::compare_outputs(ir::interpret(g.ir(), host), {{"state", state.at("state").to_host()}}, 0, 0) == "");
+}
+
+// Found by the simulator's 2,000-graph run: the CUDA code generator itself fails on this graph
+// ("lowering to NVVM failed" with no diagnostic), for PTX as for the simulator. Hidden ([.]) until
+// codegen/cuda_codegen.cpp is fixed: `test_cuda_sim "[codegen-bug]"` reproduces it.
+TEST_CASE("random graph 1371 compiles for CUDA", "[.][codegen-bug]") {
+  testing::RandomCase c = testing::random_case(1371);
+  INFO(c.description << "\n" << ir::print_graph(c.graph));
+  CHECK_NOTHROW(compile_cuda_program(c.graph, Target::cuda(0, 80)));
+  CHECK(testing::compare_outputs(ir::interpret_with_bounds(c.graph, c.inputs),
+                                 compile_cuda(c.graph, Target::cuda_sim())->run_host(c.inputs)) == "");
+}
