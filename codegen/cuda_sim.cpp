@@ -23,6 +23,7 @@
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/TargetSelect.h"
 #include "llvm/Support/raw_ostream.h"
+#include "codegen/host_machine.h"
 #include "llvm/Target/TargetMachine.h"
 #include "mlir/ExecutionEngine/OptUtils.h"
 
@@ -34,21 +35,6 @@ namespace sim = ir::cuda_sim;
 
 std::string fail_text(const std::string& what) { return "internal error in the CUDA simulator's code generator: " + what; }
 
-std::unique_ptr<llvm::TargetMachine> host_machine() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    llvm::InitializeNativeTarget();
-    llvm::InitializeNativeTargetAsmPrinter();
-  });
-  auto host = llvm::orc::JITTargetMachineBuilder::detectHost();
-  if (!host) throw ir::Error(fail_text("cannot detect the host CPU: " + llvm::toString(host.takeError())));
-  host->setCodeGenOptLevel(llvm::CodeGenOptLevel::Default);
-  host->setRelocationModel(llvm::Reloc::PIC_);
-  host->setCodeModel(llvm::CodeModel::Small);
-  auto machine = host->createTargetMachine();
-  if (!machine) throw ir::Error(fail_text("cannot create a host target machine: " + llvm::toString(machine.takeError())));
-  return std::move(*machine);
-}
 
 /// The libm functions a `__nv_NAME` call may become (NAME with and without the f suffix).
 bool host_libm_function(const std::string& name) {
@@ -417,14 +403,14 @@ std::string compile_cuda_sim_ir(const std::string& nvvm_ir, const std::vector<st
     diagnostic.print("nvvm", out);
     throw ir::Error("CUDA simulator: the NVVM IR does not parse: " + text);
   }
-  std::unique_ptr<llvm::TargetMachine> machine = host_machine();
+  std::unique_ptr<llvm::TargetMachine> machine = host_target_machine(llvm::CodeGenOptLevel::Default);
   rewrite_module(*m, entries, *machine);
   return image_of(*m, *machine);
 }
 
 CudaModule compile_cuda_sim(const ir::Program& p, const CudaOptions& options) {
   llvm::LLVMContext context;
-  std::unique_ptr<llvm::TargetMachine> machine = host_machine();
+  std::unique_ptr<llvm::TargetMachine> machine = host_target_machine(llvm::CodeGenOptLevel::Default);
   Rewritten r = rewrite(p, options, context, *machine);
   CudaModule result;
   result.ptx = image_of(*r.module, *machine);
@@ -434,7 +420,7 @@ CudaModule compile_cuda_sim(const ir::Program& p, const CudaOptions& options) {
 
 std::string emit_cuda_sim_llvm(const ir::Program& p, const CudaOptions& options) {
   llvm::LLVMContext context;
-  std::unique_ptr<llvm::TargetMachine> machine = host_machine();
+  std::unique_ptr<llvm::TargetMachine> machine = host_target_machine(llvm::CodeGenOptLevel::Default);
   Rewritten r = rewrite(p, options, context, *machine);
   std::string text;
   llvm::raw_string_ostream out(text);

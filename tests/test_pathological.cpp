@@ -81,3 +81,38 @@ TEST_CASE("a graph of 100,000 nodes compiles", "[passes][pathological]") {
   }
   compile_and_check("100,000 nodes", g, {{"N", 3}}, 1e-5);
 }
+
+TEST_CASE("shape products past 64 bits and inputs whose dims disagree are clear errors", "[passes][pathological]") {
+  SECTION("a static shape whose element count overflows") {
+    auto build_and_compile = [] {
+      Graph g;
+      Tensor x = g.input("x", DType::F32, {Dim(int64_t{1} << 32), Dim(int64_t{1} << 32)});
+      g.output("y", x * 2.0f);
+      compile(g);
+    };
+    CHECK_THROWS_WITH(build_and_compile(), Catch::Contains("overflows 64 bits"));
+  }
+  SECTION("symbols bound at run time whose product overflows") {
+    // Zero-sized inputs bind N = 2^40 without memory; the output [N, N, Z] has 2^80 * 0 elements.
+    Dim N = sym("N"), Z = sym("Z");
+    Graph g;
+    Tensor a = g.input("a", DType::F32, {N, Z});
+    g.output("y", broadcast_to(expand_dims(a, 0), {N, N, Z}));
+    runtime::Executable exe = compile(g);
+    ir::TensorMap inputs;
+    inputs.emplace("a", HostArray(DType::F32, {int64_t{1} << 40, 0}));
+    CHECK_THROWS_WITH(exe.run(inputs), Catch::Contains("overflows 64 bits"));
+    CHECK_THROWS_WITH(ir::interpret(g.ir(), inputs), Catch::Contains("overflows 64 bits"));
+  }
+  SECTION("two inputs that give one symbol different sizes") {
+    Dim N = sym("N");
+    Graph g;
+    Tensor a = g.input("a", DType::F32, {N}), b = g.input("b", DType::F32, {N});
+    g.output("y", a + b);
+    runtime::Executable exe = compile(g);
+    ir::TensorMap inputs;
+    inputs.emplace("a", HostArray(DType::F32, {5}));
+    inputs.emplace("b", HostArray(DType::F32, {7}));
+    CHECK_THROWS_WITH(exe.run(inputs), Catch::Contains("'b'") && Catch::Contains("N"));
+  }
+}

@@ -5,6 +5,7 @@
 // or libm.
 #include "codegen/cpu/emitter.h"
 #include "codegen/cpu_codegen.h"
+#include "codegen/host_machine.h"
 #include "codegen/cpu_object.h"
 
 #include <algorithm>
@@ -131,14 +132,6 @@ void lower_to_llvm(mlir::ModuleOp module) {
   if (mlir::failed(pm.run(module))) throw ir::Error(fail_text("lowering to the LLVM dialect failed:" + diagnostics));
 }
 
-void initialize_llvm() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    llvm::InitializeNativeTarget();
-    llvm::InitializeNativeTargetAsmPrinter();
-  });
-}
-
 std::string to_text(mlir::Operation* op) {
   std::string text;
   llvm::raw_string_ostream out(text);
@@ -147,6 +140,29 @@ std::string to_text(mlir::Operation* op) {
 }
 
 }  // namespace
+
+void initialize_llvm() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    llvm::InitializeNativeTarget();
+    llvm::InitializeNativeTargetAsmPrinter();
+  });
+}
+
+std::unique_ptr<llvm::TargetMachine> host_target_machine(llvm::CodeGenOptLevel level) {
+  initialize_llvm();
+  // LLVM vectorizes and schedules for this very CPU only when it knows it.
+  auto host = llvm::orc::JITTargetMachineBuilder::detectHost();
+  if (!host) throw ir::Error(fail_text("cannot detect the host CPU: " + llvm::toString(host.takeError())));
+  host->setCodeGenOptLevel(level);
+  // Position-independent, small code model: the JIT links one object at a time, its code and
+  // constants close together (the default for JITs, the large model, costs a movabs per constant).
+  host->setRelocationModel(llvm::Reloc::PIC_);
+  host->setCodeModel(llvm::CodeModel::Small);
+  auto machine = host->createTargetMachine();
+  if (!machine) throw ir::Error(fail_text("cannot create a target machine for the host: " + llvm::toString(machine.takeError())));
+  return std::move(*machine);
+}
 
 std::string emit_cpu_mlir(const ir::Program& p, const CpuOptions& options) {
   auto context = make_context();
@@ -182,19 +198,6 @@ std::unique_ptr<llvm::Module> to_llvm_ir(const ir::Program& p, const CpuOptions&
   return llvm_module;
 }
 
-std::unique_ptr<llvm::TargetMachine> host_target_machine() {
-  // LLVM vectorizes and schedules for this very CPU only when it knows it.
-  auto host = llvm::orc::JITTargetMachineBuilder::detectHost();
-  if (!host) throw ir::Error(fail_text("cannot detect the host CPU: " + llvm::toString(host.takeError())));
-  host->setCodeGenOptLevel(llvm::CodeGenOptLevel::Aggressive);
-  // Position-independent, small code model: the JIT links one object at a time, its code and
-  // constants close together (the default for JITs, the large model, costs a movabs per constant).
-  host->setRelocationModel(llvm::Reloc::PIC_);
-  host->setCodeModel(llvm::CodeModel::Small);
-  auto machine = host->createTargetMachine();
-  if (!machine) throw ir::Error(fail_text("cannot create a target machine for the host: " + llvm::toString(machine.takeError())));
-  return std::move(*machine);
-}
 
 }  // namespace
 
