@@ -4,8 +4,10 @@
 #include <catch2/catch.hpp>
 
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <iostream>
+#include <limits>
 
 #include "codegen/cpu_codegen.h"
 #include "frontends/compile.h"
@@ -317,6 +319,53 @@ TEST_CASE("reductions and row-wise kernels at 0 and 1 rows or columns, odd and l
     if (t == DType::F32) bindings.push_back({{"R", 1}, {"C", 1000003}});  // one long row (once: the interpreter is slow)
     INFO(ir::dtype_name(t));
     check_against_interpreter(g, bindings, 1e-5, 1e-6);
+  }
+}
+
+// Float max and min fold `x > acc ? x : acc` in their SIMD loops and track NaN apart (codegen's
+// ordered_max_min): NaN anywhere (first, middle, last: the scalar tail), infinities, all -inf or
+// +inf (the identities), and signed zeros, in full reductions (split over chunks), row
+// reductions and a row reduction of a broadcast sum, at sizes around the vector width.
+TEST_CASE("float max and min with NaN, infinities and signed zeros", "[cpu][reduce]") {
+  constexpr double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+  constexpr int kPatterns = 8;
+  // Element i of n under pattern p; v is a finite value in [-1, 1).
+  auto special = [&](int p, int64_t i, int64_t n, double v) {
+    switch (p) {
+      case 1: return i == (n * 5) / 7 ? nan : v;
+      case 2: return i == n / 3 ? inf : i == n / 2 ? -inf : v;
+      case 3: return -inf;
+      case 4: return inf;
+      case 5: return i % 3 == 0 ? -0.0 : i % 3 == 1 ? 0.0 : -std::fabs(v) - 1;  // max: a zero
+      case 6: return i % 3 == 1 ? -0.0 : i % 3 == 0 ? 0.0 : std::fabs(v) + 1;   // min: a zero
+      case 7: return i == 0 || i == n - 1 ? nan : v;
+      default: return v;
+    }
+  };
+  for (DType t : {DType::F32, DType::F64}) {
+    Graph g;
+    Tensor x = g.input("x", t, {8, sym("C")});
+    Tensor b = g.input("b", t, {sym("C")});
+    Tensor y = g.input("y", t, {sym("C")});
+    g.output("max", max(y));
+    g.output("min", min(y));
+    g.output("row_max", max(x, 1));
+    g.output("row_min", min(x, -1, true));
+    g.output("row_max_broadcast", max(x + b, 1));
+    runtime::Executable exe = compile(g);
+    INFO(ir::print_program(exe.program()));
+    for (int64_t c : {1, 7, 16, 33, 1023, 4099}) {
+      for (int p = 0; p < kPatterns; ++p) {
+        INFO(ir::dtype_name(t) << ", C = " << c << ", pattern " << p);
+        ir::TensorMap inputs = inputs_of(g.ir(), {{"C", c}}, 3);
+        for (int64_t i = 0; i < c; ++i) {
+          inputs["y"].set_f64(i, special(p, i, c, inputs["y"].get_f64(i)));
+          for (int64_t r = 0; r < 8; ++r)
+            inputs["x"].set_f64(r * c + i, special((p + r) % kPatterns, i, c, inputs["x"].get_f64(r * c + i)));
+        }
+        CHECK(testing::compare_outputs(ir::interpret(g.ir(), inputs), exe.run(inputs), 0, 0) == "");
+      }
+    }
   }
 }
 

@@ -126,6 +126,9 @@ class CpuKernelEmitter : public KernelEmitterBase {
   mlir::Value row_value(NodeId id, const std::vector<mlir::Value>& kept, mlir::Value row_base, mlir::Value j, int lanes);
   // The horizontal (across lanes) form of a reduction's combine.
   mlir::vector::CombiningKind lane_combining_kind(NodeId id);
+  // Float max/min, folded in the SIMD loop as `x > acc ? x : acc` (or <) with NaN kept apart.
+  bool ordered_max_min(NodeId id);
+  mlir::Value ordered_pick(NodeId id, mlir::Value acc, mlir::Value x);
   // Elements [from, to) of the row folded into one accumulator per reduction in `ids` (none may
   // depend on another), all in the same loops so that they share their loads: SIMD with the
   // schedule's number of independent vector accumulators each (dependency chains in flight) for

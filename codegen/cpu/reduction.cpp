@@ -2,6 +2,7 @@
 #include "codegen/cpu/emitter.h"
 
 #include <algorithm>
+#include <limits>
 
 namespace fuse::codegen {
 
@@ -207,10 +208,25 @@ mlir::vector::CombiningKind CpuKernelEmitter::lane_combining_kind(NodeId id) {
   }
 }
 
+// Float max and min in the SIMD loop: `x > acc ? x : acc` (one vmaxps on x86, where the
+// NaN-propagating llvm.maximum costs six instructions on the loop-carried chain), which never
+// takes a NaN, so whether one was seen is kept apart as an OR of `x != x` per chain and applied
+// once after the loop. The result equals the interpreter's (`isnan(x) || x > acc`); only which
+// of two equal zeros wins may differ, as it did with llvm.maximum across lanes.
+bool CpuKernelEmitter::ordered_max_min(NodeId id) {
+  ir::ReduceKind kind = k_.body.node(id).as<ir::ReduceAttrs>().kind;
+  return ir::is_float(accumulator_type(id)) && (kind == ir::ReduceKind::Max || kind == ir::ReduceKind::Min);
+}
+
+mlir::Value CpuKernelEmitter::ordered_pick(NodeId id, mlir::Value acc, mlir::Value x) {
+  bool max = k_.body.node(id).as<ir::ReduceAttrs>().kind == ir::ReduceKind::Max;
+  return select(cmpf(max ? mlir::arith::CmpFPredicate::OGT : mlir::arith::CmpFPredicate::OLT, x, acc), x, acc);
+}
+
 // Elements [from, to) of the row folded into one accumulator per reduction in `ids` (none may
-// depend on another), all in the same loops so that they share their loads: SIMD with two
-// independent vector accumulators each (two dependency chains in flight) for those
-// row_vectorizable(), then one scalar loop for the rest and the SIMD loop's tail.
+// depend on another), all in the same loops so that they share their loads: SIMD with the
+// schedule's number of independent vector accumulators each (dependency chains in flight) for
+// those row_vectorizable(), then one scalar loop for the rest and the SIMD loop's tail.
 std::vector<mlir::Value> CpuKernelEmitter::accumulate(const std::vector<NodeId>& ids, const std::vector<mlir::Value>& kept,
                                     mlir::Value row_base, mlir::Value from, mlir::Value to, int lanes) {
   std::vector<NodeId> vectorized, scalar;
@@ -218,16 +234,24 @@ std::vector<mlir::Value> CpuKernelEmitter::accumulate(const std::vector<NodeId>&
   std::map<NodeId, mlir::Value> result;
   if (!vectorized.empty()) {
     // Independent accumulators per reduction (the schedule's `accumulators`): that many
-    // dependency chains in flight, combined in order after the loop.
+    // dependency chains in flight, combined in order after the loop. Iteration arguments:
+    // each reduction's chains, then a NaN mask per chain of each ordered_max_min() one.
     int chains = std::max(1, k_.schedule.cpu.accumulators);
     int64_t step = static_cast<int64_t>(chains) * lanes;
     mlir::Value vector_end = whole_steps_end(from, to, step);
     std::vector<mlir::Value> init;
     for (NodeId id : vectorized) init.insert(init.end(), chains, accumulator_identity(id, lanes));
+    std::vector<size_t> nan_at(vectorized.size(), 0);  // the first NaN mask's position
+    for (size_t q = 0; q < vectorized.size(); ++q)
+      if (ordered_max_min(vectorized[q])) {
+        nan_at[q] = init.size();
+        init.insert(init.end(), chains, constant(DType::Bool, 0, 0, lanes));
+      }
     auto vector_loop = b_.create<mlir::scf::ForOp>(loc_, from, vector_end, i64(step), init);
     {
       mlir::OpBuilder::InsertionGuard guard(b_);
       b_.setInsertionPointToStart(vector_loop.getBody());
+      auto args = vector_loop.getRegionIterArgs();
       std::vector<mlir::Value> next(init.size());
       for (int c = 0; c < chains; ++c) {
         clear_caches();
@@ -235,7 +259,14 @@ std::vector<mlir::Value> CpuKernelEmitter::accumulate(const std::vector<NodeId>&
         for (size_t q = 0; q < vectorized.size(); ++q) {
           NodeId id = vectorized[q];
           mlir::Value x = to_accumulator(id, row_value(k_.body.node(id).inputs[0], kept, row_base, j, lanes), lanes);
-          next[chains * q + c] = combine(id, vector_loop.getRegionIterArgs()[chains * q + c], x);
+          size_t a = chains * q + c;
+          if (ordered_max_min(id)) {
+            next[a] = ordered_pick(id, args[a], x);
+            size_t m = nan_at[q] + c;
+            next[m] = b_.create<mlir::arith::OrIOp>(loc_, args[m], cmpf(mlir::arith::CmpFPredicate::UNO, x, x));
+          } else {
+            next[a] = combine(id, args[a], x);
+          }
         }
       }
       b_.create<mlir::scf::YieldOp>(loc_, next);
@@ -245,8 +276,24 @@ std::vector<mlir::Value> CpuKernelEmitter::accumulate(const std::vector<NodeId>&
     for (size_t q = 0; q < vectorized.size(); ++q) {
       NodeId id = vectorized[q];
       mlir::Value all = vector_loop.getResult(chains * q);
-      for (int c = 1; c < chains; ++c) all = combine(id, all, vector_loop.getResult(chains * q + c));
-      partial.push_back(b_.create<mlir::vector::ReductionOp>(loc_, lane_combining_kind(id), all));
+      if (!ordered_max_min(id)) {
+        for (int c = 1; c < chains; ++c) all = combine(id, all, vector_loop.getResult(chains * q + c));
+        partial.push_back(b_.create<mlir::vector::ReductionOp>(loc_, lane_combining_kind(id), all));
+        continue;
+      }
+      mlir::Value nan = vector_loop.getResult(nan_at[q]);
+      for (int c = 1; c < chains; ++c) {
+        all = ordered_pick(id, all, vector_loop.getResult(chains * q + c));
+        nan = b_.create<mlir::arith::OrIOp>(loc_, nan, vector_loop.getResult(nan_at[q] + c));
+      }
+      // No lane holds a NaN here, so the horizontal step needs no NaN handling either.
+      bool max = k_.body.node(id).as<ir::ReduceAttrs>().kind == ir::ReduceKind::Max;
+      mlir::Value lanes_folded = b_.create<mlir::vector::ReductionOp>(
+          loc_, max ? mlir::vector::CombiningKind::MAXNUMF : mlir::vector::CombiningKind::MINNUMF, all,
+          mlir::arith::FastMathFlags::nnan);
+      mlir::Value seen = b_.create<mlir::vector::ReductionOp>(loc_, mlir::vector::CombiningKind::OR, nan);
+      DType t = accumulator_type(id);
+      partial.push_back(select(seen, constant(t, std::numeric_limits<double>::quiet_NaN(), 0, 1), lanes_folded));
     }
     std::vector<mlir::Value> tail = accumulate_scalar(vectorized, partial, kept, vector_end, to);
     for (size_t q = 0; q < vectorized.size(); ++q) result[vectorized[q]] = tail[q];
