@@ -369,6 +369,39 @@ TEST_CASE("float max and min with NaN, infinities and signed zeros", "[cpu][redu
   }
 }
 
+// Softmax's last pass over a row stores exp(x - max) into the output's row, and the output
+// loop reads it back (codegen's row_stash): odd widths (the stash stops at whole steps of the
+// SIMD loop, the rest is computed), an output that reads the stashed value and the input,
+// infinities and NaN in rows, and a log-softmax, whose output does not read it.
+TEST_CASE("softmax rows keep exp(x - max) from the sum's pass", "[cpu][reduce]") {
+  constexpr double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+  for (DType t : {DType::F32, DType::F64}) {
+    for (int form = 0; form < 3; ++form) {
+      Graph g;
+      Tensor x = g.input("x", t, {sym("R"), sym("C")});
+      Tensor b = g.input("b", t, {sym("C")});
+      Tensor e = exp(x - max(x, 1, true));
+      Tensor s = sum(e, 1, true);
+      if (form == 0) g.output("y", e / s);
+      if (form == 1) g.output("y", e / s * x + b);
+      if (form == 2) g.output("y", x - max(x, 1, true) - log(s));
+      runtime::Executable exe = compile(g);
+      INFO(ir::print_program(exe.program()));
+      if (form < 2) CHECK(exe.program().kernels.size() == 1);  // one row kernel, which stashes
+      for (auto [r, c] : std::vector<std::pair<int64_t, int64_t>>{
+               {0, 5}, {1, 1}, {1, 7}, {3, 16}, {5, 31}, {7, 33}, {2, 1023}, {3, 4099}, {4, 0}}) {
+        INFO(ir::dtype_name(t) << ", form " << form << ", R = " << r << ", C = " << c);
+        ir::TensorMap inputs = inputs_of(g.ir(), {{"R", r}, {"C", c}}, 9);
+        if (r >= 3 && c >= 3) {
+          inputs["x"].set_f64(c + c / 2, inf);  // row 1: inf - inf is NaN, as in the interpreter
+          inputs["x"].set_f64(2 * c + c - 1, nan);
+        }
+        CHECK(testing::compare_outputs(ir::interpret(g.ir(), inputs), exe.run(inputs), 1e-5, 1e-6) == "");
+      }
+    }
+  }
+}
+
 TEST_CASE("reductions of transposed, permuted, reshaped and broadcast inputs", "[cpu][reduce][views]") {
   Graph g;
   Tensor x = g.input("x", DType::F32, {sym("N"), sym("M")});

@@ -133,8 +133,17 @@ class CpuKernelEmitter : public KernelEmitterBase {
   // depend on another), all in the same loops so that they share their loads: SIMD with the
   // schedule's number of independent vector accumulators each (dependency chains in flight) for
   // those row_vectorizable(), then one scalar loop for the rest and the SIMD loop's tail.
+  // A `stash` (row_stash()) is stored into its output's row by the SIMD loop, over [from, end).
+  struct RowStash {
+    NodeId node = -1;
+    int output = -1;
+    mlir::Value end;
+  };
   std::vector<mlir::Value> accumulate(const std::vector<NodeId>& ids, const std::vector<mlir::Value>& kept,
-                                      mlir::Value row_base, mlir::Value from, mlir::Value to, int lanes);
+                                      mlir::Value row_base, mlir::Value from, mlir::Value to, int lanes,
+                                      RowStash* stash = nullptr);
+  bool reads_elementwise(NodeId id, NodeId source);
+  RowStash row_stash(const std::vector<NodeId>& last_group, int lanes);
   // One element at a time, each element's index taken apart into the reduced dims.
   std::vector<mlir::Value> accumulate_scalar(const std::vector<NodeId>& ids, const std::vector<mlir::Value>& init,
                                              const std::vector<mlir::Value>& kept, mlir::Value from, mlir::Value to);

@@ -75,21 +75,23 @@ void CpuKernelEmitter::emit_reduction_row(mlir::Value row) {
   mlir::Value vector_end = mul(div(dim(row_length), i64(lanes)), i64(lanes));
   // Reductions in groups that read the row once each: a group ends where a reduction needs an
   // earlier one's result (softmax's sum needs its max).
-  std::vector<NodeId> group;
-  auto flush = [&] {
-    std::vector<mlir::Value> accs = accumulate(group, kept, row_base, i64(0), dim(row_length), lanes);
-    for (size_t q = 0; q < group.size(); ++q) reduced_[group[q]] = finish(group[q], accs[q], row_length);
-    group.clear();
-  };
+  std::vector<std::vector<NodeId>> groups(1);
   for (NodeId id : reduce_nodes()) {
-    for (NodeId earlier : group)
+    for (NodeId earlier : groups.back())
       if (access_.depends_on(id, earlier)) {
-        flush();
+        groups.emplace_back();
         break;
       }
-    group.push_back(id);
+    groups.back().push_back(id);
   }
-  if (!group.empty()) flush();
+  RowStash stash = row_stash(groups.back(), lanes);
+  for (size_t g = 0; g < groups.size(); ++g) {
+    if (groups[g].empty()) continue;
+    bool last = g + 1 == groups.size();
+    std::vector<mlir::Value> accs =
+        accumulate(groups[g], kept, row_base, i64(0), dim(row_length), lanes, last && stash.node >= 0 ? &stash : nullptr);
+    for (size_t q = 0; q < groups[g].size(); ++q) reduced_[groups[g][q]] = finish(groups[g][q], accs[q], row_length);
+  }
   for (size_t o = 0; o < k_.body.outputs.size(); ++o) {
     const Node& n = k_.body.node(k_.body.outputs[o].node);
     NodeId out = k_.body.outputs[o].node;
@@ -97,7 +99,16 @@ void CpuKernelEmitter::emit_reduction_row(mlir::Value row) {
       // SIMD over the row where its values allow, then scalar for the rest (the tail).
       mlir::Value scalar_from = i64(0);
       if (row_access(out) == RowAccess::Contiguous && ir::trailing_axes(k_)) {
-        loop(i64(0), vector_end, lanes, [&](mlir::Value j) {
+        mlir::Value computed_from = i64(0);
+        if (stash.node >= 0 && static_cast<int>(o) == stash.output) {
+          // The stashed value read back from the output's row (still in cache), not recomputed.
+          loop(i64(0), stash.end, lanes, [&](mlir::Value j) {
+            row_cache_[stash.node] = load(output_slot_[o], n.dtype, add(row_base, j), lanes);
+            store(output_slot_[o], n.dtype, add(row_base, j), row_value(out, kept, row_base, j, lanes), lanes);
+          });
+          computed_from = stash.end;
+        }
+        loop(computed_from, vector_end, lanes, [&](mlir::Value j) {
           store(output_slot_[o], n.dtype, add(row_base, j), row_value(out, kept, row_base, j, lanes), lanes);
         });
         scalar_from = vector_end;
@@ -120,6 +131,46 @@ void CpuKernelEmitter::emit_reduction_row(mlir::Value row) {
     // A reduced-space output: element `row` (cpu_compiles() keeps rows in order up to here).
     store(output_slot_[o], n.dtype, row, general_value(out, delinearize(row, n.shape)), 1);
   }
+}
+
+// Whether `id`'s value at an element reads `source` at that element: a path of inputs from
+// `id` to `source` that passes through no reduction.
+bool CpuKernelEmitter::reads_elementwise(NodeId id, NodeId source) {
+  if (id == source) return true;
+  const Node& n = k_.body.node(id);
+  if (n.kind == OpKind::Reduce) return false;
+  for (NodeId in : n.inputs)
+    if (reads_elementwise(in, source)) return true;
+  return false;
+}
+
+// The stash of a row kernel whose only full-space output reads, element by element, the input
+// of a SIMD reduction in the last pass over the row (softmax's exp(x - max), read by
+// e / sum(e)): that pass also stores the value into the output's row, where the output loop
+// reads it back from cache instead of computing it again (one exp per element, not two).
+CpuKernelEmitter::RowStash CpuKernelEmitter::row_stash(const std::vector<NodeId>& last_group, int lanes) {
+  RowStash stash;
+  if (lanes < 2 || !ir::trailing_axes(k_)) return stash;
+  int output = -1;
+  for (size_t o = 0; o < k_.body.outputs.size(); ++o)
+    if (k_.body.node(k_.body.outputs[o].node).shape == k_.space) {
+      if (output >= 0) return stash;
+      output = static_cast<int>(o);
+    }
+  if (output < 0) return stash;
+  NodeId out = k_.body.outputs[output].node;
+  if (row_access(out) != RowAccess::Contiguous) return stash;
+  for (NodeId id : last_group) {
+    NodeId source = k_.body.node(id).inputs[0];
+    const Node& s = k_.body.node(source);
+    if (row_vectorizable(id) && s.kind == OpKind::Elementwise && s.dtype == k_.body.node(out).dtype && source != out &&
+        reads_elementwise(out, source)) {
+      stash.node = source;
+      stash.output = output;
+      return stash;
+    }
+  }
+  return stash;
 }
 
 CpuKernelEmitter::RowAccess CpuKernelEmitter::row_access(NodeId id) {
@@ -228,7 +279,7 @@ mlir::Value CpuKernelEmitter::ordered_pick(NodeId id, mlir::Value acc, mlir::Val
 // schedule's number of independent vector accumulators each (dependency chains in flight) for
 // those row_vectorizable(), then one scalar loop for the rest and the SIMD loop's tail.
 std::vector<mlir::Value> CpuKernelEmitter::accumulate(const std::vector<NodeId>& ids, const std::vector<mlir::Value>& kept,
-                                    mlir::Value row_base, mlir::Value from, mlir::Value to, int lanes) {
+                                    mlir::Value row_base, mlir::Value from, mlir::Value to, int lanes, RowStash* stash) {
   std::vector<NodeId> vectorized, scalar;
   for (NodeId id : ids) (lanes > 1 && row_vectorizable(id) ? vectorized : scalar).push_back(id);
   std::map<NodeId, mlir::Value> result;
@@ -239,6 +290,7 @@ std::vector<mlir::Value> CpuKernelEmitter::accumulate(const std::vector<NodeId>&
     int chains = std::max(1, k_.schedule.cpu.accumulators);
     int64_t step = static_cast<int64_t>(chains) * lanes;
     mlir::Value vector_end = whole_steps_end(from, to, step);
+    if (stash) stash->end = vector_end;
     std::vector<mlir::Value> init;
     for (NodeId id : vectorized) init.insert(init.end(), chains, accumulator_identity(id, lanes));
     std::vector<size_t> nan_at(vectorized.size(), 0);  // the first NaN mask's position
@@ -267,6 +319,10 @@ std::vector<mlir::Value> CpuKernelEmitter::accumulate(const std::vector<NodeId>&
           } else {
             next[a] = combine(id, args[a], x);
           }
+        }
+        if (stash) {
+          DType t = k_.body.node(stash->node).dtype;
+          store(output_slot_[stash->output], t, add(row_base, j), row_value(stash->node, kept, row_base, j, lanes), lanes);
         }
       }
       b_.create<mlir::scf::YieldOp>(loc_, next);
