@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <set>
 
 namespace fuse::codegen {
 
@@ -134,13 +135,19 @@ void CpuKernelEmitter::emit_reduction_row(mlir::Value row) {
 }
 
 // Whether `id`'s value at an element reads `source` at that element: a path of inputs from
-// `id` to `source` that passes through no reduction.
+// `id` to `source` that passes through no reduction (each node visited once).
 bool CpuKernelEmitter::reads_elementwise(NodeId id, NodeId source) {
-  if (id == source) return true;
-  const Node& n = k_.body.node(id);
-  if (n.kind == OpKind::Reduce) return false;
-  for (NodeId in : n.inputs)
-    if (reads_elementwise(in, source)) return true;
+  std::vector<NodeId> pending{id};
+  std::set<NodeId> seen{id};
+  while (!pending.empty()) {
+    NodeId at = pending.back();
+    pending.pop_back();
+    if (at == source) return true;
+    const Node& n = k_.body.node(at);
+    if (n.kind == OpKind::Reduce) continue;
+    for (NodeId in : n.inputs)
+      if (seen.insert(in).second) pending.push_back(in);
+  }
   return false;
 }
 
