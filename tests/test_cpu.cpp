@@ -4,8 +4,10 @@
 #include <catch2/catch.hpp>
 
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <iostream>
+#include <limits>
 
 #include "codegen/cpu_codegen.h"
 #include "frontends/compile.h"
@@ -317,6 +319,86 @@ TEST_CASE("reductions and row-wise kernels at 0 and 1 rows or columns, odd and l
     if (t == DType::F32) bindings.push_back({{"R", 1}, {"C", 1000003}});  // one long row (once: the interpreter is slow)
     INFO(ir::dtype_name(t));
     check_against_interpreter(g, bindings, 1e-5, 1e-6);
+  }
+}
+
+// Float max and min fold `x > acc ? x : acc` in their SIMD loops and track NaN apart (codegen's
+// ordered_max_min): NaN anywhere (first, middle, last: the scalar tail), infinities, all -inf or
+// +inf (the identities), and signed zeros, in full reductions (split over chunks), row
+// reductions and a row reduction of a broadcast sum, at sizes around the vector width.
+TEST_CASE("float max and min with NaN, infinities and signed zeros", "[cpu][reduce]") {
+  constexpr double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+  constexpr int kPatterns = 8;
+  // Element i of n under pattern p; v is a finite value in [-1, 1).
+  auto special = [&](int p, int64_t i, int64_t n, double v) {
+    switch (p) {
+      case 1: return i == (n * 5) / 7 ? nan : v;
+      case 2: return i == n / 3 ? inf : i == n / 2 ? -inf : v;
+      case 3: return -inf;
+      case 4: return inf;
+      case 5: return i % 3 == 0 ? -0.0 : i % 3 == 1 ? 0.0 : -std::fabs(v) - 1;  // max: a zero
+      case 6: return i % 3 == 1 ? -0.0 : i % 3 == 0 ? 0.0 : std::fabs(v) + 1;   // min: a zero
+      case 7: return i == 0 || i == n - 1 ? nan : v;
+      default: return v;
+    }
+  };
+  for (DType t : {DType::F32, DType::F64}) {
+    Graph g;
+    Tensor x = g.input("x", t, {8, sym("C")});
+    Tensor b = g.input("b", t, {sym("C")});
+    Tensor y = g.input("y", t, {sym("C")});
+    g.output("max", max(y));
+    g.output("min", min(y));
+    g.output("row_max", max(x, 1));
+    g.output("row_min", min(x, -1, true));
+    g.output("row_max_broadcast", max(x + b, 1));
+    runtime::Executable exe = compile(g);
+    INFO(ir::print_program(exe.program()));
+    for (int64_t c : {1, 7, 16, 33, 1023, 4099}) {
+      for (int p = 0; p < kPatterns; ++p) {
+        INFO(ir::dtype_name(t) << ", C = " << c << ", pattern " << p);
+        ir::TensorMap inputs = inputs_of(g.ir(), {{"C", c}}, 3);
+        for (int64_t i = 0; i < c; ++i) {
+          inputs["y"].set_f64(i, special(p, i, c, inputs["y"].get_f64(i)));
+          for (int64_t r = 0; r < 8; ++r)
+            inputs["x"].set_f64(r * c + i, special((p + r) % kPatterns, i, c, inputs["x"].get_f64(r * c + i)));
+        }
+        CHECK(testing::compare_outputs(ir::interpret(g.ir(), inputs), exe.run(inputs), 0, 0) == "");
+      }
+    }
+  }
+}
+
+// Softmax's last pass over a row stores exp(x - max) into the output's row, and the output
+// loop reads it back (codegen's row_stash): odd widths (the stash stops at whole steps of the
+// SIMD loop, the rest is computed), an output that reads the stashed value and the input,
+// infinities and NaN in rows, and a log-softmax, whose output does not read it.
+TEST_CASE("softmax rows keep exp(x - max) from the sum's pass", "[cpu][reduce]") {
+  constexpr double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+  for (DType t : {DType::F32, DType::F64}) {
+    for (int form = 0; form < 3; ++form) {
+      Graph g;
+      Tensor x = g.input("x", t, {sym("R"), sym("C")});
+      Tensor b = g.input("b", t, {sym("C")});
+      Tensor e = exp(x - max(x, 1, true));
+      Tensor s = sum(e, 1, true);
+      if (form == 0) g.output("y", e / s);
+      if (form == 1) g.output("y", e / s * x + b);
+      if (form == 2) g.output("y", x - max(x, 1, true) - log(s));
+      runtime::Executable exe = compile(g);
+      INFO(ir::print_program(exe.program()));
+      if (form < 2) CHECK(exe.program().kernels.size() == 1);  // one row kernel, which stashes
+      for (auto [r, c] : std::vector<std::pair<int64_t, int64_t>>{
+               {0, 5}, {1, 1}, {1, 7}, {3, 16}, {5, 31}, {7, 33}, {2, 1023}, {3, 4099}, {4, 0}}) {
+        INFO(ir::dtype_name(t) << ", form " << form << ", R = " << r << ", C = " << c);
+        ir::TensorMap inputs = inputs_of(g.ir(), {{"R", r}, {"C", c}}, 9);
+        if (r >= 3 && c >= 3) {
+          inputs["x"].set_f64(c + c / 2, inf);  // row 1: inf - inf is NaN, as in the interpreter
+          inputs["x"].set_f64(2 * c + c - 1, nan);
+        }
+        CHECK(testing::compare_outputs(ir::interpret(g.ir(), inputs), exe.run(inputs), 1e-5, 1e-6) == "");
+      }
+    }
   }
 }
 

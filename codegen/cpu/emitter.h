@@ -126,12 +126,24 @@ class CpuKernelEmitter : public KernelEmitterBase {
   mlir::Value row_value(NodeId id, const std::vector<mlir::Value>& kept, mlir::Value row_base, mlir::Value j, int lanes);
   // The horizontal (across lanes) form of a reduction's combine.
   mlir::vector::CombiningKind lane_combining_kind(NodeId id);
+  // Float max/min, folded in the SIMD loop as `x > acc ? x : acc` (or <) with NaN kept apart.
+  bool ordered_max_min(NodeId id);
+  mlir::Value ordered_pick(NodeId id, mlir::Value acc, mlir::Value x);
   // Elements [from, to) of the row folded into one accumulator per reduction in `ids` (none may
   // depend on another), all in the same loops so that they share their loads: SIMD with the
   // schedule's number of independent vector accumulators each (dependency chains in flight) for
   // those row_vectorizable(), then one scalar loop for the rest and the SIMD loop's tail.
+  // A `stash` (row_stash()) is stored into its output's row by the SIMD loop, over [from, end).
+  struct RowStash {
+    NodeId node = -1;
+    int output = -1;
+    mlir::Value end;
+  };
   std::vector<mlir::Value> accumulate(const std::vector<NodeId>& ids, const std::vector<mlir::Value>& kept,
-                                      mlir::Value row_base, mlir::Value from, mlir::Value to, int lanes);
+                                      mlir::Value row_base, mlir::Value from, mlir::Value to, int lanes,
+                                      RowStash* stash = nullptr);
+  bool reads_elementwise(NodeId id, NodeId source);
+  RowStash row_stash(const std::vector<NodeId>& last_group, int lanes);
   // One element at a time, each element's index taken apart into the reduced dims.
   std::vector<mlir::Value> accumulate_scalar(const std::vector<NodeId>& ids, const std::vector<mlir::Value>& init,
                                              const std::vector<mlir::Value>& kept, mlir::Value from, mlir::Value to);

@@ -2,6 +2,8 @@
 #include "codegen/cpu/emitter.h"
 
 #include <algorithm>
+#include <limits>
+#include <set>
 
 namespace fuse::codegen {
 
@@ -74,21 +76,23 @@ void CpuKernelEmitter::emit_reduction_row(mlir::Value row) {
   mlir::Value vector_end = mul(div(dim(row_length), i64(lanes)), i64(lanes));
   // Reductions in groups that read the row once each: a group ends where a reduction needs an
   // earlier one's result (softmax's sum needs its max).
-  std::vector<NodeId> group;
-  auto flush = [&] {
-    std::vector<mlir::Value> accs = accumulate(group, kept, row_base, i64(0), dim(row_length), lanes);
-    for (size_t q = 0; q < group.size(); ++q) reduced_[group[q]] = finish(group[q], accs[q], row_length);
-    group.clear();
-  };
+  std::vector<std::vector<NodeId>> groups(1);
   for (NodeId id : reduce_nodes()) {
-    for (NodeId earlier : group)
+    for (NodeId earlier : groups.back())
       if (access_.depends_on(id, earlier)) {
-        flush();
+        groups.emplace_back();
         break;
       }
-    group.push_back(id);
+    groups.back().push_back(id);
   }
-  if (!group.empty()) flush();
+  RowStash stash = row_stash(groups.back(), lanes);
+  for (size_t g = 0; g < groups.size(); ++g) {
+    if (groups[g].empty()) continue;
+    bool last = g + 1 == groups.size();
+    std::vector<mlir::Value> accs =
+        accumulate(groups[g], kept, row_base, i64(0), dim(row_length), lanes, last && stash.node >= 0 ? &stash : nullptr);
+    for (size_t q = 0; q < groups[g].size(); ++q) reduced_[groups[g][q]] = finish(groups[g][q], accs[q], row_length);
+  }
   for (size_t o = 0; o < k_.body.outputs.size(); ++o) {
     const Node& n = k_.body.node(k_.body.outputs[o].node);
     NodeId out = k_.body.outputs[o].node;
@@ -96,7 +100,16 @@ void CpuKernelEmitter::emit_reduction_row(mlir::Value row) {
       // SIMD over the row where its values allow, then scalar for the rest (the tail).
       mlir::Value scalar_from = i64(0);
       if (row_access(out) == RowAccess::Contiguous && ir::trailing_axes(k_)) {
-        loop(i64(0), vector_end, lanes, [&](mlir::Value j) {
+        mlir::Value computed_from = i64(0);
+        if (stash.node >= 0 && static_cast<int>(o) == stash.output) {
+          // The stashed value read back from the output's row (still in cache), not recomputed.
+          loop(i64(0), stash.end, lanes, [&](mlir::Value j) {
+            row_cache_[stash.node] = load(output_slot_[o], n.dtype, add(row_base, j), lanes);
+            store(output_slot_[o], n.dtype, add(row_base, j), row_value(out, kept, row_base, j, lanes), lanes);
+          });
+          computed_from = stash.end;
+        }
+        loop(computed_from, vector_end, lanes, [&](mlir::Value j) {
           store(output_slot_[o], n.dtype, add(row_base, j), row_value(out, kept, row_base, j, lanes), lanes);
         });
         scalar_from = vector_end;
@@ -119,6 +132,52 @@ void CpuKernelEmitter::emit_reduction_row(mlir::Value row) {
     // A reduced-space output: element `row` (cpu_compiles() keeps rows in order up to here).
     store(output_slot_[o], n.dtype, row, general_value(out, delinearize(row, n.shape)), 1);
   }
+}
+
+// Whether `id`'s value at an element reads `source` at that element: a path of inputs from
+// `id` to `source` that passes through no reduction (each node visited once).
+bool CpuKernelEmitter::reads_elementwise(NodeId id, NodeId source) {
+  std::vector<NodeId> pending{id};
+  std::set<NodeId> seen{id};
+  while (!pending.empty()) {
+    NodeId at = pending.back();
+    pending.pop_back();
+    if (at == source) return true;
+    const Node& n = k_.body.node(at);
+    if (n.kind == OpKind::Reduce) continue;
+    for (NodeId in : n.inputs)
+      if (seen.insert(in).second) pending.push_back(in);
+  }
+  return false;
+}
+
+// The stash of a row kernel whose only full-space output reads, element by element, the input
+// of a SIMD reduction in the last pass over the row (softmax's exp(x - max), read by
+// e / sum(e)): that pass also stores the value into the output's row, where the output loop
+// reads it back from cache instead of computing it again (one exp per element, not two).
+CpuKernelEmitter::RowStash CpuKernelEmitter::row_stash(const std::vector<NodeId>& last_group, int lanes) {
+  RowStash stash;
+  if (lanes < 2 || !ir::trailing_axes(k_)) return stash;
+  int output = -1;
+  for (size_t o = 0; o < k_.body.outputs.size(); ++o)
+    if (k_.body.node(k_.body.outputs[o].node).shape == k_.space) {
+      if (output >= 0) return stash;
+      output = static_cast<int>(o);
+    }
+  if (output < 0) return stash;
+  NodeId out = k_.body.outputs[output].node;
+  if (row_access(out) != RowAccess::Contiguous) return stash;
+  for (NodeId id : last_group) {
+    NodeId source = k_.body.node(id).inputs[0];
+    const Node& s = k_.body.node(source);
+    if (row_vectorizable(id) && s.kind == OpKind::Elementwise && s.dtype == k_.body.node(out).dtype && source != out &&
+        reads_elementwise(out, source)) {
+      stash.node = source;
+      stash.output = output;
+      return stash;
+    }
+  }
+  return stash;
 }
 
 CpuKernelEmitter::RowAccess CpuKernelEmitter::row_access(NodeId id) {
@@ -207,27 +266,51 @@ mlir::vector::CombiningKind CpuKernelEmitter::lane_combining_kind(NodeId id) {
   }
 }
 
+// Float max and min in the SIMD loop: `x > acc ? x : acc` (one vmaxps on x86, where the
+// NaN-propagating llvm.maximum costs six instructions on the loop-carried chain), which never
+// takes a NaN, so whether one was seen is kept apart as an OR of `x != x` per chain and applied
+// once after the loop. The result equals the interpreter's (`isnan(x) || x > acc`); only which
+// of two equal zeros wins may differ, as it did with llvm.maximum across lanes.
+bool CpuKernelEmitter::ordered_max_min(NodeId id) {
+  ir::ReduceKind kind = k_.body.node(id).as<ir::ReduceAttrs>().kind;
+  return ir::is_float(accumulator_type(id)) && (kind == ir::ReduceKind::Max || kind == ir::ReduceKind::Min);
+}
+
+mlir::Value CpuKernelEmitter::ordered_pick(NodeId id, mlir::Value acc, mlir::Value x) {
+  bool max = k_.body.node(id).as<ir::ReduceAttrs>().kind == ir::ReduceKind::Max;
+  return select(cmpf(max ? mlir::arith::CmpFPredicate::OGT : mlir::arith::CmpFPredicate::OLT, x, acc), x, acc);
+}
+
 // Elements [from, to) of the row folded into one accumulator per reduction in `ids` (none may
-// depend on another), all in the same loops so that they share their loads: SIMD with two
-// independent vector accumulators each (two dependency chains in flight) for those
-// row_vectorizable(), then one scalar loop for the rest and the SIMD loop's tail.
+// depend on another), all in the same loops so that they share their loads: SIMD with the
+// schedule's number of independent vector accumulators each (dependency chains in flight) for
+// those row_vectorizable(), then one scalar loop for the rest and the SIMD loop's tail.
 std::vector<mlir::Value> CpuKernelEmitter::accumulate(const std::vector<NodeId>& ids, const std::vector<mlir::Value>& kept,
-                                    mlir::Value row_base, mlir::Value from, mlir::Value to, int lanes) {
+                                    mlir::Value row_base, mlir::Value from, mlir::Value to, int lanes, RowStash* stash) {
   std::vector<NodeId> vectorized, scalar;
   for (NodeId id : ids) (lanes > 1 && row_vectorizable(id) ? vectorized : scalar).push_back(id);
   std::map<NodeId, mlir::Value> result;
   if (!vectorized.empty()) {
     // Independent accumulators per reduction (the schedule's `accumulators`): that many
-    // dependency chains in flight, combined in order after the loop.
+    // dependency chains in flight, combined in order after the loop. Iteration arguments:
+    // each reduction's chains, then a NaN mask per chain of each ordered_max_min() one.
     int chains = std::max(1, k_.schedule.cpu.accumulators);
     int64_t step = static_cast<int64_t>(chains) * lanes;
     mlir::Value vector_end = whole_steps_end(from, to, step);
+    if (stash) stash->end = vector_end;
     std::vector<mlir::Value> init;
     for (NodeId id : vectorized) init.insert(init.end(), chains, accumulator_identity(id, lanes));
+    std::vector<size_t> nan_at(vectorized.size(), 0);  // the first NaN mask's position
+    for (size_t q = 0; q < vectorized.size(); ++q)
+      if (ordered_max_min(vectorized[q])) {
+        nan_at[q] = init.size();
+        init.insert(init.end(), chains, constant(DType::Bool, 0, 0, lanes));
+      }
     auto vector_loop = b_.create<mlir::scf::ForOp>(loc_, from, vector_end, i64(step), init);
     {
       mlir::OpBuilder::InsertionGuard guard(b_);
       b_.setInsertionPointToStart(vector_loop.getBody());
+      auto args = vector_loop.getRegionIterArgs();
       std::vector<mlir::Value> next(init.size());
       for (int c = 0; c < chains; ++c) {
         clear_caches();
@@ -235,7 +318,18 @@ std::vector<mlir::Value> CpuKernelEmitter::accumulate(const std::vector<NodeId>&
         for (size_t q = 0; q < vectorized.size(); ++q) {
           NodeId id = vectorized[q];
           mlir::Value x = to_accumulator(id, row_value(k_.body.node(id).inputs[0], kept, row_base, j, lanes), lanes);
-          next[chains * q + c] = combine(id, vector_loop.getRegionIterArgs()[chains * q + c], x);
+          size_t a = chains * q + c;
+          if (ordered_max_min(id)) {
+            next[a] = ordered_pick(id, args[a], x);
+            size_t m = nan_at[q] + c;
+            next[m] = b_.create<mlir::arith::OrIOp>(loc_, args[m], cmpf(mlir::arith::CmpFPredicate::UNO, x, x));
+          } else {
+            next[a] = combine(id, args[a], x);
+          }
+        }
+        if (stash) {
+          DType t = k_.body.node(stash->node).dtype;
+          store(output_slot_[stash->output], t, add(row_base, j), row_value(stash->node, kept, row_base, j, lanes), lanes);
         }
       }
       b_.create<mlir::scf::YieldOp>(loc_, next);
@@ -245,8 +339,24 @@ std::vector<mlir::Value> CpuKernelEmitter::accumulate(const std::vector<NodeId>&
     for (size_t q = 0; q < vectorized.size(); ++q) {
       NodeId id = vectorized[q];
       mlir::Value all = vector_loop.getResult(chains * q);
-      for (int c = 1; c < chains; ++c) all = combine(id, all, vector_loop.getResult(chains * q + c));
-      partial.push_back(b_.create<mlir::vector::ReductionOp>(loc_, lane_combining_kind(id), all));
+      if (!ordered_max_min(id)) {
+        for (int c = 1; c < chains; ++c) all = combine(id, all, vector_loop.getResult(chains * q + c));
+        partial.push_back(b_.create<mlir::vector::ReductionOp>(loc_, lane_combining_kind(id), all));
+        continue;
+      }
+      mlir::Value nan = vector_loop.getResult(nan_at[q]);
+      for (int c = 1; c < chains; ++c) {
+        all = ordered_pick(id, all, vector_loop.getResult(chains * q + c));
+        nan = b_.create<mlir::arith::OrIOp>(loc_, nan, vector_loop.getResult(nan_at[q] + c));
+      }
+      // No lane holds a NaN here, so the horizontal step needs no NaN handling either.
+      bool max = k_.body.node(id).as<ir::ReduceAttrs>().kind == ir::ReduceKind::Max;
+      mlir::Value lanes_folded = b_.create<mlir::vector::ReductionOp>(
+          loc_, max ? mlir::vector::CombiningKind::MAXNUMF : mlir::vector::CombiningKind::MINNUMF, all,
+          mlir::arith::FastMathFlags::nnan);
+      mlir::Value seen = b_.create<mlir::vector::ReductionOp>(loc_, mlir::vector::CombiningKind::OR, nan);
+      DType t = accumulator_type(id);
+      partial.push_back(select(seen, constant(t, std::numeric_limits<double>::quiet_NaN(), 0, 1), lanes_folded));
     }
     std::vector<mlir::Value> tail = accumulate_scalar(vectorized, partial, kept, vector_end, to);
     for (size_t q = 0; q < vectorized.size(); ++q) result[vectorized[q]] = tail[q];
