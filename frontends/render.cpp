@@ -20,9 +20,13 @@ int collect_message(char* message) {
   return 0;
 }
 
-struct ContextDeleter {
-  void operator()(GVC_t* gvc) const { gvFreeContext(gvc); }
-};
+// One Graphviz context for the process, made on first use and never freed: Graphviz caches
+// text-size estimates in globals keyed by strings its context owns, so a freed context leaves
+// them dangling for the next one (AddressSanitizer caught the use after free on a second render).
+GVC_t* graphviz_context() {
+  static GVC_t* context = gvContext();
+  return context;
+}
 struct GraphDeleter {
   void operator()(Agraph_t* g) const { agclose(g); }
 };
@@ -43,17 +47,17 @@ std::string render_dot(const std::string& dot, const std::string& format) {
   std::lock_guard<std::mutex> lock(graphviz_mutex);
   graphviz_messages.clear();
   agseterrf(collect_message);
-  std::unique_ptr<GVC_t, ContextDeleter> gvc(gvContext());
+  GVC_t* gvc = graphviz_context();
   if (!gvc) fail("cannot create a context");
   std::unique_ptr<Agraph_t, GraphDeleter> graph(agmemread(dot.c_str()));
   if (!graph) fail("cannot parse the dot text");
-  if (gvLayout(gvc.get(), graph.get(), "dot") != 0) fail("layout failed");
+  if (gvLayout(gvc, graph.get(), "dot") != 0) fail("layout failed");
   char* data = nullptr;
   unsigned int length = 0;
-  int status = gvRenderData(gvc.get(), graph.get(), format.c_str(), &data, &length);
+  int status = gvRenderData(gvc, graph.get(), format.c_str(), &data, &length);
   std::string image = status == 0 && data ? std::string(data, length) : "";
   gvFreeRenderData(data);
-  gvFreeLayout(gvc.get(), graph.get());
+  gvFreeLayout(gvc, graph.get());
   if (status != 0) fail("cannot render " + format);
   return image;
 }

@@ -102,8 +102,11 @@ Dim num_elements(const Shape& s) {
 }
 
 int64_t num_elements(const ConcreteShape& s) {
+  // A zero dim makes an empty array whatever the others are; otherwise the product must fit.
+  if (std::find(s.begin(), s.end(), 0) != s.end()) return 0;
   int64_t n = 1;
-  for (int64_t d : s) n *= d;
+  for (int64_t d : s)
+    if (__builtin_mul_overflow(n, d, &n)) throw Error("shape " + shape_str(s) + " has more elements than 64 bits count");
   return n;
 }
 
