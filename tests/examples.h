@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <string>
 #include <vector>
 
 #include "frontends/expr/compile.h"
@@ -31,6 +32,13 @@ inline ir::Graph compile_example(const std::filesystem::path& path) {
   INFO(expr::format_diagnostics(r.errors, source.str()));
   REQUIRE(r.graph);
   return std::move(*r.graph);
+}
+
+/// "N=7, M=5" (or "no symbols"): the sizes a case ran at, for INFO messages.
+inline std::string sizes_str(const ir::SymbolBindings& sizes) {
+  std::string s;
+  for (const auto& [name, size] : sizes) s += (s.empty() ? "" : ", ") + name + "=" + std::to_string(size);
+  return s.empty() ? "no symbols" : s;
 }
 
 }  // namespace fuse::testing

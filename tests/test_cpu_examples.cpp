@@ -56,11 +56,7 @@ std::vector<ir::SymbolBindings> size_sets(const ir::Graph& g) {
   return sets;
 }
 
-std::string sizes_str(const ir::SymbolBindings& sizes) {
-  std::string s;
-  for (const auto& [name, size] : sizes) s += (s.empty() ? "" : ", ") + name + "=" + std::to_string(size);
-  return s.empty() ? "no symbols" : s;
-}
+using testing::sizes_str;
 
 /// Runs `exe` against the interpreter on `g` at every size set, each with its own random inputs.
 void check_against_interpreter(const ir::Graph& g, runtime::Executable& exe, const std::string& what) {

@@ -54,11 +54,7 @@ std::vector<ir::SymbolBindings> size_sets(const ir::Graph& g) {
   return sets;
 }
 
-std::string sizes_str(const ir::SymbolBindings& sizes) {
-  std::string s;
-  for (const auto& [name, size] : sizes) s += (s.empty() ? "" : ", ") + name + "=" + std::to_string(size);
-  return s.empty() ? "no symbols" : s;
-}
+using testing::sizes_str;
 
 /// Runs `g` on the simulator at every size set and compares with the interpreter.
 void check_graph(const ir::Graph& g, const std::string& what, bool every_size = true) {
