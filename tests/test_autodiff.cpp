@@ -1,0 +1,357 @@
+// Reverse-mode autodiff (passes/autodiff.h): every rule against central finite differences in
+// f64 on the reference interpreter, higher order, the seed workloads against hand-derived
+// gradients, compiled code against the interpreter, and the kernel counts of backward graphs.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <functional>
+#include <random>
+
+#include "frontends/api.h"
+#include "ir/interpreter.h"
+#include "passes/autodiff.h"
+
+using namespace fuse;
+using ir::TensorMap;
+
+namespace {
+
+/// f64 values uniform in [lo, hi], with a random sign when `signed_away_from_zero` (then |v| in
+/// [lo, hi]: points away from the kinks at 0).
+ir::HostArray random_array(ir::ConcreteShape shape, double lo, double hi, uint32_t seed,
+                           bool signed_away_from_zero = false) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<double> u(lo, hi);
+  ir::HostArray a(DType::F64, std::move(shape));
+  for (int64_t i = 0; i < a.size(); ++i) {
+    double v = u(rng);
+    if (signed_away_from_zero && (rng() & 1)) v = -v;
+    a.set_f64(i, v);
+  }
+  return a;
+}
+
+const ir::GraphOutput& find_output(const ir::Graph& g, const std::string& name) {
+  for (const ir::GraphOutput& o : g.outputs)
+    if (o.name == name) return o;
+  FAIL("no output " << name);
+  return g.outputs[0];
+}
+
+/// sum(y * dy) of output "y" of `g` on `inputs`.
+double weighted_sum(const ir::Graph& g, const TensorMap& inputs, const ir::HostArray& dy) {
+  ir::HostArray y = ir::interpret(g, inputs).at("y");
+  double s = 0;
+  for (int64_t i = 0; i < y.size(); ++i) s += y.get_f64(i) * dy.get_f64(i);
+  return s;
+}
+
+/// Checks the VJP of output "y" with respect to each input in `wrt` against central finite
+/// differences of sum(y * dy) for a random dy, element by element. Returns the gradients.
+TensorMap check_vjp(const ir::Graph& g, const TensorMap& inputs, const std::vector<std::string>& wrt,
+                    double tolerance = 1e-6, double h = 1e-5) {
+  ir::HostArray y = ir::interpret(g, inputs).at("y");
+  ir::HostArray dy = random_array(y.shape, -1, 1, 99).cast(y.dtype);
+  ir::Graph with_dy = g;
+  const ir::Node& y_node = g.node(find_output(g, "y").node);
+  ir::add_input(with_dy, "dy", y_node.dtype, y_node.shape);
+  ir::Graph gg = passes::grad(with_dy, "y", wrt, {.cotangent = "dy"});
+  TensorMap all = inputs;
+  all["dy"] = dy;
+  TensorMap got = ir::interpret(gg, all);
+  for (const std::string& name : wrt) {
+    const ir::HostArray& grad = got.at("grad_" + name);
+    REQUIRE(grad.dtype == inputs.at(name).dtype);
+    REQUIRE(grad.shape == inputs.at(name).shape);
+    for (int64_t i = 0; i < grad.size(); ++i) {
+      TensorMap plus = inputs, minus = inputs;
+      plus[name].set_f64(i, inputs.at(name).get_f64(i) + h);
+      minus[name].set_f64(i, inputs.at(name).get_f64(i) - h);
+      double fd = (weighted_sum(g, plus, dy) - weighted_sum(g, minus, dy)) / (2 * h);
+      INFO("d/d" << name << "[" << i << "]");
+      CHECK(grad.get_f64(i) == Approx(fd).epsilon(tolerance).margin(tolerance));
+    }
+  }
+  return got;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- elementwise
+
+TEST_CASE("grad of every differentiable unary scalar op matches finite differences", "[autodiff][scalar]") {
+  struct Case {
+    ir::ScalarOp op;
+    double lo, hi;
+    bool signed_values;
+  };
+  using Op = ir::ScalarOp;
+  const Case cases[] = {
+      {Op::Neg, 0.2, 2, true},    {Op::Abs, 0.2, 2, true},    {Op::Exp, 0.2, 2, true},
+      {Op::Exp2, 0.2, 2, true},   {Op::Log, 0.3, 3, false},   {Op::Log2, 0.3, 3, false},
+      {Op::Sqrt, 0.3, 3, false},  {Op::Rsqrt, 0.3, 3, false}, {Op::Sin, 0.1, 3, true},
+      {Op::Cos, 0.1, 3, true},    {Op::Tan, 0.1, 1.2, true},  {Op::Tanh, 0.1, 2, true},
+      {Op::Sigmoid, 0.1, 3, true}, {Op::Relu, 0.2, 2, true},  {Op::Log1p, 0.1, 0.9, true},
+      {Op::Expm1, 0.1, 2, true},  {Op::Erf, 0.1, 2, true},    {Op::Asin, 0.1, 0.9, true},
+      {Op::Acos, 0.1, 0.9, true}, {Op::Atan, 0.1, 3, true},   {Op::Sinh, 0.1, 2, true},
+      {Op::Cosh, 0.1, 2, true},
+  };
+  for (const Case& c : cases) {
+    SECTION(std::string(ir::scalar_op_name(c.op))) {
+      for (int64_t n : {1, 7}) {
+        Graph g;
+        Tensor x = g.input("x", DType::F64, {sym("N")});
+        g.output("y", apply(c.op, {x}));
+        check_vjp(g.ir(), {{"x", random_array({n}, c.lo, c.hi, 1, c.signed_values)}}, {"x"});
+      }
+    }
+  }
+}
+
+TEST_CASE("grad of floor ceil round and sign is zero", "[autodiff][scalar]") {
+  using Op = ir::ScalarOp;
+  for (Op op : {Op::Floor, Op::Ceil, Op::Round, Op::Sign}) {
+    Graph g;
+    Tensor x = g.input("x", DType::F64, {7});
+    g.output("y", apply(op, {x}) + x * 0.0);
+    TensorMap got = check_vjp(g.ir(), {{"x", random_array({7}, 0.1, 0.4, 2, true)}}, {"x"});
+    for (double v : got.at("grad_x").to_doubles()) CHECK(v == 0.0);
+  }
+}
+
+TEST_CASE("grad at the kinks follows the documented conventions", "[autodiff][scalar]") {
+  Graph g;
+  Tensor x = g.input("x", DType::F64, {3});
+  Tensor z = g.input("z", DType::F64, {3});
+  g.output("y", relu(x) + abs(x) + maximum(x, z) + minimum(x, z));
+  ir::Graph gg = passes::grad(g.ir(), "y", {"x", "z"});
+  TensorMap got = ir::interpret(gg, {{"x", ir::HostArray::from<double>({3}, {0, 0, 2})},
+                                     {"z", ir::HostArray::from<double>({3}, {0, 1, 2})}});
+  // relu'(0) = 0, abs'(0) = 0; max and min of equal values share the gradient equally.
+  CHECK(got.at("grad_x").to_doubles() == std::vector<double>{1.0, 1.0, 3.0});
+  CHECK(got.at("grad_z").to_doubles() == std::vector<double>{1.0, 1.0, 1.0});
+}
+
+TEST_CASE("grad of binary scalar ops with broadcasting matches finite differences", "[autodiff][scalar][broadcast]") {
+  using Op = ir::ScalarOp;
+  for (Op op : {Op::Add, Op::Sub, Op::Mul, Op::Div, Op::Mod, Op::Pow, Op::Minimum, Op::Maximum, Op::Atan2}) {
+    SECTION(std::string(ir::scalar_op_name(op))) {
+      // [3, 1] with [4], [1] with [2, 1, 5] (size-1 dims), and equal shapes.
+      const std::pair<ir::ConcreteShape, ir::ConcreteShape> shapes[] = {
+          {{3, 1}, {4}}, {{1}, {2, 1, 5}}, {{7}, {7}}, {{}, {1}}};
+      for (auto [sa, sb] : shapes) {
+        Graph g;
+        Tensor a = g.input("a", DType::F64, ir::to_shape(sa));
+        Tensor b = g.input("b", DType::F64, ir::to_shape(sb));
+        g.output("y", apply(op, {a, b}));
+        bool positive = op == Op::Pow || op == Op::Mod;
+        check_vjp(g.ir(),
+                  {{"a", random_array(sa, 0.5, 2, 3, !positive)}, {"b", random_array(sb, 0.6, 2.2, 4, !positive)}},
+                  {"a", "b"}, 1e-5);
+      }
+    }
+  }
+}
+
+TEST_CASE("grad of where, casts and user functions", "[autodiff][scalar]") {
+  Graph g;
+  Tensor a = g.input("a", DType::F64, {4, 1});
+  Tensor b = g.input("b", DType::F64, {5});
+  auto f = vectorize([](Scalar p, Scalar q) {
+    Scalar t = tanh(p * q) + p / (q * q + 1.0);
+    return where(p > q, t * p, sin(q) * t);
+  });
+  g.output("y", f(a, b) * where(a < 0.0, a, 2.0));
+  check_vjp(g.ir(), {{"a", random_array({4, 1}, 0.1, 1.5, 5, true)}, {"b", random_array({5}, 0.12, 1.5, 6, true)}},
+            {"a", "b"}, 1e-5);
+}
+
+TEST_CASE("a cast to f32 passes the gradient and a cast to an integer stops it", "[autodiff][scalar]") {
+  Graph g;
+  Tensor x = g.input("x", DType::F64, {5});
+  g.output("y", cast(cast(x, DType::F32) * 3.0, DType::F64) + cast(cast(x, DType::I64), DType::F64));
+  TensorMap got = ir::interpret(passes::grad(g.ir(), "y", {"x"}), {{"x", random_array({5}, -3, 3, 7)}});
+  for (double v : got.at("grad_x").to_doubles()) CHECK(v == 3.0);
+}
+
+TEST_CASE("grad in f32 keeps f32", "[autodiff][dtype]") {
+  Graph g;
+  Tensor x = g.input("x", DType::F32, {sym("N")});
+  Tensor w = g.input("w", DType::F32, {});
+  g.output("loss", sum(exp(x * w)));
+  ir::Graph gg = passes::grad(g.ir(), "loss", {"x", "w"});
+  TensorMap got = ir::interpret(gg, {{"x", ir::HostArray::from<float>({3}, {0.5f, 1.0f, -1.0f})},
+                                     {"w", ir::HostArray::scalar<float>(2.0f)}});
+  REQUIRE(got.at("grad_x").dtype == DType::F32);
+  REQUIRE(got.at("grad_w").dtype == DType::F32);
+  CHECK(got.at("grad_x").get_f64(1) == Approx(2 * std::exp(2.0)).epsilon(1e-6));
+  CHECK(got.at("grad_w").get_f64(0) ==
+        Approx(0.5 * std::exp(1.0) + 1.0 * std::exp(2.0) - 1.0 * std::exp(-2.0)).epsilon(1e-6));
+}
+
+// ---------------------------------------------------------------- reductions, matmul, views
+
+TEST_CASE("grad of reductions matches finite differences", "[autodiff][reduce]") {
+  using fuse::max;
+  using fuse::min;
+  const std::vector<std::pair<std::string, std::function<Tensor(Tensor, Axes, bool)>>> reductions = {
+      {"sum", [](Tensor x, Axes a, bool k) { return sum(x, a, k); }},
+      {"mean", [](Tensor x, Axes a, bool k) { return mean(x, a, k); }},
+      {"prod", [](Tensor x, Axes a, bool k) { return prod(x, a, k); }},
+      {"max", [](Tensor x, Axes a, bool k) { return max(x, a, k); }},
+      {"min", [](Tensor x, Axes a, bool k) { return min(x, a, k); }},
+  };
+  const std::vector<Axes> axes = {Axes{}, Axes{1}, Axes{0, 2}, Axes{-1}};
+  for (const auto& [name, reduce] : reductions) {
+    SECTION(name) {
+      for (const Axes& a : axes) {
+        for (bool keepdims : {false, true}) {
+          Graph g;
+          Tensor x = g.input("x", DType::F64, {2, 3, 4});
+          g.output("y", reduce(x, a, keepdims) * 1.5);
+          check_vjp(g.ir(), {{"x", random_array({2, 3, 4}, 0.5, 1.5, 8, true)}}, {"x"}, 1e-5);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("grad of max and min share ties equally and prod handles zeros", "[autodiff][reduce]") {
+  Graph g;
+  Tensor x = g.input("x", DType::F64, {2, 3});
+  g.output("mx", fuse::max(x, 1));
+  g.output("mn", fuse::min(x, 1));
+  g.output("p", prod(x, 1));
+  ir::HostArray xs = ir::HostArray::from<double>({2, 3}, {1, 3, 3, 0, 2, 0});
+  CHECK(ir::interpret(passes::grad(g.ir(), "mx", {"x"}), {{"x", xs}}).at("grad_x").to_doubles() ==
+        std::vector<double>{0, 0.5, 0.5, 0, 1, 0});
+  CHECK(ir::interpret(passes::grad(g.ir(), "mn", {"x"}), {{"x", xs}}).at("grad_x").to_doubles() ==
+        std::vector<double>{1, 0, 0, 0.5, 0, 0.5});
+  // Row 0 has no zero: prod / x. Row 1 has two zeros: every gradient is 0.
+  CHECK(ir::interpret(passes::grad(g.ir(), "p", {"x"}), {{"x", xs}}).at("grad_x").to_doubles() ==
+        std::vector<double>{9, 3, 3, 0, 0, 0});
+  // One zero: its gradient is the product of the others.
+  ir::HostArray one_zero = ir::HostArray::from<double>({2, 3}, {2, 0, 5, 1, 1, 1});
+  CHECK(ir::interpret(passes::grad(g.ir(), "p", {"x"}), {{"x", one_zero}}).at("grad_x").to_doubles() ==
+        std::vector<double>{0, 10, 0, 1, 1, 1});
+}
+
+TEST_CASE("grad of matmul matches finite differences", "[autodiff][matmul]") {
+  const std::pair<ir::ConcreteShape, ir::ConcreteShape> shapes[] = {
+      {{3, 4}, {4, 5}},          {{2, 3, 4}, {4, 5}},    {{2, 1, 3, 4}, {3, 4, 2}},
+      {{4}, {4, 5}},             {{3, 4}, {4}},          {{4}, {4}},
+      {{1, 1}, {1, 1}},          {{2, 4}, {3, 4, 2}},    {{4}, {2, 4, 3}}};
+  for (auto [sa, sb] : shapes) {
+    INFO(ir::shape_str(sa) << " @ " << ir::shape_str(sb));
+    Graph g;
+    Tensor a = g.input("a", DType::F64, ir::to_shape(sa));
+    Tensor b = g.input("b", DType::F64, ir::to_shape(sb));
+    g.output("y", matmul(a, b));
+    check_vjp(g.ir(), {{"a", random_array(sa, -1, 1, 9)}, {"b", random_array(sb, -1, 1, 10)}}, {"a", "b"});
+  }
+}
+
+TEST_CASE("grad of views matches finite differences", "[autodiff][views]") {
+  Graph g;
+  Tensor x = g.input("x", DType::F64, {2, 1, 3});
+  Tensor v = g.input("v", DType::F64, {3});
+  Tensor t = permute(broadcast_to(x, {4, 2, 5, 3}), {3, 0, 2, 1});  // [3, 4, 5, 2]
+  Tensor r = reshape(t, {6, -1});                                    // [6, 20]
+  Tensor s = squeeze(expand_dims(transpose(r), 1), 1);               // [20, 6]
+  Tensor u = expand_dims(reshape(v, {3, 1}), 0);                     // [1, 3, 1]
+  g.output("y", sum(s * s, 0) + sum(squeeze(u * x)) * 0.5);
+  check_vjp(g.ir(), {{"x", random_array({2, 1, 3}, -1, 1, 11)}, {"v", random_array({3}, -1, 1, 12)}}, {"x", "v"});
+}
+
+TEST_CASE("grad over symbolic shapes binds at run time", "[autodiff][symbolic]") {
+  Graph g;
+  Tensor x = g.input("x", DType::F64, {sym("N"), sym("M")});
+  Tensor b = g.input("b", DType::F64, {sym("M")});
+  g.output("y", mean(tanh(x + b), 1, true) * fuse::max(x, 0, true));
+  for (auto [n, m] : {std::pair<int64_t, int64_t>{1, 1}, {7, 3}, {2, 9}})
+    check_vjp(g.ir(), {{"x", random_array({n, m}, -2, 2, 13)}, {"b", random_array({m}, -2, 2, 14)}}, {"x", "b"});
+}
+
+// ---------------------------------------------------------------- API, higher order, errors
+
+TEST_CASE("grad of grad: MinPy's 5x^2 + 3x - 2", "[autodiff][higher]") {
+  Graph g;
+  Tensor x = g.input("x", DType::F64);
+  Tensor f = 5.0 * x * x + 3.0 * x - 2.0;
+  Tensor df = grad(f, x);
+  Tensor ddf = grad(df, x);
+  g.output("f", f);
+  g.output("df", df);
+  g.output("ddf", ddf);
+  g.output("dddf", grad(ddf, x));
+  TensorMap got = ir::interpret(g.ir(), {{"x", ir::HostArray::scalar<double>(4.0)}});
+  CHECK(got.at("f").get_f64(0) == 90.0);
+  CHECK(got.at("df").get_f64(0) == 43.0);
+  CHECK(got.at("ddf").get_f64(0) == 10.0);
+  CHECK(got.at("dddf").get_f64(0) == 0.0);
+}
+
+TEST_CASE("second derivatives of elementwise chains match finite differences", "[autodiff][higher]") {
+  Graph g;
+  Tensor x = g.input("x", DType::F64, {sym("N")});
+  Tensor w = g.input("w", DType::F64, {});
+  Tensor y = sin(x * w) * exp(-x) + sqrt(x * x + 1.0) / (w + 2.0) + sigmoid(x) * tanh(w * x);
+  g.output("y", vjp(y, {x})[0]);  // elementwise: the diagonal of the Hessian, and a mixed one
+  check_vjp(g.ir(), {{"x", random_array({7}, -2, 2, 15)}, {"w", random_array({}, 0.5, 1.5, 16)}}, {"x", "w"});
+}
+
+TEST_CASE("vjp inside a graph under construction and grad of a whole graph", "[autodiff][api]") {
+  Graph g;
+  Tensor x = g.input("x", DType::F32, {sym("N"), 3});
+  Tensor w = g.input("w", DType::F32, {3});
+  Tensor dy = g.input("dy", DType::F32, {sym("N"), 3});
+  Tensor y = x * w;
+  std::vector<Tensor> grads = vjp(y, {x, w}, dy);
+  REQUIRE(grads.size() == 2);
+  CHECK(grads[0].shape() == x.shape());
+  CHECK(grads[1].shape() == w.shape());
+  g.output("dx", grads[0]);
+  g.output("dw", grads[1]);
+  ir::HostArray xs = ir::HostArray::from<float>({2, 3}, {1, 2, 3, 4, 5, 6});
+  ir::HostArray ws = ir::HostArray::from<float>({3}, {1, 10, 100});
+  ir::HostArray ds = ir::HostArray::from<float>({2, 3}, {1, 1, 1, 2, 2, 2});
+  TensorMap got = ir::interpret(g.ir(), {{"x", xs}, {"w", ws}, {"dy", ds}});
+  CHECK(got.at("dx").to_doubles() == std::vector<double>{1, 10, 100, 2, 20, 200});
+  CHECK(got.at("dw").to_doubles() == std::vector<double>{9, 12, 15});
+
+  // fuse::grad on a finished graph: the outputs stay, grad_<name> are added, a non-scalar output
+  // without a cotangent is differentiated as its sum, an unused input gets zeros.
+  Graph h;
+  Tensor a = h.input("a", DType::F32, {2});
+  h.input("unused", DType::F64, {3});
+  h.output("y", a * a);
+  ir::Graph gh = grad(h, "y", {"a", "unused"});
+  REQUIRE(gh.outputs.size() == 3);
+  CHECK(gh.outputs[0].name == "y");
+  CHECK(gh.outputs[1].name == "grad_a");
+  CHECK(gh.outputs[2].name == "grad_unused");
+  TensorMap r = ir::interpret(gh, {{"a", ir::HostArray::from<float>({2}, {3, 4})}, {"unused", ir::HostArray(DType::F64, {3})}});
+  CHECK(r.at("grad_a").to_doubles() == std::vector<double>{6, 8});
+  CHECK(r.at("grad_unused").to_doubles() == std::vector<double>{0, 0, 0});
+  CHECK(r.at("grad_unused").dtype == DType::F64);
+}
+
+TEST_CASE("grad errors name what is wrong", "[autodiff][errors]") {
+  Graph g;
+  Tensor x = g.input("x", DType::F32, {4});
+  Tensor i = g.input("i", DType::I32, {4});
+  g.input("dy", DType::F32, {5});
+  g.output("y", x * 2.0);
+  g.output("n", i + 1);
+  g.output("c", reduce([](Scalar acc, Scalar v) { return acc * 0.5 + v; }, x, 0.0));
+  CHECK_THROWS_WITH(grad(g, "nope", {"x"}), Catch::Contains("no output 'nope'"));
+  CHECK_THROWS_WITH(grad(g, "y", {"z"}), Catch::Contains("no input 'z'"));
+  CHECK_THROWS_WITH(grad(g, "y", {"i"}), Catch::Contains("input 'i' is i32; only float inputs have gradients"));
+  CHECK_THROWS_WITH(grad(g, "n", {"x"}), Catch::Contains("output 'n' is i32"));
+  CHECK_THROWS_WITH(grad(g, "y", {"x"}, {.cotangent = "dy"}), Catch::Contains("the cotangent is f32[5] but the value is f32[4]"));
+  CHECK_THROWS_WITH(grad(g, "y", {"x"}, {.cotangent = "q"}), Catch::Contains("no input 'q'"));
+  CHECK_THROWS_WITH(grad(g, "c", {"x"}), Catch::Contains("grad of a user combiner is not supported"));
+  CHECK_THROWS_WITH(vjp(x * 2.0, {i}), Catch::Contains("only float values have gradients"));
+  // A user combiner off the differentiated path is fine.
+  CHECK_NOTHROW(grad(g, "y", {"x"}));
+}
