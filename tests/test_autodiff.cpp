@@ -8,6 +8,7 @@
 #include <random>
 
 #include "frontends/api.h"
+#include "frontends/expr/compile.h"
 #include "ir/interpreter.h"
 #include "passes/autodiff.h"
 
@@ -354,4 +355,78 @@ TEST_CASE("grad errors name what is wrong", "[autodiff][errors]") {
   CHECK_THROWS_WITH(vjp(x * 2.0, {i}), Catch::Contains("only float values have gradients"));
   // A user combiner off the differentiated path is fine.
   CHECK_NOTHROW(grad(g, "y", {"x"}));
+}
+
+// ---------------------------------------------------------------- the .expr language
+
+namespace {
+
+ir::Graph compile_source(const std::string& source) {
+  expr::CompileResult r = expr::compile_expr(source, "grad.expr");
+  INFO(expr::format_diagnostics(r.errors, source));
+  REQUIRE(r.graph);
+  return std::move(*r.graph);
+}
+
+std::string diagnostics_of(const std::string& source) {
+  expr::CompileResult r = expr::compile_expr(source, "bad.expr");
+  CHECK_FALSE(r.graph);
+  return expr::format_diagnostics(r.errors, source);
+}
+
+}  // namespace
+
+TEST_CASE("expr: grad, unpacked gradients and a cotangent", "[autodiff][expr]") {
+  ir::Graph g = compile_source(
+      "input x: f64[N]\n"
+      "input w: f64[N]\n"
+      "input b: f64\n"
+      "input dy: f64[N]\n"
+      "let y = tanh(x * w + b)\n"
+      "let loss = sum(y * y)\n"
+      "let (dw, db) = grad(loss, [w, b])\n"
+      "output loss_value = loss\n"
+      "output gw = dw\n"
+      "output gb = db\n"
+      "output dx = grad(y, x)\n"
+      "output vx = grad(y, [x], cotangent=dy)\n"
+      "output ddx = grad(grad(x * x * x, x), x)\n");
+  ir::HostArray x = random_array({5}, -1, 1, 21), w = random_array({5}, -1, 1, 22), dy = random_array({5}, -1, 1, 23);
+  double b = 0.3;
+  TensorMap got = ir::interpret(g, {{"x", x}, {"w", w}, {"b", ir::HostArray::scalar<double>(b)}, {"dy", dy}});
+  double gb = 0;
+  for (int64_t i = 0; i < 5; ++i) {
+    double xi = x.get_f64(i), wi = w.get_f64(i), y = std::tanh(xi * wi + b), dt = 1 - y * y;
+    CHECK(got.at("gw").get_f64(i) == Approx(2 * y * dt * xi));
+    CHECK(got.at("dx").get_f64(i) == Approx(dt * wi));
+    CHECK(got.at("vx").get_f64(i) == Approx(dt * wi * dy.get_f64(i)));
+    CHECK(got.at("ddx").get_f64(i) == Approx(6 * xi));
+    gb += 2 * y * dt;
+  }
+  CHECK(got.at("gb").get_f64(0) == Approx(gb));
+}
+
+TEST_CASE("expr: grad errors point at the source", "[autodiff][expr][errors]") {
+  CHECK(diagnostics_of("input x: f32[N]\noutput d = grad(sum(x), [x, zz])\n") ==
+        "bad.expr:2:29: error: unknown name 'zz'\n"
+        "output d = grad(sum(x), [x, zz])\n"
+        "                            ^\n");
+  CHECK_THAT(diagnostics_of("input x: f32[N]\ninput i: i32[N]\noutput d = grad(sum(x), i)\n"),
+             Catch::StartsWith("bad.expr:3:25: error: grad: cannot differentiate with respect to 'i': it is i32[N]; "
+                               "only float tensors have gradients\n"));
+  CHECK_THAT(diagnostics_of("input i: i32[N]\noutput d = grad(sum(i), i)\n"),
+             Catch::StartsWith("bad.expr:2:17: error: grad: the value to differentiate must be a float tensor, not i32[]"));
+  CHECK_THAT(diagnostics_of("fn f(acc, v) = acc * 0.5 + v\ninput x: f32[N]\nlet r = reduce(f, x, 0.0)\n"
+                            "output d = grad(r, x)\n"),
+             Catch::StartsWith("bad.expr:4:12: error: grad of a user combiner is not supported (at line 3, col 9)\n"
+                               "output d = grad(r, x)\n"
+                               "           ^\n"));
+  CHECK_THAT(diagnostics_of("input x: f32[N]\ninput w: f32[N]\nlet (a, b, c) = grad(sum(x * w), [x, w])\noutput o = a\n"),
+             Catch::Contains("'grad' returns 2 values, but 3 names are given"));
+  CHECK_THAT(diagnostics_of("input x: f32[N]\ninput w: f32[N]\noutput o = grad(sum(x * w), [x, w])\n"),
+             Catch::Contains("'grad' returns 2 values; unpack them with 'let (a, b) = grad(...)'"));
+  CHECK_THAT(diagnostics_of("input x: f32[N]\ninput dy: f32[M]\noutput o = grad(x * 2.0, x, cotangent=dy)\n"),
+             Catch::Contains("bad.expr:3:39: error: grad: the cotangent is f32[M] but the value is f32[N]"));
+  CHECK_THAT(diagnostics_of("fn f(x) = grad(x, x)\ninput x: f32[N]\noutput o = f(x)\n"),
+             Catch::Contains("cannot be used in a fn body"));
 }
