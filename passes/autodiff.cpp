@@ -288,8 +288,10 @@ class Backward {
           if (d.nodes.empty()) continue;
           std::vector<NodeId> operands;
           for (int p : used) operands.push_back(p == static_cast<int>(n.inputs.size()) ? ct : n.inputs[p]);
-          NodeId grad = operands.empty() ? -1 : ir::add_elementwise(g_, operands, d, loc, "grad");
-          if (grad < 0) continue;  // a derivative that reads nothing is a constant: not produced
+          if (operands.empty()) continue;  // cannot happen: the derivative is linear in ct
+          // d/dx (x + y) passes ct through: no node for the identity.
+          bool identity = d.nodes.size() == 1 && d.node(d.results[0]).op == ScalarOp::Param;
+          NodeId grad = identity ? operands[0] : ir::add_elementwise(g_, operands, d, loc, "grad");
           if (g_.node(grad).shape != n.shape) grad = ir::add_broadcast_to(g_, grad, n.shape, loc);
           accumulate(n.inputs[k], unbroadcast(grad, g_.node(n.inputs[k]).shape, loc));
         }

@@ -8,9 +8,12 @@
 #include <random>
 
 #include "frontends/api.h"
+#include "frontends/compile.h"
 #include "frontends/expr/compile.h"
 #include "ir/interpreter.h"
 #include "passes/autodiff.h"
+#include "tests/examples.h"
+#include "tests/random_graph.h"
 
 using namespace fuse;
 using ir::TensorMap;
@@ -429,4 +432,207 @@ TEST_CASE("expr: grad errors point at the source", "[autodiff][expr][errors]") {
              Catch::Contains("bad.expr:3:39: error: grad: the cotangent is f32[M] but the value is f32[N]"));
   CHECK_THAT(diagnostics_of("fn f(x) = grad(x, x)\ninput x: f32[N]\noutput o = f(x)\n"),
              Catch::Contains("cannot be used in a fn body"));
+}
+
+// ---------------------------------------------------------------- the seed workloads
+
+namespace {
+
+ir::HostArray random_f32(ir::ConcreteShape shape, double lo, double hi, uint32_t seed) {
+  return random_array(std::move(shape), lo, hi, seed).cast(DType::F32);
+}
+
+/// The example's graph with a cotangent input "dy" for `output`, differentiated with respect to
+/// `wrt`; `inputs` gets a random dy. The gradients of the interpreter are checked against the
+/// compiled CPU code's here, and returned.
+struct SeedRun {
+  ir::Graph graph;
+  TensorMap inputs;
+  TensorMap got;
+};
+
+SeedRun run_seed(const std::string& file, const std::string& output, const std::vector<std::string>& wrt,
+                 TensorMap inputs) {
+  SeedRun run;
+  ir::Graph g = testing::compile_example(std::filesystem::path(FUSE_SOURCE_DIR) / "examples" / file);
+  ir::HostArray y = ir::interpret(g, inputs).at(output);
+  inputs["dy"] = random_array(y.shape, -1, 1, 77).cast(y.dtype);
+  const ir::Node y_node = g.node(find_output(g, output).node);
+  ir::add_input(g, "dy", y_node.dtype, y_node.shape);
+  run.graph = passes::grad(g, output, wrt, {.cotangent = "dy"});
+  run.got = ir::interpret(run.graph, inputs);
+  // The backward graph compiles like any other: the CPU's results agree with the interpreter's.
+  CHECK(testing::compare_outputs(run.got, compile(run.graph).run(inputs), 1e-4, 1e-5) == "");
+  run.inputs = std::move(inputs);
+  return run;
+}
+
+/// |got - want| within a relative 1e-4 (f32 arithmetic in different orders).
+void check_close(const ir::HostArray& got, const std::vector<double>& want, const std::string& what) {
+  REQUIRE(got.size() == static_cast<int64_t>(want.size()));
+  for (size_t i = 0; i < want.size(); ++i) {
+    INFO(what << "[" << i << "]");
+    CHECK(got.get_f64(static_cast<int64_t>(i)) == Approx(want[i]).epsilon(1e-4).margin(1e-5));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("seed hypot against hand-derived gradients", "[autodiff][seeds]") {
+  for (int64_t n : {1, 7, 1023}) {
+    SeedRun r = run_seed("hypot.expr", "r", {"x", "y"}, {{"x", random_f32({n}, -2, 2, 31)}, {"y", random_f32({n}, -2, 2, 32)}});
+    std::vector<double> dx, dy;
+    for (int64_t i = 0; i < n; ++i) {
+      double x = r.inputs["x"].get_f64(i), y = r.inputs["y"].get_f64(i), d = r.inputs["dy"].get_f64(i);
+      double h = std::hypot(x, y);
+      dx.push_back(d * x / h);
+      dy.push_back(d * y / h);
+    }
+    check_close(r.got.at("grad_x"), dx, "grad_x");
+    check_close(r.got.at("grad_y"), dy, "grad_y");
+  }
+}
+
+TEST_CASE("seed gaussian_pdf against hand-derived gradients", "[autodiff][seeds]") {
+  for (int64_t n : {1, 7, 1023}) {
+    SeedRun r = run_seed("gaussian_pdf.expr", "y", {"x", "mu", "sigma"},
+                         {{"x", random_f32({n}, -2, 2, 33)}, {"mu", random_f32({}, -0.5, 0.5, 34)},
+                          {"sigma", random_f32({}, 0.5, 1.5, 35)}});
+    double mu = r.inputs["mu"].get_f64(0), sigma = r.inputs["sigma"].get_f64(0), dmu = 0, dsigma = 0;
+    std::vector<double> dx;
+    for (int64_t i = 0; i < n; ++i) {
+      double x = r.inputs["x"].get_f64(i), d = r.inputs["dy"].get_f64(i);
+      double z = (x - mu) / sigma, y = std::exp(-0.5 * z * z) / (sigma * 2.5066282746);
+      dx.push_back(-d * y * z / sigma);
+      dmu += d * y * z / sigma;
+      dsigma += d * y * (z * z - 1) / sigma;
+    }
+    check_close(r.got.at("grad_x"), dx, "grad_x");
+    check_close(r.got.at("grad_mu"), {dmu}, "grad_mu");
+    check_close(r.got.at("grad_sigma"), {dsigma}, "grad_sigma");
+  }
+}
+
+TEST_CASE("seed polar_distance against hand-derived gradients", "[autodiff][seeds]") {
+  for (int64_t n : {1, 7}) {
+    SeedRun r = run_seed("polar_distance.expr", "distance", {"r1", "theta1", "r2", "theta2"},
+                         {{"r1", random_f32({n}, 0.5, 2, 36)}, {"theta1", random_f32({n}, -3, 3, 37)},
+                          {"r2", random_f32({n}, 0.5, 2, 38)}, {"theta2", random_f32({n}, -3, 3, 39)}});
+    std::vector<double> dr1, dt1, dr2, dt2;
+    for (int64_t i = 0; i < n; ++i) {
+      double r1 = r.inputs["r1"].get_f64(i), t1 = r.inputs["theta1"].get_f64(i);
+      double r2 = r.inputs["r2"].get_f64(i), t2 = r.inputs["theta2"].get_f64(i), d = r.inputs["dy"].get_f64(i);
+      double ex = r1 * std::cos(t1) - r2 * std::cos(t2), ey = r1 * std::sin(t1) - r2 * std::sin(t2);
+      double dist = std::hypot(ex, ey);
+      dr1.push_back(d * (ex * std::cos(t1) + ey * std::sin(t1)) / dist);
+      dt1.push_back(d * (-ex * r1 * std::sin(t1) + ey * r1 * std::cos(t1)) / dist);
+      dr2.push_back(-d * (ex * std::cos(t2) + ey * std::sin(t2)) / dist);
+      dt2.push_back(-d * (-ex * r2 * std::sin(t2) + ey * r2 * std::cos(t2)) / dist);
+    }
+    check_close(r.got.at("grad_r1"), dr1, "grad_r1");
+    check_close(r.got.at("grad_theta1"), dt1, "grad_theta1");
+    check_close(r.got.at("grad_r2"), dr2, "grad_r2");
+    check_close(r.got.at("grad_theta2"), dt2, "grad_theta2");
+  }
+}
+
+TEST_CASE("seed hidden_layer against hand-derived gradients", "[autodiff][seeds]") {
+  for (int64_t n : {1, 7, 1023}) {
+    SeedRun r = run_seed("hidden_layer.expr", "activations", {"greyscales", "weights"},
+                         {{"greyscales", random_f32({n}, 0, 255, 40)}, {"weights", random_f32({n}, -2, 2, 41)}});
+    std::vector<double> dg, dw;
+    for (int64_t i = 0; i < n; ++i) {
+      double g = r.inputs["greyscales"].get_f64(i), w = r.inputs["weights"].get_f64(i), d = r.inputs["dy"].get_f64(i);
+      double a = std::tanh(g / 255.0 * w), da = d * (1 - a * a);
+      dg.push_back(da * w / 255.0);
+      dw.push_back(da * g / 255.0);
+    }
+    check_close(r.got.at("grad_greyscales"), dg, "grad_greyscales");
+    check_close(r.got.at("grad_weights"), dw, "grad_weights");
+  }
+}
+
+TEST_CASE("seed softmax against hand-derived gradients", "[autodiff][seeds]") {
+  for (auto [n, m] : {std::pair<int64_t, int64_t>{1, 1}, {3, 7}, {2, 1023}}) {
+    SeedRun r = run_seed("softmax.expr", "y", {"x"}, {{"x", random_f32({n, m}, -3, 3, 42)}});
+    std::vector<double> dx;
+    for (int64_t i = 0; i < n; ++i) {
+      double mx = -INFINITY, total = 0, dot = 0;
+      for (int64_t j = 0; j < m; ++j) mx = std::max(mx, r.inputs["x"].get_f64(i * m + j));
+      for (int64_t j = 0; j < m; ++j) total += std::exp(r.inputs["x"].get_f64(i * m + j) - mx);
+      auto y = [&](int64_t j) { return std::exp(r.inputs["x"].get_f64(i * m + j) - mx) / total; };
+      for (int64_t j = 0; j < m; ++j) dot += r.inputs["dy"].get_f64(i * m + j) * y(j);
+      for (int64_t j = 0; j < m; ++j) dx.push_back(y(j) * (r.inputs["dy"].get_f64(i * m + j) - dot));
+    }
+    check_close(r.got.at("grad_x"), dx, "grad_x");
+  }
+}
+
+TEST_CASE("seed layernorm against hand-derived gradients", "[autodiff][seeds]") {
+  for (auto [n, d] : {std::pair<int64_t, int64_t>{1, 1}, {3, 7}, {2, 1023}}) {
+    SeedRun r = run_seed("layernorm.expr", "y", {"x", "gamma", "beta"},
+                         {{"x", random_f32({n, d}, -2, 2, 43)}, {"gamma", random_f32({d}, 0.5, 1.5, 44)},
+                          {"beta", random_f32({d}, -1, 1, 45)}});
+    auto at = [&](const char* name, int64_t i) { return r.inputs[name].get_f64(i); };
+    std::vector<double> dx(n * d), dgamma(d, 0), dbeta(d, 0);
+    for (int64_t i = 0; i < n; ++i) {
+      double mu = 0, var = 0;
+      for (int64_t j = 0; j < d; ++j) mu += at("x", i * d + j) / d;
+      for (int64_t j = 0; j < d; ++j) var += (at("x", i * d + j) - mu) * (at("x", i * d + j) - mu) / d;
+      double rstd = 1 / std::sqrt(var + 1e-5), mean_g = 0, mean_gx = 0;
+      std::vector<double> xhat(d), g(d);
+      for (int64_t j = 0; j < d; ++j) {
+        xhat[j] = (at("x", i * d + j) - mu) * rstd;
+        g[j] = at("dy", i * d + j) * at("gamma", j);
+        mean_g += g[j] / d;
+        mean_gx += g[j] * xhat[j] / d;
+        dgamma[j] += at("dy", i * d + j) * xhat[j];
+        dbeta[j] += at("dy", i * d + j);
+      }
+      for (int64_t j = 0; j < d; ++j) dx[i * d + j] = rstd * (g[j] - mean_g - xhat[j] * mean_gx);
+    }
+    check_close(r.got.at("grad_x"), dx, "grad_x");
+    check_close(r.got.at("grad_gamma"), dgamma, "grad_gamma");
+    check_close(r.got.at("grad_beta"), dbeta, "grad_beta");
+  }
+}
+
+TEST_CASE("seed mlp against hand-derived gradients", "[autodiff][seeds]") {
+  const int64_t B = 3, K = 4, H = 5, N = 2;
+  SeedRun r = run_seed("mlp.expr", "y", {"x", "w1", "b1", "w2", "b2"},
+                       {{"x", random_f32({B, K}, -1, 1, 46)}, {"w1", random_f32({K, H}, -1, 1, 47)},
+                        {"b1", random_f32({H}, -0.5, 0.5, 48)}, {"w2", random_f32({H, N}, -1, 1, 49)},
+                        {"b2", random_f32({N}, -1, 1, 50)}});
+  auto at = [&](const char* name, int64_t i) { return r.inputs[name].get_f64(i); };
+  std::vector<double> pre(B * H), hidden(B * H), dhidden(B * H, 0), dx(B * K, 0), dw1(K * H, 0), db1(H, 0),
+      dw2(H * N, 0), db2(N, 0);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h) {
+      pre[b * H + h] = at("b1", h);
+      for (int64_t k = 0; k < K; ++k) pre[b * H + h] += at("x", b * K + k) * at("w1", k * H + h);
+      hidden[b * H + h] = std::max(pre[b * H + h], 0.0);
+    }
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t o = 0; o < N; ++o) {
+      double d = at("dy", b * N + o);
+      db2[o] += d;
+      for (int64_t h = 0; h < H; ++h) {
+        dw2[h * N + o] += hidden[b * H + h] * d;
+        dhidden[b * H + h] += d * at("w2", h * N + o);
+      }
+    }
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h) {
+      double dpre = pre[b * H + h] > 0 ? dhidden[b * H + h] : 0;
+      db1[h] += dpre;
+      for (int64_t k = 0; k < K; ++k) {
+        dw1[k * H + h] += at("x", b * K + k) * dpre;
+        dx[b * K + k] += dpre * at("w1", k * H + h);
+      }
+    }
+  check_close(r.got.at("grad_x"), dx, "grad_x");
+  check_close(r.got.at("grad_w1"), dw1, "grad_w1");
+  check_close(r.got.at("grad_b1"), db1, "grad_b1");
+  check_close(r.got.at("grad_w2"), dw2, "grad_w2");
+  check_close(r.got.at("grad_b2"), db2, "grad_b2");
 }
