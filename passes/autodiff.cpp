@@ -127,7 +127,9 @@ ScalarFn scalar_vjp(const ScalarFn& body, int wrt, std::vector<int>& used_params
       case ScalarOp::Log: to(0, div(a, x)); break;
       case ScalarOp::Log2: to(0, div(a, mul(x, lit(kLn2)))); break;
       case ScalarOp::Sqrt: to(0, div(a, mul(r, lit(2)))); break;
-      case ScalarOp::Rsqrt: to(0, mul(a, mul(lit(-0.5), mul(r, mul(r, r))))); break;
+      // -0.5 * x^-1.5 as -0.5 * r / x: cost 4, cheap enough to recompute across a broadcast
+      // (passes/fusion.h), which keeps layernorm's backward row reductions in one kernel.
+      case ScalarOp::Rsqrt: to(0, div(mul(a, mul(lit(-0.5), r)), x)); break;
       case ScalarOp::Sin: to(0, mul(a, b.unary(ScalarOp::Cos, x))); break;
       case ScalarOp::Cos: to(0, neg(mul(a, b.unary(ScalarOp::Sin, x)))); break;
       case ScalarOp::Tan: to(0, mul(a, add(lit(1), mul(r, r)))); break;
