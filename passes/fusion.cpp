@@ -83,7 +83,7 @@ class Partitioner {
     }
     // Consumers in several kernels: recompute in each when cheap, else materialize once.
     int cost = node_cost(n);
-    if (n.kind == OpKind::Reduce && export_from_row_wise(id, consumer_groups)) return;
+    if ((n.kind == OpKind::Reduce || n.kind == OpKind::Matmul) && export_from_consumer(id, consumer_groups)) return;
     if (cost > kCheapCost || n.kind == OpKind::Reduce || n.kind == OpKind::Matmul)
       return new_group(id, "has consumers in " + std::to_string(consumer_groups.size()) +
                                " kernels and cost " + std::to_string(cost) + " > " +
@@ -104,17 +104,22 @@ class Partitioner {
   // kernel of its own. Layernorm's backward: the row-wise kernel computing dx also computes the
   // mean and variance that the column reductions for dgamma and dbeta read. Refused when the
   // row-wise kernel depends on one of the other consumers (a cycle).
-  bool export_from_row_wise(NodeId id, const std::set<int>& consumer_groups) {
+  // Likewise a matmul read by several kernels joins an elementwise one as its epilogue and is
+  // stored for the others (a dense layer's forward+backward: the relu gradient is the forward
+  // matmul's epilogue while the loss reduction reads the stored product).
+  bool export_from_consumer(NodeId id, const std::set<int>& consumer_groups) {
+    const KernelKind wanted = node(id).kind == OpKind::Matmul ? KernelKind::Matmul : KernelKind::RowWise;
     for (int gi : consumer_groups) {
-      if (groups_[gi].group.kind != KernelKind::RowWise) continue;
+      if (groups_[gi].group.kind != (wanted == KernelKind::Matmul ? KernelKind::Elementwise : KernelKind::RowWise))
+        continue;
       FusionGroup updated = groups_[gi].group;
-      if (!check_join(id, groups_[gi], updated).empty() || updated.kind != KernelKind::RowWise) continue;
+      if (!check_join(id, groups_[gi], updated).empty() || updated.kind != wanted) continue;
       bool cycle = std::any_of(consumer_groups.begin(), consumer_groups.end(),
                                [&](int other) { return other != gi && depends(gi, other); });
       if (cycle) continue;
       join(id, gi, updated);
       for (NodeId u : users_[id])
-        reasons_[{id, u}] = "computed in a row-wise kernel that reads it too, and stored for this one";
+        reasons_[{id, u}] = "computed in another kernel that reads it too, and stored for this one";
       return true;
     }
     return false;
