@@ -246,4 +246,28 @@ Scalar cast(Scalar x, DType to) { return Scalar(Scalar::builder().cast(x.id(), t
 #undef FUSE_SCALAR_FN_1
 #undef FUSE_SCALAR_FN_2
 
+std::vector<Tensor> vjp(TensorArg y, const std::vector<Tensor>& wrt, Tensor cotangent) {
+  Graph* graph = y.tensor.graph();
+  if (!graph) throw Error("vjp: use of an empty Tensor handle", y.loc);
+  std::vector<ir::NodeId> vars;
+  for (const Tensor& w : wrt) {
+    if (w.graph() != graph) throw Error("vjp: a variable belongs to another graph", y.loc);
+    vars.push_back(w.id());
+  }
+  if (cotangent.graph() && cotangent.graph() != graph)
+    throw Error("vjp: the cotangent belongs to another graph", y.loc);
+  std::vector<ir::NodeId> ids;
+  try {
+    ids = passes::vjp(graph->ir(), y.tensor.id(), vars, cotangent.graph() ? cotangent.id() : -1);
+  } catch (const Error& e) {
+    if (!e.loc().file.empty()) throw;
+    throw Error(e.message(), y.loc);
+  }
+  std::vector<Tensor> out;
+  for (ir::NodeId id : ids) out.emplace_back(graph, id);
+  return out;
+}
+
+Tensor grad(TensorArg y, Tensor x) { return vjp(y, {x})[0]; }
+
 }  // namespace fuse

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "ir/graph.h"
+#include "passes/autodiff.h"
 
 namespace fuse {
 
@@ -171,6 +172,29 @@ Tensor permute(TensorArg x, std::vector<int64_t> perm);
 Tensor expand_dims(TensorArg x, int64_t axis);
 /// Removes the given size-1 axes, or every size-1 axis when none are given.
 Tensor squeeze(TensorArg x, Axes axes = {});
+
+// ---- Reverse-mode autodiff (passes/autodiff.h: the rules per op, the conventions at kinks) ----
+
+/// The gradients of sum(y * cotangent) with respect to each of `wrt`, added to y's graph (which
+/// may still be under construction: the results are ordinary tensors, differentiable again). An
+/// empty `cotangent` means ones (for a scalar y, plain dy/dx). Each gradient has the shape and
+/// dtype of its variable. Throws Error when y or a variable is not a float, when the tensors
+/// belong to different graphs, or when the cotangent does not match y's shape and dtype.
+std::vector<Tensor> vjp(TensorArg y, const std::vector<Tensor>& wrt, Tensor cotangent = {});
+/// dy/dx for a scalar y; the gradient of sum(y) for another y.
+Tensor grad(TensorArg y, Tensor x);
+
+using GradOptions = passes::GradOptions;
+/// A new graph: g's outputs plus "grad_<name>" per input in `wrt`, the gradient of output
+/// `output` (a VJP with the cotangent input options.cotangent when given, else of sum(output)).
+inline ir::Graph grad(const ir::Graph& g, const std::string& output, const std::vector<std::string>& wrt,
+                      const GradOptions& options = {}) {
+  return passes::grad(g, output, wrt, options);
+}
+inline ir::Graph grad(const Graph& g, const std::string& output, const std::vector<std::string>& wrt,
+                      const GradOptions& options = {}) {
+  return passes::grad(g.ir(), output, wrt, options);
+}
 
 // ---- User scalar functions, traced from C++ lambdas ----
 

@@ -83,6 +83,7 @@ class Partitioner {
     }
     // Consumers in several kernels: recompute in each when cheap, else materialize once.
     int cost = node_cost(n);
+    if ((n.kind == OpKind::Reduce || n.kind == OpKind::Matmul) && export_from_consumer(id, consumer_groups)) return;
     if (cost > kCheapCost || n.kind == OpKind::Reduce || n.kind == OpKind::Matmul)
       return new_group(id, "has consumers in " + std::to_string(consumer_groups.size()) +
                                " kernels and cost " + std::to_string(cost) + " > " +
@@ -96,6 +97,32 @@ class Partitioner {
     }
     size_t k = 0;
     for (int gi : consumer_groups) join(id, gi, updates[k++]);
+  }
+
+  // A row reduction read by several kernels, one of them row-wise over its rows: computed in that
+  // row-wise kernel and stored there for the others (a multi-output kernel), rather than in a
+  // kernel of its own. Layernorm's backward: the row-wise kernel computing dx also computes the
+  // mean and variance that the column reductions for dgamma and dbeta read. Refused when the
+  // row-wise kernel depends on one of the other consumers (a cycle).
+  // Likewise a matmul read by several kernels joins an elementwise one as its epilogue and is
+  // stored for the others (a dense layer's forward+backward: the relu gradient is the forward
+  // matmul's epilogue while the loss reduction reads the stored product).
+  bool export_from_consumer(NodeId id, const std::set<int>& consumer_groups) {
+    const KernelKind wanted = node(id).kind == OpKind::Matmul ? KernelKind::Matmul : KernelKind::RowWise;
+    for (int gi : consumer_groups) {
+      if (groups_[gi].group.kind != (wanted == KernelKind::Matmul ? KernelKind::Elementwise : KernelKind::RowWise))
+        continue;
+      FusionGroup updated = groups_[gi].group;
+      if (!check_join(id, groups_[gi], updated).empty() || updated.kind != wanted) continue;
+      bool cycle = std::any_of(consumer_groups.begin(), consumer_groups.end(),
+                               [&](int other) { return other != gi && depends(gi, other); });
+      if (cycle) continue;
+      join(id, gi, updated);
+      for (NodeId u : users_[id])
+        reasons_[{id, u}] = "computed in another kernel that reads it too, and stored for this one";
+      return true;
+    }
+    return false;
   }
 
   // Whether a member of `gs` satisfying `pred` is reachable from `id` through members of `gs`.

@@ -5,7 +5,8 @@
 // 2. elementwise producers fuse into a reduction or a matmul operand (prologue);
 // 3. elementwise consumers of a reduction or matmul fuse after it (epilogue);
 // 4. reductions over trailing axes whose results are broadcast back over the same rows make one
-//    row-wise kernel (softmax, layernorm, logsumexp);
+//    row-wise kernel (softmax, layernorm, logsumexp); a row reduction that other kernels read
+//    too is computed in that row-wise kernel and stored for them (layernorm's backward);
 // 5. sibling groups over the same iteration space that read a common buffer fuse horizontally;
 // 6. two matmuls never fuse; a producer with consumers in several kernels is recomputed in each
 //    only when cheap (cost model below), otherwise materialized.

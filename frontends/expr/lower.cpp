@@ -6,6 +6,8 @@
 #include <map>
 #include <set>
 
+#include "passes/autodiff.h"
+
 namespace fuse::expr {
 namespace {
 
@@ -63,6 +65,7 @@ enum class BuiltinKind {
   Constant, Unary, Binary, Where, Cast,
   // tensor only
   Reduce, CustomReduce, Matmul, Transpose, Reshape, BroadcastTo, ExpandDims, Squeeze, Arange, Rand,
+  Grad,
 };
 
 struct Builtin {
@@ -109,6 +112,7 @@ const std::vector<Builtin>& builtins() {
     t.push_back({"squeeze", K::Squeeze, {"x", "axis"}, 2});
     t.push_back({"arange", K::Arange, {"n"}, 1});
     t.push_back({"rand", K::Rand, {"shape", "seed"}, 1});
+    t.push_back({"grad", K::Grad, {"y", "x", "cotangent"}, 2});
     return t;
   }();
   return table;
@@ -367,6 +371,13 @@ class Lowerer {
     }
     const Expr& rhs = *s.value;
     const Global* callee = rhs.kind == ExprKind::Call ? find_global(rhs.name) : nullptr;
+    if (rhs.kind == ExprKind::Call && !callee && rhs.name == "grad") {  // let (dw, db) = grad(loss, [w, b])
+      std::vector<Value> grads = grad(rhs);
+      if (grads.size() != s.names.size())
+        throw CompileError{s.names[0].pos, unpack_count_message(rhs.name, static_cast<int>(grads.size()), s.names.size())};
+      for (size_t i = 0; i < s.names.size(); ++i) define(s.names[i], global(GlobalKind::Let, grads[i]));
+      return;
+    }
     if (!callee || callee->kind != GlobalKind::Fn || callee->results == 1)
       throw CompileError{rhs.pos, kUnpackOnlyCalls};
     if (callee->results != static_cast<int>(s.names.size()))
@@ -769,6 +780,11 @@ class Lowerer {
                        [&] { return ir::add_rand(graph_, shape, static_cast<uint64_t>(seed), loc(e.pos)); });
     }
     if (f->kind == BuiltinKind::CustomReduce) return custom_reduce(e, a);
+    if (f->kind == BuiltinKind::Grad) {
+      std::vector<Value> grads = grad(e);
+      if (grads.size() != 1) throw CompileError{e.pos, multi_value_message(e.name, static_cast<int>(grads.size()))};
+      return grads[0];
+    }
     if (f->kind == BuiltinKind::Matmul) return matmul(*a[0], *a[1], e.pos);
     NodeId x = to_tensor(lower(*a[0]), a[0]->pos);
     ir::SourceLoc l = loc(e.pos);
@@ -800,6 +816,51 @@ class Lowerer {
         return make_node(e.pos, [&] { return ir::add_squeeze(graph_, x, axes, l); });
       }
     }
+  }
+
+  /// grad(y, x) or grad(y, [x1, x2, ...], cotangent=dy): the gradients of sum(y * dy) (dy ones
+  /// when not given) with respect to each x, added to the graph (passes/autodiff.h).
+  std::vector<Value> grad(const Expr& e) {
+    std::vector<const Expr*> a = bind_args(e, {"y", "x", "cotangent"}, 2);
+    Value y_value = lower(*a[0]);
+    if (!y_value.is_tensor || !ir::is_float(graph_.node(y_value.node).dtype))
+      throw CompileError{a[0]->pos, "grad: the value to differentiate must be a float tensor, not " +
+                                        describe(y_value)};
+    std::vector<const Expr*> var_exprs;
+    if (a[1]->kind == ExprKind::List) {
+      if (a[1]->operands.empty()) throw CompileError{a[1]->pos, "grad: the list of variables is empty"};
+      for (const ExprPtr& item : a[1]->operands) var_exprs.push_back(item.get());
+    } else {
+      var_exprs.push_back(a[1]);
+    }
+    std::vector<NodeId> vars;
+    for (const Expr* v : var_exprs) {
+      Value value = lower(*v);
+      std::string what = v->kind == ExprKind::Name ? "'" + v->name + "'" : "this value";
+      if (!value.is_tensor || !ir::is_float(graph_.node(value.node).dtype))
+        throw CompileError{v->pos, "grad: cannot differentiate with respect to " + what + ": it is " +
+                                       describe(value) + "; only float tensors have gradients"};
+      vars.push_back(value.node);
+    }
+    NodeId cotangent = a[2] ? to_tensor(lower(*a[2]), a[2]->pos) : -1;
+    std::vector<NodeId> grads;
+    try {
+      grads = passes::vjp(graph_, y_value.node, vars, cotangent);
+    } catch (const ir::Error& err) {
+      if (a[2] && err.message().find("cotangent") != std::string::npos) throw CompileError{a[2]->pos, err.message()};
+      std::string where;
+      if (err.loc().known() && err.loc().line > 0)  // the op without a gradient, e.g. a user combiner
+        where = " (at line " + std::to_string(err.loc().line) + ", col " + std::to_string(err.loc().col) + ")";
+      throw CompileError{e.pos, err.message() + where};
+    }
+    std::vector<Value> out;
+    for (NodeId g : grads) out.push_back(tensor(g));
+    return out;
+  }
+
+  std::string describe(const Value& v) const {
+    if (v.is_tensor) return std::string(ir::dtype_name(graph_.node(v.node).dtype)) + ir::shape_str(graph_.node(v.node).shape);
+    return "a constant";
   }
 
   /// reduce(fn, x, init, axis, keepdims): fn(acc, x) traced with both parameters of x's dtype.
