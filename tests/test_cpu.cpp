@@ -119,12 +119,16 @@ TEST_CASE("dim expressions as shapes on the CPU", "[cpu][shape]") {
   g.output("half", g.arange(ir::floor_div(n, 2)));
   g.output("third_up", g.arange(ir::ceil_div(n, 3)) * 2);
   g.output("at_most_5", cast(g.arange(ir::dim_min(n, 5)), DType::I32));
-  // floor(min(N - 5, 0) / 2) + 3 rounds towards -infinity: 1 at N = 2 where truncation gives 2.
-  g.output("floor_of_negative", g.arange(ir::floor_div(ir::dim_min(n - 5, 0), 2) + 3));
+  // A 3 x d grid of 10*row + col: the kernel delinearizes with d, so a wrong d moves values.
+  auto grid = [&](Dim d) {
+    return cast(broadcast_to(expand_dims(g.arange(d), 0), {3, d}) + broadcast_to(expand_dims(g.arange(3) * 10, 1), {3, d}),
+                DType::F64);
+  };
   Dim half = ir::floor_div(n + 1, 2);
-  g.output("grid", broadcast_to(expand_dims(cast(g.arange(half), DType::F64), 0), {3, half}) +
-                       cast(broadcast_to(expand_dims(g.arange(3), 1), {3, half}), DType::F64));
-  check_against_interpreter(g, std::vector<ir::SymbolBindings>{{{"N", 1}}, {{"N", 2}}, {{"N", 7}}, {{"N", 1023}}});
+  g.output("grid", grid(half));
+  // floor(min(N - 5, 0) / 2) + 3 rounds towards -infinity: 1 at N = 2 where truncation gives 2.
+  g.output("floor_of_negative", grid(ir::floor_div(ir::dim_min(n - 5, 0), 2) + 3));
+  check_against_interpreter(g, std::vector<ir::SymbolBindings>{{{"N", 1}}, {{"N", 2}}, {{"N", 3}}, {{"N", 7}}, {{"N", 1023}}});
   runtime::Executable exe = compile(g);
   ir::TensorMap out = exe.run(inputs_of(g.ir(), {{"N", 7}}, 1));
   CHECK(out.at("clamped").shape == ir::ConcreteShape{5});

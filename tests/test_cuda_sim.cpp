@@ -455,14 +455,21 @@ TEST_CASE("dim expressions as shapes run on the simulator", "[cuda][sim][shape]"
   g.output("half", g.arange(ir::floor_div(n, 2)));
   g.output("third_up", g.arange(ir::ceil_div(n, 3)) * 2);
   g.output("at_most_5", cast(g.arange(ir::dim_min(n, 5)), ir::DType::I32));
-  // floor(min(N - 5, 0) / 2) + 3 rounds towards -infinity: 1 at N = 2 where truncation gives 2.
-  g.output("floor_of_negative", g.arange(ir::floor_div(ir::dim_min(n - 5, 0), 2) + 3));
+  // A 3 x d grid of 10*row + col: the kernel delinearizes with d, so a wrong d moves values.
+  auto grid = [&](Dim d) {
+    return cast(broadcast_to(expand_dims(g.arange(d), 0), {3, d}) + broadcast_to(expand_dims(g.arange(3) * 10, 1), {3, d}),
+                ir::DType::F64);
+  };
   Dim half = ir::floor_div(n + 1, 2);
-  g.output("grid", broadcast_to(expand_dims(cast(g.arange(half), ir::DType::F64), 0), {3, half}) +
-                       cast(broadcast_to(expand_dims(g.arange(3), 1), {3, half}), ir::DType::F64));
+  g.output("grid", grid(half));
+  // floor(min(N - 5, 0) / 2) + 3 rounds towards -infinity: 1 at N = 2 where truncation gives 2.
+  g.output("floor_of_negative", grid(ir::floor_div(ir::dim_min(n - 5, 0), 2) + 3));
   check_graph(g.ir(), "dim expressions");
   std::unique_ptr<runtime::CudaExecutable> exe = compile_cuda(g.ir(), Target::cuda_sim());
-  ir::TensorMap out = exe->run_host(testing::random_inputs(g.ir(), {{"N", 2}}, 1));
+  ir::TensorMap inputs = testing::random_inputs(g.ir(), {{"N", 2}}, 1);
+  ir::TensorMap out = exe->run_host(inputs);
+  CHECK(testing::compare_outputs(ir::interpret_with_bounds(g.ir(), inputs), out) == "");
+  CHECK(out.at("floor_of_negative").shape == (ir::ConcreteShape{3, 1}));
   CHECK(out.at("clamped").shape == ir::ConcreteShape{0});
   CHECK(out.at("grid").shape == (ir::ConcreteShape{3, 1}));
 }
