@@ -10,10 +10,10 @@ namespace fuse::codegen {
 std::vector<std::string> program_symbols(const ir::Program& p) {
   std::set<std::string> names;
   for (const ir::Buffer& b : p.buffers)
-    for (const ir::Dim& d : b.shape) names.insert(d.symbols.begin(), d.symbols.end());
+    for (const ir::Dim& d : b.shape) for (const std::string& s : d.symbol_names()) names.insert(s);
   for (const ir::Kernel& k : p.kernels)
     for (const ir::Node& n : k.body.nodes)
-      for (const ir::Dim& d : n.shape) names.insert(d.symbols.begin(), d.symbols.end());
+      for (const ir::Dim& d : n.shape) for (const std::string& s : d.symbol_names()) names.insert(s);
   return {names.begin(), names.end()};
 }
 
@@ -69,10 +69,43 @@ mlir::Value KernelEmitterBase::dim(const ir::Dim& d) {
   // (it depends only on the symbols).
   mlir::OpBuilder::InsertionGuard guard(b_);
   b_.setInsertionPointToStart(entry_);
-  mlir::Value v = i64(d.factor);
-  for (const std::string& s : d.symbols) v = mul(v, symbol_value(s));
+  mlir::Value v = dim_here(d);
   dims_[key] = v;
   return v;
+}
+
+// Not cached: a dim cached later sits before an earlier one at the entry's start, so a dim built
+// from cached parts could use a value before it is defined.
+mlir::Value KernelEmitterBase::dim_here(const ir::Dim& d) {
+  mlir::Value v = i64(0);
+  for (const ir::DimTerm& t : d.terms) {
+    mlir::Value term = i64(t.coef);
+    for (const ir::DimAtom& a : t.atoms) term = mul(term, dim_atom(a));
+    v = add(v, term);
+  }
+  return v;
+}
+
+mlir::Value KernelEmitterBase::dim_atom(const ir::DimAtom& a) {
+  switch (a.kind) {
+    case ir::DimAtom::Kind::Symbol: return symbol_value(a.name);
+    case ir::DimAtom::Kind::FloorDiv: {
+      // floor(x / c) for c > 0: the truncating quotient, less one when x is negative and inexact.
+      mlir::Value x = dim_here(a.args[0]);
+      mlir::Value c = i64(a.divisor);
+      mlir::Value negative_remainder =
+          b_.create<mlir::arith::CmpIOp>(loc_, mlir::arith::CmpIPredicate::slt, rem(x, c), i64(0));
+      return sub(div(x, c), b_.create<mlir::arith::ExtUIOp>(loc_, b_.getI64Type(), negative_remainder));
+    }
+    case ir::DimAtom::Kind::Min:
+    case ir::DimAtom::Kind::Max: {
+      mlir::Value v = dim_here(a.args[0]);
+      for (size_t i = 1; i < a.args.size(); ++i)
+        v = a.kind == ir::DimAtom::Kind::Min ? min_i64(v, dim_here(a.args[i])) : max_i64(v, dim_here(a.args[i]));
+      return v;
+    }
+  }
+  return i64(0);
 }
 
 static std::pair<std::string, std::vector<const void*>> memo_key(const std::vector<mlir::Value>& idx, const ir::Shape& shape) {

@@ -84,8 +84,11 @@ class KernelEmitterBase {
   mlir::Value constant(DType t, double f, int64_t i, int lanes) { return scalar_.constant(t, f, i, lanes); }
 
   // ---- dims and indices ----
-  /// A dim's value: factor * the symbols' sizes (computed once, at the function's entry).
+  /// A dim's value from the symbols' sizes (computed once, at the function's entry).
   mlir::Value dim(const ir::Dim& d);
+  /// The same, emitted at the insertion point, and one factor of a dim term.
+  mlir::Value dim_here(const ir::Dim& d);
+  mlir::Value dim_atom(const ir::DimAtom& a);
   /// Row-major position of `idx` in `shape`. An index delinearize() took apart is put back
   /// together as the value it came from (the division and remainder then go unused and are
   /// removed): an operand laid out like the space is read at the loop's own position.

@@ -34,7 +34,11 @@ using ir::HostArray;
 using ir::Shape;
 using Error = ir::Error;
 
-/// A symbolic dim, bound to a size from the actual inputs at run time.
+/// A symbolic dim, bound to a size from the actual inputs at run time. Dims are integer
+/// expressions (ir/shape.h): `n + 1`, `n - 2`, `2 * n`, `floor_div(n, 2)`, `ceil_div(n, 2)`,
+/// `dim_min(n, 5)`, `dim_max(n - 2, 0)` (found by argument-dependent lookup), kept canonical so
+/// that equal expressions compare equal. Only plain symbols are bound from the inputs; a dim that
+/// is negative at run time is an error.
 inline Dim sym(std::string name) { return Dim::symbol(std::move(name)); }
 
 template <class T>

@@ -151,7 +151,7 @@ static NodeId add_node(Graph& g, OpKind kind, DType dtype, Shape shape, std::vec
 
 static void check_dims_non_negative(const Shape& shape, const std::string& op, const SourceLoc& loc) {
   for (const Dim& d : shape)
-    if (d.factor < 0) throw Error(op + ": negative dimension in shape " + shape_str(shape), loc);
+    if (d.constant().value_or(0) < 0) throw Error(op + ": negative dimension in shape " + shape_str(shape), loc);
 }
 
 NodeId add_input(Graph& g, std::string name, DType dtype, Shape shape, SourceLoc loc) {
@@ -304,7 +304,7 @@ NodeId add_reshape(Graph& g, NodeId x, Shape shape, SourceLoc loc) {
     if (shape[i] == Dim(-1)) {
       if (inferred >= 0) throw Error("reshape: only one dim of " + shape_str(shape) + " may be -1", loc);
       inferred = static_cast<int>(i);
-    } else if (shape[i].factor < 0) {
+    } else if (shape[i].constant().value_or(0) < 0) {
       throw Error("reshape: negative dimension in " + shape_str(shape), loc);
     } else {
       known = known * shape[i];

@@ -174,7 +174,7 @@ static std::string json_shape(const Shape& shape) {
   std::string s = "[";
   for (size_t i = 0; i < shape.size(); ++i) {
     s += i ? ", " : "";
-    s += shape[i].is_constant() ? std::to_string(shape[i].factor) : json_string(shape[i].str());
+    s += shape[i].is_constant() ? std::to_string(*shape[i].constant()) : json_string(shape[i].str());
   }
   return s + "]";
 }
@@ -218,7 +218,7 @@ std::string program_to_json(const Program& p) {
     s += i ? ",\n    {" : "\n    {";
     s += "\"name\": " + json_string(b.name) + ", \"dtype\": " + json_string(std::string(dtype_name(b.dtype))) +
          ", \"shape\": " + json_shape(b.shape) + ", \"bytes\": " +
-         (bytes.is_constant() ? std::to_string(bytes.factor) : json_string(bytes.str())) +
+         (bytes.is_constant() ? std::to_string(*bytes.constant()) : json_string(bytes.str())) +
          ", \"role\": " + json_string(std::string(buffer_role_name(b.role))) + ", \"slot\": " + std::to_string(b.slot) + "}";
   }
   s += "\n  ],\n  \"launch_order\": [";

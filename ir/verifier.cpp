@@ -198,7 +198,7 @@ std::vector<std::string> verify(const Graph& g, VerifyOptions options) {
       operands_ok = false;
     }
     for (const Dim& d : n.shape)
-      if (d.factor < 0) local.push_back("negative dim in " + shape_str(n.shape));
+      if (d.constant().value_or(0) < 0) local.push_back("negative dim in " + shape_str(n.shape));
     if (n.kind == OpKind::Input && operands_ok && !input_names.insert(n.as<InputAttrs>().name).second)
       local.push_back("duplicate input name '" + n.as<InputAttrs>().name + "'");
     if (operands_ok) check_types(g, n, options, local);

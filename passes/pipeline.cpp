@@ -39,7 +39,7 @@ PipelineResult run_pipeline(const ir::Graph& g, const PipelineOptions& options) 
     ir::SymbolBindings sizes;
     for (const ir::Node& n : result.graph.nodes)
       for (const ir::Dim& d : n.shape)
-        for (const std::string& s : d.symbols) sizes[s] = 1000;
+        for (const std::string& s : d.symbol_names()) sizes[s] = 1000;
     int64_t unfused_peak = ir::planned_peak_bytes(plan({.enabled = false}).second, sizes);
     if (ir::planned_peak_bytes(fused.second, sizes) > unfused_peak)
       fused = plan({.enabled = true, .horizontal = false});

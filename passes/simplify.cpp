@@ -260,7 +260,7 @@ size_t node_hash(const Node& n) {
   auto mix = [&h](size_t v) { h = (h ^ v) * 1099511628211ull; };
   mix(n.attrs.index());
   for (NodeId id : n.inputs) mix(static_cast<size_t>(id));
-  for (const ir::Dim& d : n.shape) mix(static_cast<size_t>(d.factor));
+  for (const ir::Dim& d : n.shape) mix(std::hash<std::string>{}(d.str()));
   if (n.kind == OpKind::Elementwise) mix(n.as<ir::ElementwiseAttrs>().body.nodes.size());
   return h;
 }

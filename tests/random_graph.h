@@ -628,9 +628,9 @@ class GraphGenerator {
           case 2: {  // split a constant dim
             to = s;
             int i = r ? rng_.below(r) : 0;
-            if (!r || !s[i].is_constant() || s[i].factor % 2) throw ir::Error("nothing to split");
+            if (!r || !s[i].is_constant() || *s[i].constant() % 2) throw ir::Error("nothing to split");
             to[i] = 2;
-            to.insert(to.begin() + i + 1, ir::Dim(s[i].factor / 2));
+            to.insert(to.begin() + i + 1, ir::Dim(*s[i].constant() / 2));
             break;
           }
           case 3:
@@ -740,7 +740,7 @@ class GraphGenerator {
     }
     notes_.push_back("constant");
     ir::ConcreteShape cs;
-    for (const ir::Dim& d : s) cs.push_back(d.is_constant() ? d.factor : 1);  // a 1 broadcasts like N
+    for (const ir::Dim& d : s) cs.push_back(d.constant().value_or(1));  // a 1 broadcasts like N
     ir::HostArray value(opt_.allow_integer ? random_dtype() : DType::F32, cs);
     bool splat = rng_.chance(0.3);
     double v0 = 0.5 * rng_.range(-4, 4);

@@ -104,8 +104,21 @@ TEST_CASE("dims parse from their printed form", "[bundle]") {
   CHECK(error_of([] { fuse::ir::parse_dim(""); }) == "'' is not a dim (a factor is missing; expected e.g. 4, N or 2*N*M)");
   CHECK(error_of([] { fuse::ir::parse_dim("N*"); }) == "'N*' is not a dim (a factor is missing; expected e.g. 4, N or 2*N*M)");
   CHECK(error_of([] { fuse::ir::parse_dim("N M"); }) == "'N M' is not a dim (unexpected 'M'; expected e.g. 4, N or 2*N*M)");
-  CHECK(error_of([] { fuse::ir::parse_dim("-1"); }) == "'-1' is not a dim (unexpected '-'; expected e.g. 4, N or 2*N*M)");
-  CHECK(error_of([] { fuse::ir::parse_dim("N+1"); }) == "'N+1' is not a dim (unexpected '+'; expected e.g. 4, N or 2*N*M)");
+  CHECK(error_of([] { fuse::ir::parse_dim("-1"); }) == "'-1' is not a dim (a dim cannot be negative; expected e.g. 4, N or 2*N*M)");
+  CHECK(error_of([] { fuse::ir::parse_dim("N+"); }) == "'N+' is not a dim (a factor is missing; expected e.g. 4, N or 2*N*M)");
+  CHECK(error_of([] { fuse::ir::parse_dim("N / 2"); }) ==
+        "'N / 2' is not a dim (unexpected '/' (division is '//'); expected e.g. 4, N or 2*N*M)");
+  CHECK(error_of([] { fuse::ir::parse_dim("N // M"); }) ==
+        "'N // M' is not a dim (the divisor of '//' must be a positive constant; expected e.g. 4, N or 2*N*M)");
+  CHECK(error_of([] { fuse::ir::parse_dim("min(N)"); }) ==
+        "'min(N)' is not a dim (min needs two or more arguments; expected e.g. 4, N or 2*N*M)");
+  CHECK(error_of([] { fuse::ir::parse_dim("max(N, 2"); }) == "'max(N, 2' is not a dim (')' is missing; expected e.g. 4, N or 2*N*M)");
+  // Dim expressions print and parse back to the same canonical form.
+  for (const char* s : {"N - 2", "max(N - 2, 0)", "N // 2", "(N + 1) // 2", "3 - N", "-N - 2", "2*(N // 2)",
+                        "min(N // 2, 5)", "M*max(N - 2, 0)", "(M*N) // 2", "N*N - 1", "max(M, N, 0)"})
+    CHECK(fuse::ir::parse_dim(s).str() == s);
+  CHECK(fuse::ir::parse_dim("max( N-2 ,0)") == fuse::ir::dim_max(Dim::symbol("N") - 2, 0));
+  CHECK(fuse::ir::parse_dim("(2*N + 1) // 2") == Dim::symbol("N"));
   CHECK_THAT(error_of([] { fuse::ir::parse_dim("99999999999999999999"); }), Contains("overflows 64 bits"));
 }
 
@@ -212,8 +225,8 @@ TEST_CASE("missing and corrupt bundles give errors naming the file and the probl
         in_plan("no_entry", "launches[0] has no \"entry\""));
   CHECK(corrupt("dtype", edit_plan("\"dtype\": \"f32\"", "\"dtype\": \"f16\"")) ==
         in_plan("dtype", "buffers[0].dtype: unknown dtype 'f16'"));
-  CHECK(corrupt("dim", edit_plan("\"shape\": [\"N\"]", "\"shape\": [\"N+1\"]")) ==
-        in_plan("dim", "buffers[0].shape[0]: 'N+1' is not a dim (unexpected '+'; expected e.g. 4, N or 2*N*M)"));
+  CHECK(corrupt("dim", edit_plan("\"shape\": [\"N\"]", "\"shape\": [\"N+\"]")) ==
+        in_plan("dim", "buffers[0].shape[0]: 'N+' is not a dim (a factor is missing; expected e.g. 4, N or 2*N*M)"));
   CHECK(corrupt("kind", edit_plan("\"kind\": \"scratch\"", "\"kind\": \"texture\"")) ==
         in_plan("kind", "launches[1].args[4].kind: unknown argument kind 'texture' (buffer, constant, scratch or symbol)"));
   CHECK(corrupt("block", edit_plan("\"block\": [256, 1, 1]", "\"block\": [256, 1]")) ==
@@ -268,7 +281,10 @@ TEST_CASE("hostile inputs: clean errors, and no quadratic time", "[bundle][fuzz]
   // name was compared with all those before it.
   std::string product = "K";
   for (int i = 0; i < 50000; ++i) product += i % 2 ? "*K" : "*1";
-  CHECK(fuse::ir::parse_dim(product).symbols.size() == 25001);
+  CHECK(fuse::ir::parse_dim(product).terms.at(0).atoms.size() == 25001);
+  // Deep nesting is refused, not a stack overflow.
+  CHECK_THAT(error_of([] { fuse::ir::parse_dim(std::string(100000, '(') + "N"); }), Contains("nested too deeply"));
+  CHECK_THAT(error_of([] { fuse::ir::parse_dim(std::string(100000, '-') + "N"); }), Contains("nested too deeply"));
   std::string object = "{";
   for (int i = 0; i < 100000; ++i) object += (i ? ", \"m" : "\"m") + std::to_string(i) + "\": " + std::to_string(i);
   CHECK(Json::parse(object + "}", "big.json").at("m99999", "big").as_int("m99999") == 99999);

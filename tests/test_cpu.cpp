@@ -108,6 +108,47 @@ TEST_CASE("views, broadcasts and generators on the CPU", "[cpu]") {
   check_against_interpreter(g, {{"N", 33}, {"M", 17}});
 }
 
+// Dims that are expressions (sums, floor division, min/max) are computed in the kernels from the
+// symbols' sizes: loop bounds, delinearized indices and arange values must match the interpreter.
+TEST_CASE("dim expressions as shapes on the CPU", "[cpu][shape]") {
+  Graph g;
+  Dim n = sym("N");
+  Tensor x = g.input("x", DType::F32, {n});
+  g.output("x2", x * 2.0);
+  g.output("clamped", cast(g.arange(ir::dim_max(n - 2, 0)), DType::F32) + 1.0);
+  g.output("half", g.arange(ir::floor_div(n, 2)));
+  g.output("third_up", g.arange(ir::ceil_div(n, 3)) * 2);
+  g.output("at_most_5", cast(g.arange(ir::dim_min(n, 5)), DType::I32));
+  // A 3 x d grid of 10*row + col: the kernel delinearizes with d, so a wrong d moves values.
+  auto grid = [&](Dim d) {
+    return cast(broadcast_to(expand_dims(g.arange(d), 0), {3, d}) + broadcast_to(expand_dims(g.arange(3) * 10, 1), {3, d}),
+                DType::F64);
+  };
+  Dim half = ir::floor_div(n + 1, 2);
+  g.output("grid", grid(half));
+  // floor(min(N - 5, 0) / 2) + 3 rounds towards -infinity: 1 at N = 2 where truncation gives 2.
+  g.output("floor_of_negative", grid(ir::floor_div(ir::dim_min(n - 5, 0), 2) + 3));
+  check_against_interpreter(g, std::vector<ir::SymbolBindings>{{{"N", 1}}, {{"N", 2}}, {{"N", 3}}, {{"N", 7}}, {{"N", 1023}}});
+  runtime::Executable exe = compile(g);
+  ir::TensorMap out = exe.run(inputs_of(g.ir(), {{"N", 7}}, 1));
+  CHECK(out.at("clamped").shape == ir::ConcreteShape{5});
+  CHECK(out.at("half").shape == ir::ConcreteShape{3});
+  CHECK(out.at("third_up").shape == ir::ConcreteShape{3});
+  CHECK(out.at("grid").shape == (ir::ConcreteShape{3, 4}));
+}
+
+TEST_CASE("a dim that is negative at run time is an error, not a crash", "[cpu][shape]") {
+  Graph g;
+  Dim n = sym("N");
+  Tensor x = g.input("x", DType::F32, {n});
+  g.output("y", x + 1.0);
+  g.output("r", g.arange(n - 4));
+  runtime::Executable exe = compile(g);
+  CHECK(exe.run(inputs_of(g.ir(), {{"N", 6}}, 1)).at("r").shape == ir::ConcreteShape{2});
+  CHECK_THROWS_WITH(exe.run(inputs_of(g.ir(), {{"N", 3}}, 1)), Catch::Contains("dim N - 4") && Catch::Contains("is negative (-1) with N = 3"));
+  CHECK_THROWS_WITH(ir::interpret(g.ir(), inputs_of(g.ir(), {{"N", 3}}, 1)), Catch::Contains("is negative (-1) with N = 3"));
+}
+
 TEST_CASE("transcendentals match the interpreter within a few ulps", "[cpu][accuracy]") {
   Graph g;
   Tensor x = g.input("x", DType::F32, {sym("N")});

@@ -29,7 +29,7 @@ namespace {
 std::vector<std::string> input_symbols(const ir::Graph& g) {
   std::set<std::string> names;
   for (ir::NodeId id : g.input_nodes())
-    for (const ir::Dim& d : g.node(id).shape) names.insert(d.symbols.begin(), d.symbols.end());
+    for (const ir::Dim& d : g.node(id).shape) for (const std::string& s : d.symbol_names()) names.insert(s);
   return {names.begin(), names.end()};
 }
 

@@ -38,7 +38,7 @@ ir::SymbolBindings every_symbol(const ir::Graph& g, int64_t size) {
   ir::SymbolBindings b;
   for (ir::NodeId id : g.input_nodes())
     for (const ir::Dim& d : g.node(id).shape)
-      for (const std::string& s : d.symbols) b[s] = size;
+      for (const std::string& s : d.symbol_names()) b[s] = size;
   return b;
 }
 

@@ -34,7 +34,7 @@ const bool kSimulator = [] {
 std::vector<std::string> input_symbols(const ir::Graph& g) {
   std::set<std::string> names;
   for (ir::NodeId id : g.input_nodes())
-    for (const ir::Dim& d : g.node(id).shape) names.insert(d.symbols.begin(), d.symbols.end());
+    for (const ir::Dim& d : g.node(id).shape) for (const std::string& s : d.symbol_names()) names.insert(s);
   return {names.begin(), names.end()};
 }
 
@@ -445,6 +445,34 @@ TEST_CASE("f32 floor division agrees with the interpreter on the simulator and t
 }
 
 // ---- the CUDA runtime on the simulated device ----
+
+TEST_CASE("dim expressions as shapes run on the simulator", "[cuda][sim][shape]") {
+  Graph g;
+  Dim n = sym("N");
+  Tensor x = g.input("x", ir::DType::F32, {n});
+  g.output("x2", x * 2.0);
+  g.output("clamped", cast(g.arange(ir::dim_max(n - 2, 0)), ir::DType::F32) + 1.0);
+  g.output("half", g.arange(ir::floor_div(n, 2)));
+  g.output("third_up", g.arange(ir::ceil_div(n, 3)) * 2);
+  g.output("at_most_5", cast(g.arange(ir::dim_min(n, 5)), ir::DType::I32));
+  // A 3 x d grid of 10*row + col: the kernel delinearizes with d, so a wrong d moves values.
+  auto grid = [&](Dim d) {
+    return cast(broadcast_to(expand_dims(g.arange(d), 0), {3, d}) + broadcast_to(expand_dims(g.arange(3) * 10, 1), {3, d}),
+                ir::DType::F64);
+  };
+  Dim half = ir::floor_div(n + 1, 2);
+  g.output("grid", grid(half));
+  // floor(min(N - 5, 0) / 2) + 3 rounds towards -infinity: 1 at N = 2 where truncation gives 2.
+  g.output("floor_of_negative", grid(ir::floor_div(ir::dim_min(n - 5, 0), 2) + 3));
+  check_graph(g.ir(), "dim expressions");
+  std::unique_ptr<runtime::CudaExecutable> exe = compile_cuda(g.ir(), Target::cuda_sim());
+  ir::TensorMap inputs = testing::random_inputs(g.ir(), {{"N", 2}}, 1);
+  ir::TensorMap out = exe->run_host(inputs);
+  CHECK(testing::compare_outputs(ir::interpret_with_bounds(g.ir(), inputs), out) == "");
+  CHECK(out.at("floor_of_negative").shape == (ir::ConcreteShape{3, 1}));
+  CHECK(out.at("clamped").shape == ir::ConcreteShape{0});
+  CHECK(out.at("grid").shape == (ir::ConcreteShape{3, 1}));
+}
 
 TEST_CASE("device buffers and preallocated outputs work on the simulator", "[cuda][sim][runtime]") {
   Graph g;

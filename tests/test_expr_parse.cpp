@@ -233,6 +233,25 @@ output u = rand([N, 3], seed=7)
   CHECK(output(g, "u").as<ir::RandAttrs>().seed == 7);
 }
 
+TEST_CASE("dims outside input types are integer expressions of symbols", "[expr][shape]") {
+  ir::Graph g = compile_ok(R"(
+const H = 2
+input x: f32[N, M]
+output a = arange(N - 1)
+output b = arange(N // 2)
+output c = arange((N + 1) // 2)
+output d = arange(N + M - N)
+output e = reshape(x, [-1, M - 1 + 1])
+output f = broadcast_to(sum(x), [N * M - 1, (H*N + 1) // H])
+)");
+  CHECK(ir::shape_str(output(g, "a").shape) == "[N - 1]");
+  CHECK(ir::shape_str(output(g, "b").shape) == "[N // 2]");
+  CHECK(ir::shape_str(output(g, "c").shape) == "[(N + 1) // 2]");
+  CHECK(ir::shape_str(output(g, "d").shape) == "[M]");
+  CHECK(ir::shape_str(output(g, "e").shape) == "[N, M]");
+  CHECK(ir::shape_str(output(g, "f").shape) == "[M*N - 1, N]");
+}
+
 TEST_CASE("precedence follows the language's table", "[expr]") {
   // -x**2 is -(x**2); 2**-1 parses; ** is right-associative.
   ir::Graph g = compile_ok("input x: f32[N]\noutput y = -x**2\noutput z = x ** 2 ** -1\n");
@@ -410,6 +429,10 @@ const BadProgram kBadPrograms[] = {
     {"input x: f32[N]\noutput y = rand([N], seed=-1)\n", "bad.expr:2:27: error: 'seed' must be a non-negative integer"},
     {"input x: f32[N]\noutput y = broadcast_to(x, N)\n", "bad.expr:2:28: error: expected a shape: a list of dimensions like [N, 4]"},
     {"const K = 4.5\ninput x: f32[K]\n", "bad.expr:2:14: error: 'K' is not an integer, so it cannot be a dimension"},
+    {"input x: f32[N - 1]\n", "bad.expr:1:16: error: expected a dimension: an integer, a symbol or a product like 2*N"},
+    {"input x: f32[N]\noutput y = arange(N // 0)\n", "bad.expr:2:24: error: a dimension can only be divided by a positive integer"},
+    {"input x: f32[N]\noutput y = arange(2 - 5)\n", "bad.expr:2:21: error: dimension 2 - 5 is negative (-3)"},
+    {"input x: f32[N]\noutput y = arange(N / 2)\n", "bad.expr:2:21: error: expected a dimension: an integer, a symbol, or an expression of them with +, -, * and // like N // 2"},
     {"input x: f32[2147483648, 2147483648, 2147483648]\n", "bad.expr:1:10: error: shape [2147483648, 2147483648, 2147483648] is too large (more than 2^48 elements)"},
     // types and shapes (found by the IR, reported at the user's expression)
     {"input b: bool[N]\noutput y = -b\n", "bad.expr:2:12: error: 'neg' is not defined for bool (use 'not')"},

@@ -33,6 +33,67 @@ TEST_CASE("dims are monomials of symbols", "[ir][shape]") {
   CHECK_THROWS_WITH(ir::evaluate(m, b), Catch::Contains("symbol 'M' is not bound"));
 }
 
+TEST_CASE("dims are integer expressions in canonical form", "[ir][shape]") {
+  Dim n = sym("N"), m = sym("M");
+  // Structural equality of the canonical form: equal expressions built differently compare equal.
+  CHECK((n + 1) - 1 == n);
+  CHECK((n - 2) + (m + 2) == m + n);
+  CHECK((n + m) * (n - m) == n * n - m * m);
+  CHECK(n - n == Dim(0));
+  CHECK(Dim(3) * n - n == Dim(2) * n);
+  CHECK(ir::floor_div(Dim(2) * n + 1, 2) == n);
+  CHECK(ir::floor_div(Dim(4) * n + 6, 2) == Dim(2) * n + 3);
+  CHECK(ir::floor_div(ir::floor_div(n, 2), 3) == ir::floor_div(n, 6));
+  CHECK(ir::ceil_div(n, 2) == ir::floor_div(n + 1, 2));
+  CHECK(ir::ceil_div(Dim(2) * n, 2) == n);
+  CHECK(ir::floor_div(Dim(7), 2) == Dim(3));
+  CHECK(ir::floor_div(Dim(-7), 2) == Dim(-4));
+  CHECK(ir::ceil_div(Dim(7), 2) == Dim(4));
+  CHECK(ir::dim_min(n, n + 1) == n);
+  CHECK(ir::dim_max(n, n + 1) == n + 1);
+  CHECK(ir::dim_max(Dim(3), Dim(5)) == Dim(5));
+  CHECK(ir::dim_max(n - 2, 0) == ir::dim_max(Dim(0), n - 2));
+  CHECK(ir::dim_max(ir::dim_max(n, m), 0) == ir::dim_max(n, ir::dim_max(Dim(0), m)));
+  CHECK_FALSE(ir::dim_max(n, m) == ir::dim_min(n, m));
+  CHECK_FALSE(ir::floor_div(n, 2) == ir::floor_div(n, 3));
+  // Readable printing.
+  CHECK((n - 2).str() == "N - 2");
+  CHECK((Dim(3) - n).str() == "3 - N");
+  CHECK((Dim(0) - n - 2).str() == "-N - 2");
+  CHECK(ir::dim_max(n - 2, 0).str() == "max(N - 2, 0)");
+  CHECK(ir::floor_div(n, 2).str() == "N // 2");
+  CHECK(ir::ceil_div(n, 2).str() == "(N + 1) // 2");
+  CHECK((Dim(2) * ir::floor_div(n, 2)).str() == "2*(N // 2)");
+  CHECK((n * m * Dim(2)).str() == "2*M*N");
+  CHECK(ir::dim_min(ir::floor_div(n, 2), 5).str() == "min(N // 2, 5)");
+  // Queries.
+  CHECK(n.as_symbol() == std::optional<std::string>("N"));
+  CHECK_FALSE((Dim(2) * n).as_symbol().has_value());
+  CHECK(ir::dim_max(n - m, ir::floor_div(m, 2)).symbol_names() == std::vector<std::string>{"M", "N"});
+  CHECK((n - n + 4).constant() == std::optional<int64_t>(4));
+  // Evaluation, floor division rounding towards -infinity like Python.
+  ir::SymbolBindings b = {{"N", 7}, {"M", 3}};
+  CHECK(ir::evaluate(n - 2, b) == 5);
+  CHECK(ir::evaluate(ir::floor_div(n - 10, 2), b) == -2);
+  CHECK(ir::evaluate(ir::ceil_div(n, 2), b) == 4);
+  CHECK(ir::evaluate(ir::dim_max(m - n, 0), b) == 0);
+  CHECK(ir::evaluate(ir::dim_min(n * m, n + m), b) == 10);
+  CHECK(ir::exact_divide(Dim(2) * n + 4, 2) == n + 2);
+  CHECK_FALSE(ir::exact_divide(n + 1, 2).has_value());
+  CHECK(ir::exact_divide(Dim(0), n) == Dim(0));
+  // A negative size is an error when a shape is evaluated; arithmetic overflow is an error too.
+  CHECK_THROWS_WITH(ir::evaluate(ir::Shape{n - 9, 2}, b), "error: dim N - 9 of shape [N - 9, 2] is negative (-2) with N = 7");
+  CHECK_THROWS_WITH(Dim(INT64_MAX) + 1, Catch::Contains("overflows 64 bits"));
+  CHECK_THROWS_WITH(ir::evaluate(Dim(INT64_MAX / 2) * n, b), Catch::Contains("overflows 64 bits with N = 7"));
+  CHECK_THROWS_WITH(ir::floor_div(n, 0), Catch::Contains("the divisor must be positive"));
+  // Symbols bind only from plain-symbol dims; compound dims are checked against them.
+  ir::SymbolBindings bound;
+  ir::bind_symbols({n, n - 1}, {5, 4}, bound, "input 'x'");
+  CHECK(bound.at("N") == 5);
+  CHECK_THROWS_WITH(ir::bind_symbols({n, n - 1}, {5, 5}, bound, "input 'y'"),
+                    "error: input 'y' has shape [5, 5] but [N, N - 1] was declared");
+}
+
 TEST_CASE("printer golden: gaussian pdf", "[ir][printer]") {
   Graph g;
   Tensor x = g.input("x", DType::F32, {sym("N")});

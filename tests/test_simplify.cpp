@@ -34,7 +34,7 @@ ir::TensorMap random_inputs(const ir::Graph& g, uint32_t seed) {
     const ir::Node& n = g.node(id);
     ir::SymbolBindings symbols;
     for (const Dim& d : n.shape)
-      for (const std::string& s : d.symbols) symbols[s] = 5;
+      for (const std::string& s : d.symbol_names()) symbols[s] = 5;
     ir::HostArray a(n.dtype, ir::evaluate(n.shape, symbols));
     for (int64_t i = 0; i < a.size(); ++i) {
       if (n.dtype == DType::Bool) a.set_i64(i, rng() % 2);

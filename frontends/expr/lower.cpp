@@ -935,16 +935,23 @@ class Lowerer {
   }
 
   void check_size(const ir::Shape& shape, Pos pos) const {
+    // Symbolic dims count with their constant factor only (2*N counts 2): a bound, not the size.
     int64_t n = 1;
-    for (const ir::Dim& d : shape)
-      if (d.factor > 0 && (__builtin_mul_overflow(n, d.factor, &n) || n > kMaxElements))
+    for (const ir::Dim& d : shape) {
+      int64_t factor = d.terms.size() == 1 ? d.terms[0].coef : 1;
+      if (factor > 0 && (__builtin_mul_overflow(n, factor, &n) || n > kMaxElements))
         throw CompileError{pos, "shape " + ir::shape_str(shape) + " is too large (more than 2^48 elements)"};
+    }
   }
 
   /// A dimension: an integer, a symbol, an integer const, or a product of them; `-1` alone
-  /// in reshape.
+  /// in reshape. Outside input types also sums, differences and `//` by a positive constant
+  /// (`N - 1`, `N // 2`): only plain symbols can be bound from the inputs.
   ir::Dim dim(const Expr& e, DimUse use) {
-    const std::string kExpected = "expected a dimension: an integer, a symbol or a product like 2*N";
+    const std::string kExpected = use == DimUse::Declare
+                                      ? "expected a dimension: an integer, a symbol or a product like 2*N"
+                                      : "expected a dimension: an integer, a symbol, or an expression of them "
+                                        "with +, -, * and // like N // 2";
     switch (e.kind) {
       case ExprKind::Int: return e.int_value;
       case ExprKind::Unary:
@@ -954,13 +961,38 @@ class Lowerer {
         if (e.op == Operator::Neg) throw CompileError{e.pos, "a dimension cannot be negative"};
         break;
       case ExprKind::Binary: {
-        if (e.op != Operator::Mul) break;
+        bool arithmetic = e.op == Operator::Add || e.op == Operator::Sub || e.op == Operator::FloorDiv;
+        if (e.op != Operator::Mul && (use == DimUse::Declare || !arithmetic)) break;
         ir::Dim a = dim(*e.operands[0], use == DimUse::Reshape ? DimUse::Refer : use);
         ir::Dim b = dim(*e.operands[1], use == DimUse::Reshape ? DimUse::Refer : use);
-        int64_t factor = 0;
-        if (__builtin_mul_overflow(a.factor, b.factor, &factor) || factor > kMaxElements)
-          throw CompileError{e.pos, "dimension " + a.str() + "*" + b.str() + " is too large"};
-        return a * b;
+        ir::Dim result;
+        try {
+          switch (e.op) {
+            case Operator::Add: result = a + b; break;
+            case Operator::Sub: result = a - b; break;
+            case Operator::FloorDiv: {
+              std::optional<int64_t> divisor = b.constant();
+              if (!divisor || *divisor <= 0)
+                throw CompileError{e.operands[1]->pos, "a dimension can only be divided by a positive integer"};
+              result = ir::floor_div(a, *divisor);
+              break;
+            }
+            default: result = a * b; break;
+          }
+        } catch (const ir::Error&) {
+          throw CompileError{e.pos, "dimension (" + a.str() + ") " + std::string(operator_text(e.op)) + " (" + b.str() +
+                                        ") is too large"};
+        }
+        if (std::optional<int64_t> c = result.constant()) {
+          if (*c < 0)
+            throw CompileError{e.pos, "dimension " + a.str() + " " + std::string(operator_text(e.op)) + " " + b.str() +
+                                          " is negative (" + result.str() + ")"};
+          if (*c > kMaxElements) throw CompileError{e.pos, "dimension " + result.str() + " is too large"};
+        }
+        for (const ir::DimTerm& t : result.terms)
+          if (t.coef > kMaxElements || t.coef < -kMaxElements)
+            throw CompileError{e.pos, "dimension " + result.str() + " is too large"};
+        return result;
       }
       case ExprKind::Name: return symbol(e, use);
       default: break;

@@ -573,7 +573,7 @@ void fill_random(ir::HostArray& a, uint64_t seed, const std::string& name) {
 ir::SymbolBindings random_bindings(const Args& args, const ir::Graph& g, const ir::TensorMap& given) {
   std::set<std::string> symbols;
   for (ir::NodeId id : g.input_nodes())
-    for (const ir::Dim& d : g.node(id).shape) symbols.insert(d.symbols.begin(), d.symbols.end());
+    for (const ir::Dim& d : g.node(id).shape) for (const std::string& s : d.symbol_names()) symbols.insert(s);
   ir::SymbolBindings bindings;
   for (const std::string& dim : args.values("--dim")) {
     auto [sym, size] = split_assignment(dim, "--dim");
@@ -657,7 +657,7 @@ int run_command(const Args& args) {
       const std::string& name = n.as<ir::InputAttrs>().name;
       if (inputs.count(name)) continue;
       for (const ir::Dim& d : n.shape)
-        for (const std::string& sym : d.symbols)
+        for (const std::string& sym : d.symbol_names())
           if (!bindings.count(sym))
             throw Error("input '" + name + "' has shape " + ir::shape_str(n.shape) +
                         ": give the size of " + sym + " with --dim " + sym + "=SIZE");

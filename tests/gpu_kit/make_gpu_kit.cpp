@@ -30,7 +30,7 @@ ir::SymbolBindings sizes_for(const ir::Graph& g) {
     ir::SymbolBindings b;
     for (ir::NodeId id : g.input_nodes())
       for (const ir::Dim& d : g.node(id).shape)
-        for (const std::string& s : d.symbols) b[s] = size;
+        for (const std::string& s : d.symbol_names()) b[s] = size;
     int64_t largest = 0;
     for (ir::NodeId id : g.input_nodes()) largest = std::max(largest, ir::num_elements(ir::evaluate(g.node(id).shape, b)));
     if (largest <= (int64_t{1} << 17)) return b;
