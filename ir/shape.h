@@ -42,7 +42,7 @@ struct DimTerm {
 struct Dim {
   std::vector<DimTerm> terms;  // canonical order (compare_dims); none for 0
 
-  Dim() = default;
+  Dim() = default;  // 0 (no terms); before dims were expressions a default Dim was 1
   Dim(int64_t value);  // NOLINT: constants convert implicitly
   static Dim symbol(std::string name);
 
