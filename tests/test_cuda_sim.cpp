@@ -164,7 +164,10 @@ TEST_CASE("random graphs run on the simulator and match the interpreter", "[cuda
   int failures = 0;
   for (int i = 0; i < count; ++i) {
     uint64_t seed = 1000 + static_cast<uint64_t>(i);
-    testing::RandomCase c = testing::random_case(seed);
+    // User combiners fold in chunks on the GPU: only associative ones (codegen/cuda/emitter.h).
+    testing::RandomGraphOptions options;
+    options.associative_combiners = true;
+    testing::RandomCase c = testing::random_case(seed, options);
     INFO(c.description << "\n" << ir::print_graph(c.graph));
     ir::ValuesAndBounds expected = ir::interpret_with_bounds(c.graph, c.inputs);
     std::string mismatch;
@@ -512,4 +515,85 @@ TEST_CASE("random graph 1371 compiles for CUDA and matches the interpreter", "[c
   CHECK_NOTHROW(compile_cuda_program(c.graph, Target::cuda(0, 80)));
   CHECK(testing::compare_outputs(ir::interpret_with_bounds(c.graph, c.inputs),
                                  compile_cuda(c.graph, Target::cuda_sim())->run_host(c.inputs)) == "");
+}
+
+// ---- user-combiner reductions: in parallel, in order ----
+
+namespace {
+
+/// Graph: each user combiner of `t` over the whole of x[N] and over the rows of x[R, N].
+void user_combiner_graph(Graph& g, DType t) {
+  Tensor x = g.input("x", t, {sym("N")});
+  Tensor rows = g.input("rows", t, {sym("R"), sym("N")});
+  // "last": associative and not commutative, so any reordering shows; the identity comes first.
+  auto last = [](Scalar, Scalar v) { return v; };
+  g.output("last", reduce(last, x, 3.0));
+  g.output("row_last", reduce(last, rows, 3.0, {1}));
+  if (t == DType::Bool) {
+    g.output("any", reduce([](Scalar a, Scalar v) { return logical_or(a, v); }, x, 0.0));
+  } else {
+    // Exact for integers (wrapping) and for floats with NaN, inf and -0.0 (max of |v|).
+    g.output("absmax", reduce([](Scalar a, Scalar v) { return maximum(a, abs(v)); }, x, 0.0));
+    g.output("row_absmax", reduce([](Scalar a, Scalar v) { return maximum(a, abs(v)); }, rows, 0.0, {1}));
+    // Float sums are grouped differently from the interpreter's fold: checked apart.
+    if (!ir::is_float(t)) g.output("plus", reduce([](Scalar a, Scalar v) { return a + v; }, x, 0.0));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("a user-combiner reduction over a whole tensor runs on many threads in order", "[cuda][sim][user-combiner]") {
+  for (DType t : ir::kAllDTypes) {
+    Graph g;
+    user_combiner_graph(g, t);
+    runtime::CudaProgram program = compile_cuda_program(g.ir(), Target::cuda(0, 80));
+    // Each whole-tensor reduction is two-stage (partials over up to 1,024 blocks of 256 threads),
+    // no longer one block with one working thread; the rows' user combiner folds in a tree.
+    int partials = 0;
+    for (const ir::CudaLaunch& l : program.plan.launches) {
+      if (!l.entry.ends_with("_partials")) continue;
+      ++partials;
+      CHECK(l.block[0] * l.block[1] >= 256);
+      CHECK(l.max_grid[0] == 1024);
+    }
+    CHECK(partials >= 1);
+    CHECK_THAT(emit(run_passes(g.ir(), Target::cuda(0, 80)), Stage::Mlir), Contains("_ordered"));
+    std::unique_ptr<runtime::CudaExecutable> exe = compile_cuda(g, Target::cuda_sim());
+    // 300,007 elements: 1,172 tiles of 256, more than the 1,024 partial blocks.
+    for (int64_t n : {0, 1, 7, 1023, 5000, 300007}) {
+      INFO(ir::dtype_name(t) << " N = " << n);
+      ir::TensorMap inputs = testing::random_inputs(g.ir(), {{"N", n}, {"R", n > 5000 ? 2 : 3}}, 11 + n);
+      CHECK(testing::compare_outputs(ir::interpret_with_bounds(g.ir(), inputs), exe->run_host(inputs)) == "");
+    }
+  }
+}
+
+TEST_CASE("user-combiner reductions keep their order on a grid of 2 blocks and with NaN", "[cuda][sim][user-combiner]") {
+  setenv("FUSE_CUDA_SIM_MAX_GRID", "2", 1);
+  for (DType t : {DType::F32, DType::I64}) {
+    Graph g;
+    user_combiner_graph(g, t);
+    std::unique_ptr<runtime::CudaExecutable> exe = compile_cuda(g, Target::cuda_sim());
+    for (int64_t n : {1, 1023, 4099}) {
+      INFO(ir::dtype_name(t) << " N = " << n);
+      ir::TensorMap inputs = testing::random_inputs(g.ir(), {{"N", n}, {"R", 5}}, 3 + n);
+      if (t == DType::F32) inputs.at("x").set_f64(n / 2, std::nan(""));
+      CHECK(testing::compare_outputs(ir::interpret_with_bounds(g.ir(), inputs), exe->run_host(inputs)) == "");
+    }
+  }
+  unsetenv("FUSE_CUDA_SIM_MAX_GRID");
+}
+
+TEST_CASE("a float user-combiner sum is grouped by chunks and stays close to the interpreter's", "[cuda][sim][user-combiner]") {
+  // The interpreter folds left to right; the GPU sums contiguous chunks, then the chunks in a
+  // tree: for floats another rounding (associativity is assumed, as NumPy's reduce assumes).
+  Graph g;
+  Tensor x = g.input("x", DType::F32, {sym("N")});
+  g.output("plus", reduce([](Scalar a, Scalar v) { return a + v; }, x, 0.0));
+  std::unique_ptr<runtime::CudaExecutable> exe = compile_cuda(g, Target::cuda_sim());
+  for (int64_t n : {0, 1, 7, 1023, 300007}) {
+    INFO("N = " << n);
+    ir::TensorMap inputs = testing::random_inputs(g.ir(), {{"N", n}}, 5, false);
+    CHECK(testing::compare_outputs(ir::interpret(g.ir(), inputs), exe->run_host(inputs), 1e-4, 1e-3) == "");
+  }
 }
