@@ -43,7 +43,7 @@ bool results_in_row_order(const Kernel& k) {
   return true;
 }
 
-bool reduces_to_one_element(const Kernel& k) {
+bool reduces_to_one_element(const Kernel& k, bool user_combiners) {
   if (k.kind != KernelKind::Reduction) return false;
   if (!(num_elements(kept_dims(k)) == Dim(1))) return false;
   for (const GraphOutput& o : k.body.outputs)
@@ -56,7 +56,7 @@ bool reduces_to_one_element(const Kernel& k) {
     bool downstream = false;
     for (NodeId in : n.inputs) downstream = downstream || after_reduce[in];
     if (n.kind == OpKind::Reduce) {
-      if (downstream || n.as<ReduceAttrs>().kind == ReduceKind::Custom) return false;
+      if (downstream || (!user_combiners && n.as<ReduceAttrs>().kind == ReduceKind::Custom)) return false;
       any = true;
       downstream = true;
     }

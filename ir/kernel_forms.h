@@ -27,8 +27,9 @@ bool results_in_row_order(const Kernel& k);
 /// A reduction kernel to single elements (sum(x), max(x * y)): one row, every output one
 /// element, built-in (associative) reductions independent of each other. Such a kernel has one
 /// parallel iteration, so it is split over chunks of its elements and combined in a second step
-/// (CPU: SplitReduction; CUDA: TwoStage).
-bool reduces_to_one_element(const Kernel& k);
+/// (CPU: SplitReduction; CUDA: TwoStage). With `user_combiners`, reductions with a user
+/// combiner count too (CUDA's TwoStage folds them in order, assuming them associative).
+bool reduces_to_one_element(const Kernel& k, bool user_combiners = false);
 
 /// The tiled transpose applies to a kernel whose first output, through views and unary
 /// elementwise ops, reads one input along another axis than its own innermost: the result is the

@@ -28,7 +28,8 @@ std::vector<std::string> check_form(const Kernel& k) {
     bad("does not fit a " + std::string(kernel_kind_name(k.kind)) + " kernel");
   bool needs_row_order = f != LoopForm::Interpreted && f != LoopForm::PerElement;
   if (needs_row_order && !results_in_row_order(k)) bad("needs the results in row order, which this kernel's outputs reorder");
-  if ((f == LoopForm::SplitReduction || f == LoopForm::TwoStage) && !reduces_to_one_element(k))
+  if ((f == LoopForm::SplitReduction && !reduces_to_one_element(k)) ||
+      (f == LoopForm::TwoStage && !reduces_to_one_element(k, /*user_combiners=*/true)))
     bad("needs a reduction to single elements");
   if (f == LoopForm::SharedTileTranspose && transpose_inner_axis(k) < 0) bad("needs a kernel that reads an input across its rows");
   if (f == LoopForm::Contiguous && !elementwise_contiguous(k)) bad("needs every operand laid out like the space");

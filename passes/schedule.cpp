@@ -111,7 +111,9 @@ static ir::LoopForm cuda_form(const Kernel& k) {
   switch (k.kind) {
     case KernelKind::Matmul: return LoopForm::SharedTileMatmul;
     case KernelKind::Reduction:
-    case KernelKind::RowWise: return ir::reduces_to_one_element(k) ? LoopForm::TwoStage : LoopForm::BlockPerRow;
+    case KernelKind::RowWise:
+      // User combiners too: TwoStage folds them in order (codegen/cuda/reduction.cpp).
+      return ir::reduces_to_one_element(k, /*user_combiners=*/true) ? LoopForm::TwoStage : LoopForm::BlockPerRow;
     case KernelKind::Transpose:
       if (ir::transpose_inner_axis(k) >= 0) return LoopForm::SharedTileTranspose;
       return LoopForm::GridStride;

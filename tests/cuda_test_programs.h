@@ -92,6 +92,54 @@ SCALE_DONE:
 }
 )";
 
+/// The same two entries at the NVVM level (LLVM IR as convert-gpu-to-nvvm leaves it), for the
+/// CUDA simulator (codegen::compile_cuda_sim_ir makes the module image that replaces the PTX).
+inline const char* kVaddScaleNvvm = R"(
+declare i32 @llvm.nvvm.read.ptx.sreg.tid.x()
+declare i32 @llvm.nvvm.read.ptx.sreg.ntid.x()
+declare i32 @llvm.nvvm.read.ptx.sreg.ctaid.x()
+define i64 @global_index() {
+  %b = call i32 @llvm.nvvm.read.ptx.sreg.ctaid.x()
+  %n = call i32 @llvm.nvvm.read.ptx.sreg.ntid.x()
+  %t = call i32 @llvm.nvvm.read.ptx.sreg.tid.x()
+  %bn = mul i32 %b, %n
+  %i = add i32 %bn, %t
+  %w = zext i32 %i to i64
+  ret i64 %w
+}
+define void @vadd_f32(ptr %a, ptr %b, ptr %c, i64 %n) {
+  %i = call i64 @global_index()
+  %in = icmp slt i64 %i, %n
+  br i1 %in, label %body, label %done
+body:
+  %pa = getelementptr float, ptr %a, i64 %i
+  %pb = getelementptr float, ptr %b, i64 %i
+  %pc = getelementptr float, ptr %c, i64 %i
+  %x = load float, ptr %pa, align 4
+  %y = load float, ptr %pb, align 4
+  %s = fadd float %x, %y
+  store float %s, ptr %pc, align 4
+  br label %done
+done:
+  ret void
+}
+define void @scale_f32(ptr %x, ptr %s, ptr %y, i64 %n) {
+  %i = call i64 @global_index()
+  %in = icmp slt i64 %i, %n
+  br i1 %in, label %body, label %done
+body:
+  %px = getelementptr float, ptr %x, i64 %i
+  %py = getelementptr float, ptr %y, i64 %i
+  %v = load float, ptr %px, align 4
+  %k = load float, ptr %s, align 4
+  %r = fmul float %v, %k
+  store float %r, ptr %py, align 4
+  br label %done
+done:
+  ret void
+}
+)";
+
 /// Buffers: 0 a: f32[N] (input), 1 b: f32[N] (input), 2 t: f32[N] (slot 0), 3 y: f32[N] (output).
 /// Launches: vadd_f32(a, b, t, N) then scale_f32(t, constant 0 = [scale], y, N), 256 threads per
 /// block, one element per thread.

@@ -36,6 +36,10 @@ struct RandomGraphOptions {
   bool allow_integer = true;     // bool, i32 and i64 tensors
   bool allow_empty = true;       // rarely, a dim or a binding of size 0
   bool allow_special_values = true;  // rarely, NaN, infinities and -0.0 in float inputs
+  // User combiners only of the kinds a backend may fold in chunks (associative, with their
+  // identity; exact in floats): CUDA's reductions, which assume it as NumPy's reduce does.
+  // The same random choices are made, so the graphs differ only in those combiners.
+  bool associative_combiners = false;
 };
 
 struct RandomCase {
@@ -508,10 +512,22 @@ class GraphGenerator {
     } else {
       switch (rng_.below(4)) {
         case 0: r = b.binary(ScalarOp::Maximum, acc, b.unary(ScalarOp::Abs, v)); break;
-        case 1: r = b.binary(ScalarOp::Add, acc, b.binary(ScalarOp::Mul, v, v)); break;
+        case 1:
+          if (!opt_.associative_combiners) {
+            r = b.binary(ScalarOp::Add, acc, b.binary(ScalarOp::Mul, v, v));
+          } else if (ir::is_float(t)) {
+            r = b.binary(ScalarOp::Maximum, acc, v);
+            identity = ir::ScalarValue::of(-std::numeric_limits<double>::infinity(), t);
+          } else {
+            r = b.binary(ScalarOp::Add, acc, v);  // wraps: exact in any grouping
+          }
+          break;
         case 2:  // order-dependent: checks that every backend folds in row-major order
-          r = ir::is_float(t) ? b.binary(ScalarOp::Add, b.binary(ScalarOp::Mul, acc, b.literal(0.5)), v)
-                              : b.binary(ScalarOp::Add, b.binary(ScalarOp::Mul, acc, b.literal_int(3)), v);
+          if (opt_.associative_combiners)
+            r = v;  // the last element: associative, not commutative
+          else
+            r = ir::is_float(t) ? b.binary(ScalarOp::Add, b.binary(ScalarOp::Mul, acc, b.literal(0.5)), v)
+                                : b.binary(ScalarOp::Add, b.binary(ScalarOp::Mul, acc, b.literal_int(3)), v);
           break;
         default:
           r = b.binary(ScalarOp::Minimum, acc, v);

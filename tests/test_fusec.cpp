@@ -895,6 +895,10 @@ TEST_CASE("fusec --help says what each target compiles for and that run runs on 
   Result compile_interp = fusec(kExamples + "hypot.expr --emit=fused --target=interp");
   CHECK(compile_interp.status == 1);
   CHECK(compile_interp.err.find("--target=interp only runs programs: use `fusec run`") != std::string::npos);
+  Result compile_sim = fusec(kExamples + "hypot.expr --emit=ptx --target=cuda-sim");
+  CHECK(compile_sim.status == 1);
+  CHECK(compile_sim.err.find("--target=cuda-sim only runs programs: use `fusec run`; --target=cuda --emit=... shows the kernels it runs") !=
+        std::string::npos);
 }
 
 TEST_CASE("fusec run --target=cuda compiles for GPU 0 and --check reports a mismatch with compare_arrays",

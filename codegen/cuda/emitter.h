@@ -31,13 +31,17 @@
 //   element, each thread folding the reductions (dot products) its elements need.
 // Reductions accumulate as the interpreter does: float sums, products and means in f64, integer
 // ones in i64, float max/min in their own type (exact), user combiners sequentially in the
-// node's dtype (a user combiner need not be associative: one thread folds the row in order).
+// node's dtype. A user combiner is assumed associative, as NumPy's ufunc.reduce assumes, but
+// not commutative: each thread folds a contiguous chunk in order and the chunks are combined in
+// order (for floats the grouping, and so the rounding, differs from the interpreter's one
+// left-to-right fold, within the rounding model's bound for well-conditioned combiners).
 // Matmuls (SharedTileMatmul) multiply and sum in the matmul's own dtype, with fused
 // multiply-adds for floats, as BLAS and the CPU's blocked matmul do; the per-element form
 // (PerElement) sums its dot products in f64 or i64.
 #pragma once
 
 #include <array>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -184,8 +188,29 @@ class CudaKernelEmitter : public KernelEmitterBase {
   // slots can be reused at once.
   mlir::Value block_reduce(NodeId id, mlir::Value acc, int threads);
   mlir::Value linear_thread_id();
-  // One thread folds [0, length) of the row in order (user combiners); every thread gets it.
-  mlir::Value sequential_reduce(NodeId id, const std::vector<mlir::Value>& kept, mlir::Value row, const ir::Dim& length);
+  // ---- ordered reductions (user combiners: assumed associative, never commutative) ----
+  // [from, to) cut into `parts` contiguous chunks of ceil(n / parts) (at least 1) elements:
+  // chunk `part`, clamped to `to` (the nonempty chunks are the first ones), and how many are
+  // used (at least 1: chunk 0 always counts, as it may carry the identity of an empty range).
+  struct Chunk {
+    mlir::Value begin, end;
+  };
+  Chunk chunk_of(mlir::Value from, mlir::Value to, mlir::Value part, mlir::Value parts);
+  mlir::Value chunks_used(mlir::Value from, mlir::Value to, mlir::Value parts);
+  // Folds elements [c.begin, c.end) in order, `element(j)` each (already an accumulator), into
+  // one accumulator per reduction of `ids`, each starting from its identity. With the
+  // combiner associative and the identity its identity (NumPy's assumptions for reduce), the
+  // chunks' results combined in order are the interpreter's one left-to-right fold.
+  std::vector<mlir::Value> ordered_fold(const std::vector<NodeId>& ids, Chunk c,
+                                        const std::function<std::vector<mlir::Value>(mlir::Value)>& element);
+  // The block's threads' accumulators combined in thread order, threads [0, used) counting
+  // (combine(left, right): the right operand an accumulator in the element's place): a
+  // tree in shared memory (step s: thread t, a multiple of 2s, combines t + s into t). Every
+  // thread gets the result; ends with a barrier.
+  mlir::Value ordered_block_reduce(NodeId id, mlir::Value acc, mlir::Value used, int threads);
+  // Row `row`'s reduction `id` with a user combiner: thread t folds the t-th contiguous chunk of
+  // [0, length) in order, then ordered_block_reduce. Every thread gets it.
+  mlir::Value ordered_row_reduce(NodeId id, const std::vector<mlir::Value>& kept, mlir::Value row, const ir::Dim& length, int threads);
   // Elements per thread held in registers by a row-wise kernel's on-chip path (rows of up to
   // threads * R elements). 16 for kernels whose values are at most 4 bytes (4096-element rows in
   // 256-thread blocks: softmax and layernorm rows are mostly 1024 to 4096 wide), 8 where a value
@@ -215,7 +240,10 @@ class CudaKernelEmitter : public KernelEmitterBase {
   // A reduction to single elements in two launches. `NAME_partials`: block b folds elements
   // b*T + t, stepping by the whole grid, combines its threads and writes one partial per
   // reduction (block 0 also writes the block count). `NAME`: one block folds the partials in
-  // block order, finishes (mean's division, the cast) and writes the outputs.
+  // block order, finishes (mean's division, the cast) and writes the outputs. With a user
+  // combiner (ordered): block b takes the b-th contiguous chunk of the elements, each thread
+  // a contiguous chunk of that (ordered_fold, ordered_block_reduce), and the second launch
+  // combines the partials the same way.
   void emit_two_stage();
   // ---- kernels whose outputs reorder their rows: element by element ----
   // Each thread computes output elements (grid-stride), each reduction or matmul element the

@@ -86,27 +86,66 @@ mlir::Value CudaKernelEmitter::linear_thread_id() {
   return add(mul(thread_id(Dimension::y), block_dim(Dimension::x)), thread_id(Dimension::x));
 }
 
-// One thread folds [0, length) of the row in order (user combiners); every thread gets it.
-mlir::Value CudaKernelEmitter::sequential_reduce(NodeId id, const std::vector<mlir::Value>& kept, mlir::Value row, const ir::Dim& length) {
+// ---- ordered reductions (user combiners) ----
+
+CudaKernelEmitter::Chunk CudaKernelEmitter::chunk_of(mlir::Value from, mlir::Value to, mlir::Value part, mlir::Value parts) {
+  mlir::Value size = max_i64(i64(1), div(add(sub(to, from), sub(parts, i64(1))), parts));
+  mlir::Value begin = min_i64(to, add(from, mul(part, size)));
+  return {begin, min_i64(to, add(begin, size))};
+}
+
+mlir::Value CudaKernelEmitter::chunks_used(mlir::Value from, mlir::Value to, mlir::Value parts) {
+  mlir::Value n = sub(to, from);
+  mlir::Value size = max_i64(i64(1), div(add(n, sub(parts, i64(1))), parts));
+  return max_i64(i64(1), div(add(n, sub(size, i64(1))), size));
+}
+
+std::vector<mlir::Value> CudaKernelEmitter::ordered_fold(const std::vector<NodeId>& ids, Chunk c,
+                                                         const std::function<std::vector<mlir::Value>(mlir::Value)>& element) {
+  std::vector<mlir::Value> init;
+  for (NodeId id : ids) init.push_back(accumulator_identity(id));
+  auto fold = b_.create<mlir::scf::ForOp>(loc_, c.begin, c.end, i64(1), init);
+  {
+    mlir::OpBuilder::InsertionGuard guard(b_);
+    b_.setInsertionPointToStart(fold.getBody());
+    clear_caches();
+    std::vector<mlir::Value> x = element(fold.getInductionVar()), next;
+    for (size_t q = 0; q < ids.size(); ++q) next.push_back(combine(ids[q], fold.getRegionIterArgs()[q], x[q]));
+    b_.create<mlir::scf::YieldOp>(loc_, next);
+    clear_caches();
+  }
+  return {fold.getResults().begin(), fold.getResults().end()};
+}
+
+mlir::Value CudaKernelEmitter::ordered_block_reduce(NodeId id, mlir::Value acc, mlir::Value used, int threads) {
   DType t = accumulator_type(id);
-  mlir::Value slots = shared_array("warps", i64_type(), kWarp);
-  if_then(eq(linear_thread_id(), i64(0)), [&] {
-    auto fold = b_.create<mlir::scf::ForOp>(loc_, i64(0), dim(length), i64(1), mlir::ValueRange{accumulator_identity(id)});
-    {
-      mlir::OpBuilder::InsertionGuard guard(b_);
-      b_.setInsertionPointToStart(fold.getBody());
-      clear_caches();
-      std::vector<mlir::Value> full = element_index(kept, row, fold.getInductionVar());
-      mlir::Value x = to_accumulator(id, general_value(k_.body.node(id).inputs[0], full));
-      b_.create<mlir::scf::YieldOp>(loc_, combine(id, fold.getRegionIterArgs()[0], x));
-      clear_caches();
-    }
-    shared_store(slots, i64_type(), i64(0), to_slot(t, fold.getResult(0)));
-  });
+  mlir::Value slots = shared_array("ordered", i64_type(), threads);
+  mlir::Value tid = linear_thread_id();
+  shared_store(slots, i64_type(), tid, to_slot(t, acc));
   barrier();
-  mlir::Value v = from_slot(t, shared_load(slots, i64_type(), i64(0)));
+  for (int step = 1; step < threads; step *= 2) {
+    mlir::Value other = add(tid, i64(step));
+    if_then(and_(eq(rem(tid, i64(2 * step)), i64(0)), lt(other, used)), [&] {
+      mlir::Value left = from_slot(t, shared_load(slots, i64_type(), tid));
+      mlir::Value right = from_slot(t, shared_load(slots, i64_type(), other));
+      shared_store(slots, i64_type(), tid, to_slot(t, combine(id, left, right)));
+    });
+    barrier();
+  }
+  mlir::Value total = from_slot(t, shared_load(slots, i64_type(), i64(0)));
   barrier();
-  return v;
+  return total;
+}
+
+mlir::Value CudaKernelEmitter::ordered_row_reduce(NodeId id, const std::vector<mlir::Value>& kept, mlir::Value row,
+                                                  const ir::Dim& length, int threads) {
+  mlir::Value tid = linear_thread_id(), n = dim(length);
+  Chunk c = chunk_of(i64(0), n, tid, i64(threads));
+  mlir::Value acc = ordered_fold({id}, c, [&](mlir::Value j) {
+    std::vector<mlir::Value> full = element_index(kept, row, j);
+    return std::vector<mlir::Value>{to_accumulator(id, general_value(k_.body.node(id).inputs[0], full))};
+  })[0];
+  return ordered_block_reduce(id, acc, chunks_used(i64(0), n, i64(threads)), threads);
 }
 
 // Elements per thread held in registers by a row-wise kernel's on-chip path (rows of up to
@@ -161,7 +200,7 @@ void CudaKernelEmitter::row_by_loops(const std::vector<mlir::Value>& kept, mlir:
   mlir::Value length = dim(row_length);
   for (NodeId id : reduce_nodes()) {
     if (k_.body.node(id).as<ir::ReduceAttrs>().kind == ir::ReduceKind::Custom) {
-      reduced_[id] = finish(id, sequential_reduce(id, kept, row, row_length), row_length);
+      reduced_[id] = finish(id, ordered_row_reduce(id, kept, row, row_length, threads), row_length);
       continue;
     }
     auto fold = b_.create<mlir::scf::ForOp>(loc_, tid, length, step, mlir::ValueRange{accumulator_identity(id)});
@@ -258,6 +297,8 @@ void CudaKernelEmitter::emit_two_stage() {
   ir::Shape reduced_shape = reduced_dims();
   ir::Dim length = ir::num_elements(reduced_shape);
   std::vector<mlir::Value> kept(kept_dims().size());
+  bool ordered = false;
+  for (NodeId id : ids) ordered = ordered || k_.body.node(id).as<ir::ReduceAttrs>().kind == ir::ReduceKind::Custom;
   using mlir::gpu::Dimension;
   auto slot = [&](size_t q, mlir::Value block) { return add(i64(1 + static_cast<int64_t>(q) * kMaxPartials), block); };
   mlir::Value scratch;
@@ -269,25 +310,37 @@ void CudaKernelEmitter::emit_two_stage() {
   // Blocks past kMaxPartials (a launch that ignored max_grid) have no slot: they do nothing.
   mlir::Value blocks = min_i64(grid_dim(Dimension::x), i64(kMaxPartials));
   if_then(lt(block, blocks), [&] {
-    std::vector<mlir::Value> init;
-    for (NodeId id : ids) init.push_back(accumulator_identity(id));
-    auto fold = b_.create<mlir::scf::ForOp>(loc_, add(mul(block, i64(threads)), tid), dim(length),
-                                            mul(blocks, i64(threads)), init);
-    {
-      mlir::OpBuilder::InsertionGuard guard(b_);
-      b_.setInsertionPointToStart(fold.getBody());
-      clear_caches();
-      std::vector<mlir::Value> full = element_index(kept, i64(0), fold.getInductionVar());
-      std::vector<mlir::Value> next;
-      for (size_t q = 0; q < ids.size(); ++q)
-        next.push_back(combine(ids[q], fold.getRegionIterArgs()[q], to_accumulator(ids[q], general_value(k_.body.node(ids[q]).inputs[0], full))));
-      b_.create<mlir::scf::YieldOp>(loc_, next);
-      clear_caches();
+    std::vector<mlir::Value> totals;
+    auto element = [&](mlir::Value j) {
+      std::vector<mlir::Value> full = element_index(kept, i64(0), j), x;
+      for (NodeId id : ids) x.push_back(to_accumulator(id, general_value(k_.body.node(id).inputs[0], full)));
+      return x;
+    };
+    if (ordered) {
+      Chunk mine = chunk_of(i64(0), dim(length), block, blocks);
+      Chunk c = chunk_of(mine.begin, mine.end, tid, i64(threads));
+      std::vector<mlir::Value> acc = ordered_fold(ids, c, element);
+      mlir::Value used = chunks_used(mine.begin, mine.end, i64(threads));
+      for (size_t q = 0; q < ids.size(); ++q) totals.push_back(ordered_block_reduce(ids[q], acc[q], used, threads));
+    } else {
+      std::vector<mlir::Value> init;
+      for (NodeId id : ids) init.push_back(accumulator_identity(id));
+      auto fold = b_.create<mlir::scf::ForOp>(loc_, add(mul(block, i64(threads)), tid), dim(length),
+                                              mul(blocks, i64(threads)), init);
+      {
+        mlir::OpBuilder::InsertionGuard guard(b_);
+        b_.setInsertionPointToStart(fold.getBody());
+        clear_caches();
+        std::vector<mlir::Value> x = element(fold.getInductionVar()), next;
+        for (size_t q = 0; q < ids.size(); ++q) next.push_back(combine(ids[q], fold.getRegionIterArgs()[q], x[q]));
+        b_.create<mlir::scf::YieldOp>(loc_, next);
+        clear_caches();
+      }
+      for (size_t q = 0; q < ids.size(); ++q) totals.push_back(block_reduce(ids[q], fold.getResult(q), threads));
     }
     for (size_t q = 0; q < ids.size(); ++q) {
-      mlir::Value total = block_reduce(ids[q], fold.getResult(q), threads);
       if_then(eq(tid, i64(0)), [&] {
-        b_.create<mlir::LLVM::StoreOp>(loc_, to_slot(accumulator_type(ids[q]), total), element_address(scratch, i64_type(), slot(q, block)), 8);
+        b_.create<mlir::LLVM::StoreOp>(loc_, to_slot(accumulator_type(ids[q]), totals[q]), element_address(scratch, i64_type(), slot(q, block)), 8);
       });
     }
     if_then(and_(eq(tid, i64(0)), eq(block, i64(0))),
@@ -305,18 +358,33 @@ void CudaKernelEmitter::emit_two_stage() {
     mlir::Value tid = linear_thread_id();
     mlir::Value blocks = b_.create<mlir::LLVM::LoadOp>(loc_, i64_type(), element_address(scratch, i64_type(), i64(0)), 8);
     blocks = min_i64(blocks, i64(kMaxPartials));
-    for (size_t q = 0; q < ids.size(); ++q) {
-      NodeId id = ids[q];
-      DType t = accumulator_type(id);
-      auto fold = b_.create<mlir::scf::ForOp>(loc_, tid, blocks, i64(threads), mlir::ValueRange{accumulator_identity(id)});
-      {
-        mlir::OpBuilder::InsertionGuard guard(b_);
-        b_.setInsertionPointToStart(fold.getBody());
-        mlir::Value partial =
-            b_.create<mlir::LLVM::LoadOp>(loc_, i64_type(), element_address(scratch, i64_type(), slot(q, fold.getInductionVar())), 8);
-        b_.create<mlir::scf::YieldOp>(loc_, combine(id, fold.getRegionIterArgs()[0], from_slot(t, partial)));
+    auto partial = [&](size_t q, mlir::Value b) {
+      mlir::Value bits = b_.create<mlir::LLVM::LoadOp>(loc_, i64_type(), element_address(scratch, i64_type(), slot(q, b)), 8);
+      return from_slot(accumulator_type(ids[q]), bits);
+    };
+    if (ordered) {
+      // The partials of the blocks whose chunks are not empty (block 0's always counts: it
+      // is the identity of an empty tensor), in block order.
+      mlir::Value n = dim(length);
+      mlir::Value per_block = max_i64(i64(1), div(add(n, sub(blocks, i64(1))), blocks));
+      mlir::Value used_blocks = max_i64(i64(1), div(add(n, sub(per_block, i64(1))), per_block));
+      Chunk c = chunk_of(i64(0), used_blocks, tid, i64(threads));
+      mlir::Value used = chunks_used(i64(0), used_blocks, i64(threads));
+      for (size_t q = 0; q < ids.size(); ++q) {
+        mlir::Value acc = ordered_fold({ids[q]}, c, [&](mlir::Value b) { return std::vector<mlir::Value>{partial(q, b)}; })[0];
+        reduced_[ids[q]] = finish(ids[q], ordered_block_reduce(ids[q], acc, used, threads), length);
       }
-      reduced_[id] = finish(id, block_reduce(id, fold.getResult(0), threads), length);
+    } else {
+      for (size_t q = 0; q < ids.size(); ++q) {
+        NodeId id = ids[q];
+        auto fold = b_.create<mlir::scf::ForOp>(loc_, tid, blocks, i64(threads), mlir::ValueRange{accumulator_identity(id)});
+        {
+          mlir::OpBuilder::InsertionGuard guard(b_);
+          b_.setInsertionPointToStart(fold.getBody());
+          b_.create<mlir::scf::YieldOp>(loc_, combine(id, fold.getRegionIterArgs()[0], partial(q, fold.getInductionVar())));
+        }
+        reduced_[id] = finish(id, block_reduce(id, fold.getResult(0), threads), length);
+      }
     }
     if_then(eq(tid, i64(0)), [&] {
       for (size_t o = 0; o < k_.body.outputs.size(); ++o) {

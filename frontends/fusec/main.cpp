@@ -464,8 +464,11 @@ Target target_from_flags(const Args& args, const TargetChoice& choice) {
 /// The --target choice (default cpu); `fusec FILE` accepts only those that compile.
 const TargetChoice& target_choice(const Args& args) {
   const TargetChoice& choice = lookup(kTargets, args.value("--target") ? *args.value("--target") : "cpu", "target");
-  if (args.command == kCompile && !choice.compiles)
-    throw Error("--target=" + std::string(choice.name) + " only runs programs: use `fusec run`");
+  if (args.command == kCompile && !choice.compiles) {
+    // The simulator runs the kernels --target=cuda emits (--emit=llvm: the NVVM IR it rewrites).
+    std::string hint = std::string(choice.name) == "cuda-sim" ? "; --target=cuda --emit=... shows the kernels it runs" : "";
+    throw Error("--target=" + std::string(choice.name) + " only runs programs: use `fusec run`" + hint);
+  }
   return choice;
 }
 
