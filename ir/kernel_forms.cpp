@@ -1,6 +1,7 @@
 #include "ir/kernel_forms.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace fuse::ir {
 
@@ -259,6 +260,33 @@ bool KernelAccess::column_reduction() const {
   Dim kept = num_elements(kept_dims(k_));
   for (const GraphOutput& o : k_.body.outputs)
     if (!from_reduces[o.node] || !(num_elements(k_.body.node(o.node).shape) == kept)) return false;
+  return true;
+}
+
+bool combiner_regroups(const ReduceAttrs& r, DType t) {
+  auto fn = [&](ScalarValue acc, ScalarValue x) { return evaluate_scalar_fn(r.combiner, {acc, x})[0]; };
+  auto same = [&](ScalarValue a, ScalarValue b) {
+    if (!is_float(t)) return a.i == b.i;
+    if (std::isnan(a.f) || std::isnan(b.f)) return std::isnan(a.f) && std::isnan(b.f);
+    return std::abs(a.f - b.f) <= 1e-9 * std::max({1.0, std::abs(a.f), std::abs(b.f)});
+  };
+  std::vector<ScalarValue> samples;
+  if (t == DType::Bool) {
+    samples = {ScalarValue::of_int(0, t), ScalarValue::of_int(1, t)};
+  } else {
+    for (double v : {-3.5, -1.0, -0.25, 0.0, 0.5, 1.0, 2.0, 7.25})
+      samples.push_back(is_float(t) ? ScalarValue::of(v, t) : ScalarValue::of_int(static_cast<int64_t>(v * 2), t));
+  }
+  try {
+    for (ScalarValue a : samples)
+      for (ScalarValue x : samples) {
+        if (!same(fn(a, fn(r.identity, x)), fn(a, x))) return false;
+        for (ScalarValue y : samples)
+          if (!same(fn(a, fn(fn(r.identity, x), y)), fn(fn(a, x), y))) return false;
+      }
+  } catch (const Error&) {
+    return false;  // a combiner the evaluator refuses is folded in order
+  }
   return true;
 }
 

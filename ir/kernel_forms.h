@@ -31,6 +31,14 @@ bool results_in_row_order(const Kernel& k);
 /// combiner count too (CUDA's TwoStage folds them in order, assuming them associative).
 bool reduces_to_one_element(const Kernel& k, bool user_combiners = false);
 
+/// Whether a user combiner may be regrouped: folding a chunk from the reduction's `init` and
+/// combining that partial into an accumulator gives what folding the chunk into the accumulator
+/// gives (fn(a, fold(init, xs)) == fold(a, xs)). Checked on sample values for chunks of one and
+/// two elements: it holds for associative combiners whose init is an identity (max, a product,
+/// maximum(acc, abs(v))) and fails for folds such as acc + v*v. The CUDA target folds a user
+/// combiner in parallel chunks only when it holds, else in order on one thread.
+bool combiner_regroups(const ReduceAttrs& r, DType t);
+
 /// The tiled transpose applies to a kernel whose first output, through views and unary
 /// elementwise ops, reads one input along another axis than its own innermost: the result is the
 /// output axis that carries that input's innermost axis (the tile's other axis is the output's

@@ -154,3 +154,28 @@ TEST_CASE("verify(Program) names each broken invariant") {
     CHECK_THROWS_WITH(ir::verify_or_throw(p, "after scheduling"), Catch::Contains("invalid program after scheduling:"));
   }
 }
+
+TEST_CASE("combiner_regroups tells associative combiners from order-dependent folds") {
+  auto attrs = [](auto fn, ir::DType t, double init) {
+    Graph g;
+    Tensor x = g.input("x", t, {sym("N")});
+    g.output("r", reduce(fn, x, init));
+    const ir::Graph& ir = g.ir();
+    for (const ir::Node& n : ir.nodes)
+      if (n.kind == ir::OpKind::Reduce) return n.as<ir::ReduceAttrs>();
+    FAIL("no reduce node");
+    return ir::ReduceAttrs{};
+  };
+  using ir::DType;
+  for (DType t : {DType::F32, DType::F64, DType::I32, DType::I64}) {
+    INFO(ir::dtype_name(t));
+    CHECK(ir::combiner_regroups(attrs([](Scalar a, Scalar v) { return a + v; }, t, 0.0), t));
+    CHECK(ir::combiner_regroups(attrs([](Scalar a, Scalar v) { return maximum(a, abs(v)); }, t, 0.0), t));
+    CHECK(ir::combiner_regroups(attrs([](Scalar, Scalar v) { return v; }, t, 3.0), t));
+    CHECK_FALSE(ir::combiner_regroups(attrs([](Scalar a, Scalar v) { return a + v * v; }, t, 0.0), t));
+    CHECK_FALSE(ir::combiner_regroups(attrs([](Scalar a, Scalar v) { return a * 2 + v; }, t, 0.0), t));
+    // An associative combiner whose init is not its identity: folding a chunk from init adds it twice.
+    CHECK_FALSE(ir::combiner_regroups(attrs([](Scalar a, Scalar v) { return a + v; }, t, 1.0), t));
+  }
+  CHECK(ir::combiner_regroups(attrs([](Scalar a, Scalar v) { return logical_or(a, v); }, DType::Bool, 0.0), DType::Bool));
+}

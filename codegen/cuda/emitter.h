@@ -211,6 +211,9 @@ class CudaKernelEmitter : public KernelEmitterBase {
   // Row `row`'s reduction `id` with a user combiner: thread t folds the t-th contiguous chunk of
   // [0, length) in order, then ordered_block_reduce. Every thread gets it.
   mlir::Value ordered_row_reduce(NodeId id, const std::vector<mlir::Value>& kept, mlir::Value row, const ir::Dim& length, int threads);
+  // Whether the user combiners of `ids` may be folded in chunks and regrouped
+  // (ir::combiner_regroups); when not (acc + v*v), one chunk: thread 0 (block 0) folds it all.
+  bool regroups(const std::vector<NodeId>& ids) const;
   // Elements per thread held in registers by a row-wise kernel's on-chip path (rows of up to
   // threads * R elements). 16 for kernels whose values are at most 4 bytes (4096-element rows in
   // 256-thread blocks: softmax and layernorm rows are mostly 1024 to 4096 wide), 8 where a value

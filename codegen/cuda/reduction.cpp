@@ -137,9 +137,19 @@ mlir::Value CudaKernelEmitter::ordered_block_reduce(NodeId id, mlir::Value acc, 
   return total;
 }
 
+bool CudaKernelEmitter::regroups(const std::vector<NodeId>& ids) const {
+  for (NodeId id : ids) {
+    const ir::Node& n = k_.body.node(id);
+    const auto& r = n.as<ir::ReduceAttrs>();
+    if (r.kind == ir::ReduceKind::Custom && !ir::combiner_regroups(r, n.dtype)) return false;
+  }
+  return true;
+}
+
 mlir::Value CudaKernelEmitter::ordered_row_reduce(NodeId id, const std::vector<mlir::Value>& kept, mlir::Value row,
                                                   const ir::Dim& length, int threads) {
   mlir::Value tid = linear_thread_id(), n = dim(length);
+  if (!regroups({id})) threads = 1;
   Chunk c = chunk_of(i64(0), n, tid, i64(threads));
   mlir::Value acc = ordered_fold({id}, c, [&](mlir::Value j) {
     std::vector<mlir::Value> full = element_index(kept, row, j);
@@ -299,6 +309,7 @@ void CudaKernelEmitter::emit_two_stage() {
   std::vector<mlir::Value> kept(kept_dims().size());
   bool ordered = false;
   for (NodeId id : ids) ordered = ordered || k_.body.node(id).as<ir::ReduceAttrs>().kind == ir::ReduceKind::Custom;
+  const bool serial = ordered && !regroups(ids);  // one chunk: block 0's thread 0 folds it all
   using mlir::gpu::Dimension;
   auto slot = [&](size_t q, mlir::Value block) { return add(i64(1 + static_cast<int64_t>(q) * kMaxPartials), block); };
   mlir::Value scratch;
@@ -317,10 +328,12 @@ void CudaKernelEmitter::emit_two_stage() {
       return x;
     };
     if (ordered) {
-      Chunk mine = chunk_of(i64(0), dim(length), block, blocks);
-      Chunk c = chunk_of(mine.begin, mine.end, tid, i64(threads));
+      mlir::Value parts = serial ? i64(1) : blocks;
+      int chunks = serial ? 1 : threads;
+      Chunk mine = chunk_of(i64(0), dim(length), block, parts);
+      Chunk c = chunk_of(mine.begin, mine.end, tid, i64(chunks));
       std::vector<mlir::Value> acc = ordered_fold(ids, c, element);
-      mlir::Value used = chunks_used(mine.begin, mine.end, i64(threads));
+      mlir::Value used = chunks_used(mine.begin, mine.end, i64(chunks));
       for (size_t q = 0; q < ids.size(); ++q) totals.push_back(ordered_block_reduce(ids[q], acc[q], used, threads));
     } else {
       std::vector<mlir::Value> init;
@@ -362,7 +375,9 @@ void CudaKernelEmitter::emit_two_stage() {
       mlir::Value bits = b_.create<mlir::LLVM::LoadOp>(loc_, i64_type(), element_address(scratch, i64_type(), slot(q, b)), 8);
       return from_slot(accumulator_type(ids[q]), bits);
     };
-    if (ordered) {
+    if (serial) {
+      for (size_t q = 0; q < ids.size(); ++q) reduced_[ids[q]] = finish(ids[q], partial(q, i64(0)), length);
+    } else if (ordered) {
       // The partials of the blocks whose chunks are not empty (block 0's always counts: it
       // is the identity of an empty tensor), in block order.
       mlir::Value n = dim(length);
