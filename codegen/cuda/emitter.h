@@ -31,10 +31,11 @@
 //   element, each thread folding the reductions (dot products) its elements need.
 // Reductions accumulate as the interpreter does: float sums, products and means in f64, integer
 // ones in i64, float max/min in their own type (exact), user combiners sequentially in the
-// node's dtype. A user combiner is assumed associative, as NumPy's ufunc.reduce assumes, but
-// not commutative: each thread folds a contiguous chunk in order and the chunks are combined in
-// order (for floats the grouping, and so the rounding, differs from the interpreter's one
-// left-to-right fold, within the rounding model's bound for well-conditioned combiners).
+// node's dtype. A user combiner that regroups (ir::combiner_regroups: associative, its init an
+// identity) is folded in parallel but never reordered: each thread folds a contiguous chunk in
+// order and the chunks are combined in order (for floats the grouping, and so the rounding,
+// differs from the interpreter's one left-to-right fold); one that does not (acc + v*v) is
+// folded in order by one thread.
 // Matmuls (SharedTileMatmul) multiply and sum in the matmul's own dtype, with fused
 // multiply-adds for floats, as BLAS and the CPU's blocked matmul do; the per-element form
 // (PerElement) sums its dot products in f64 or i64.
@@ -188,7 +189,7 @@ class CudaKernelEmitter : public KernelEmitterBase {
   // slots can be reused at once.
   mlir::Value block_reduce(NodeId id, mlir::Value acc, int threads);
   mlir::Value linear_thread_id();
-  // ---- ordered reductions (user combiners: assumed associative, never commutative) ----
+  // ---- ordered reductions (user combiners: never reordered; chunked only when they regroup) ----
   // [from, to) cut into `parts` contiguous chunks of ceil(n / parts) (at least 1) elements:
   // chunk `part`, clamped to `to` (the nonempty chunks are the first ones), and how many are
   // used (at least 1: chunk 0 always counts, as it may carry the identity of an empty range).
