@@ -44,7 +44,8 @@ class ScalarLowering {
   /// f32 and f64 transcendentals call SLEEF: its u10 functions (<= 1 ulp; NaN, infinities and -0
   /// exact), or under fast math its u35 ones where SLEEF has them. Vectors go to the widest build
   /// whose width divides their lanes (16 f32 / 8 f64 on AVX-512, 8 / 4 on AVX2, in chunks);
-  /// single lanes to the scalar build. Vectors no build fits keep the lowering below.
+  /// single lanes to the scalar build. Vectors no build fits keep the lowering below, and so do
+  /// f32 exp and tanh vectors (MLIR's inlined polynomials measured faster: bench/README.md).
   struct SleefIsa {
     bool avx512f = false;  // Sleef_<fn>f16_u10avx512f, Sleef_<fn>d8_u10avx512f
     bool avx2 = false;     // Sleef_<fn>f8_u10avx2, Sleef_<fn>d4_u10avx2 (AVX2 with FMA)
