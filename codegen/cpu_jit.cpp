@@ -4,7 +4,9 @@
 // options, fuse's and LLVM's versions, the code generator's build), and every disk entry carries
 // that key and a checksum: an entry that does not match is rebuilt, never loaded.
 // Both caches are bounded and let the least recently used entries go (see cpu_codegen.h).
+#include <dlfcn.h>
 #include <fcntl.h>
+#include <sleef.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -503,6 +505,22 @@ void write_entry(const std::string& key, const CpuObject& object) {
 
 }  // namespace
 
+namespace {
+
+// The file of SLEEF's library as loaded into this process ("" if unknown): kernels call its vector
+// math (codegen/scalar_lowering.cpp). Taking a SLEEF function's address also keeps libsleef a
+// dependency of every program that links fuse (the linker's --as-needed drops unused ones).
+const std::string& sleef_library_file() {
+  static const std::string file = [] {
+    Dl_info info{};
+    if (dladdr(reinterpret_cast<void*>(&Sleef_expf_u10), &info) == 0 || !info.dli_fname) return std::string();
+    return std::string(info.dli_fname);
+  }();
+  return file;
+}
+
+}  // namespace
+
 // Turns an object file into a loaded module (a friend of CpuModule).
 struct ModuleLoader {
   static std::shared_ptr<const CpuModule> load(const ir::Program& p, CpuObject object) {
@@ -522,10 +540,18 @@ struct ModuleLoader {
 
     auto jit = llvm::orc::LLJITBuilder().create();
     if (!jit) throw ir::Error(fail_text("cannot create the JIT: " + llvm::toString(jit.takeError())));
-    // Kernels may call libm (tan, f64 tanh): resolve them in this process.
+    // Kernels may call libm and SLEEF (codegen/scalar_lowering.cpp): resolve them in this process.
     auto process = llvm::orc::DynamicLibrarySearchGenerator::GetForCurrentProcess((*jit)->getDataLayout().getGlobalPrefix());
     if (!process) throw ir::Error(fail_text("cannot search the process's symbols: " + llvm::toString(process.takeError())));
     (*jit)->getMainJITDylib().addGenerator(std::move(*process));
+    // SLEEF's symbols from its own library too: the process search misses them when fuse was
+    // loaded with RTLD_LOCAL (a plugin or a Python extension).
+    if (!sleef_library_file().empty()) {
+      auto sleef = llvm::orc::DynamicLibrarySearchGenerator::Load(sleef_library_file().c_str(),
+                                                                  (*jit)->getDataLayout().getGlobalPrefix());
+      if (!sleef) throw ir::Error(fail_text("cannot load " + sleef_library_file() + ": " + llvm::toString(sleef.takeError())));
+      (*jit)->getMainJITDylib().addGenerator(std::move(*sleef));
+    }
     if (llvm::Error e = (*jit)->addObjectFile(llvm::MemoryBuffer::getMemBufferCopy(object.bytes, "fuse-kernels")))
       throw ir::Error(fail_text("the JIT rejected the object: " + llvm::toString(std::move(e))));
     for (size_t k = 0; k < p.kernels.size(); ++k) {

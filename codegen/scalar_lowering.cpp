@@ -1,5 +1,11 @@
 #include "codegen/scalar_lowering.h"
 
+#include <map>
+#include <optional>
+#include <tuple>
+
+#include "mlir/Interfaces/FunctionInterfaces.h"
+
 namespace fuse::codegen {
 
 using ir::DType;
@@ -86,6 +92,7 @@ mlir::Value ScalarLowering::scalar_op(ScalarOp op, DType operand, DType result, 
       for (mlir::Value v : a) wide.push_back(cast(v, DType::F32, DType::F64, lanes));
       return cast(scalar_op(op, DType::F64, DType::F64, wide, lanes), DType::F64, DType::F32, lanes);
     }
+    if (mlir::Value v = sleef_op(op, operand, a, lanes)) return v;
     mlir::Value x = a[0];
     switch (op) {
       case ScalarOp::Neg: return b_.create<mlir::arith::NegFOp>(loc_, x);
@@ -122,7 +129,7 @@ mlir::Value ScalarLowering::scalar_op(ScalarOp op, DType operand, DType result, 
       case ScalarOp::Tanh: return b_.create<mlir::math::TanhOp>(loc_, x);
       case ScalarOp::Sigmoid: {
         auto sigmoid = [&](mlir::Value v, DType t, int n) -> mlir::Value {
-          mlir::Value e = b_.create<mlir::math::ExpOp>(loc_, b_.create<mlir::arith::NegFOp>(loc_, v));
+          mlir::Value e = exp(b_.create<mlir::arith::NegFOp>(loc_, v), t, n);
           mlir::Value one_t = constant(t, 1, 1, n);
           return b_.create<mlir::arith::DivFOp>(loc_, one_t, b_.create<mlir::arith::AddFOp>(loc_, one_t, e));
         };
@@ -404,6 +411,200 @@ mlir::Value ScalarLowering::reduce_finish(const ir::Graph& body, ir::NodeId id, 
   if (n.as<ir::ReduceAttrs>().kind == ir::ReduceKind::Mean)
     acc = b_.create<mlir::arith::DivFOp>(loc_, acc, b_.create<mlir::arith::SIToFPOp>(loc_, b_.getF64Type(), row_length));
   return acc_type == n.dtype ? acc : cast(acc, acc_type, n.dtype, 1);
+}
+
+// ---- SLEEF ----
+
+mlir::Value ScalarLowering::sleef_op(ScalarOp op, DType t, const std::vector<mlir::Value>& a, int lanes) {
+  using mlir::arith::CmpFPredicate;
+  if (!sleef_on_ || (t != DType::F32 && t != DType::F64)) return {};
+  switch (op) {
+    // f32 exp and tanh vectors keep MLIR's inlined polynomials (exp 1 ulp up to |x| = 87, 6 near
+    // overflow; tanh 4): measured, SLEEF's calls made softmax about 20% and hidden_layer (tanh)
+    // about 45% slower (bench/README.md, "SLEEF").
+    case ScalarOp::Exp: return t == DType::F32 && lanes > 1 ? mlir::Value() : sleef("exp", t, a, lanes);
+    case ScalarOp::Exp2: return sleef("exp2", t, a, lanes);
+    case ScalarOp::Log: return sleef("log", t, a, lanes);
+    case ScalarOp::Log2: return sleef("log2", t, a, lanes);
+    case ScalarOp::Log1p: {
+      // SLEEF's log1p overflows to inf from about 1e38 (f32) or 1e307 (f64); there 1 + x rounds
+      // to x, so log(x) is log1p(x).
+      mlir::Value r = sleef("log1p", t, a, lanes);
+      if (!r) return r;
+      mlir::Value huge = cmpf(CmpFPredicate::OGT, a[0], constant(t, t == DType::F32 ? 1e30 : 1e300, 0, lanes));
+      return patch_lanes(t, huge, r, a, [&](const std::vector<mlir::Value>& v) { return sleef("log", DType::F64, v, 1); }, lanes);
+    }
+    case ScalarOp::Expm1: return sleef("expm1", t, a, lanes);
+    case ScalarOp::Tan: return sleef("tan", t, a, lanes);
+    case ScalarOp::Tanh: return t == DType::F32 && lanes > 1 ? mlir::Value() : sleef("tanh", t, a, lanes);
+    case ScalarOp::Erf: return sleef("erf", t, a, lanes);
+    case ScalarOp::Sinh:
+    case ScalarOp::Cosh: {
+      // SLEEF's sinh and cosh give inf beyond |x| = 88.5 (f32) or 709 (f64), short of where they
+      // overflow (89.4, 710.5): those lanes take libm's in f64.
+      bool sinh = op == ScalarOp::Sinh;
+      mlir::Value r = sleef(sinh ? "sinh" : "cosh", t, a, lanes);
+      if (!r) return r;
+      mlir::Value near_overflow = cmpf(CmpFPredicate::OGT, b_.create<mlir::math::AbsFOp>(loc_, a[0]),
+                                       constant(t, t == DType::F32 ? 88.0 : 709.0, 0, lanes));
+      return patch_lanes(t, near_overflow, r, a, [&](const std::vector<mlir::Value>& v) {
+        return sinh ? mlir::Value(b_.create<mlir::math::SinhOp>(loc_, v[0])) : mlir::Value(b_.create<mlir::math::CoshOp>(loc_, v[0]));
+      }, lanes);
+    }
+    case ScalarOp::Pow: {
+      // SLEEF's pow overflows a little early (pow(DBL_MAX, 1) is inf): an infinite result of
+      // finite operands is checked against libm's.
+      mlir::Value r = sleef("pow", t, a, lanes);
+      if (!r) return r;
+      mlir::Value inf = constant(t, kInf, 0, lanes);
+      auto finite = [&](mlir::Value v) { return cmpf(CmpFPredicate::OLT, b_.create<mlir::math::AbsFOp>(loc_, v), inf); };
+      mlir::Value suspect = b_.create<mlir::arith::AndIOp>(
+          loc_, cmpf(CmpFPredicate::OEQ, b_.create<mlir::math::AbsFOp>(loc_, r), inf),
+          b_.create<mlir::arith::AndIOp>(loc_, finite(a[0]), finite(a[1])));
+      return patch_lanes(t, suspect, r, a, [&](const std::vector<mlir::Value>& v) {
+        return b_.create<mlir::math::PowFOp>(loc_, v[0], v[1]);
+      }, lanes);
+    }
+    case ScalarOp::Sin: return sleef("sin", t, a, lanes);  // share_sleef_sincos pairs them
+    case ScalarOp::Cos: return sleef("cos", t, a, lanes);
+    case ScalarOp::Asin:
+    case ScalarOp::Acos:
+    case ScalarOp::Atan:
+    case ScalarOp::Atan2: {
+      const char* name = op == ScalarOp::Asin ? "asin" : op == ScalarOp::Acos ? "acos" : op == ScalarOp::Atan ? "atan" : "atan2";
+      if (t == DType::F64 || fast_math_) return sleef(name, t, a, lanes);
+      // f32 in f64 and rounded once (0 ulp, as the libm calls these replace), still vectorized.
+      if (lanes > 1 && sleef_width(DType::F64, lanes) == 0) return {};
+      std::vector<mlir::Value> wide;
+      for (mlir::Value v : a) wide.push_back(cast(v, DType::F32, DType::F64, lanes));
+      return cast(sleef(name, DType::F64, wide, lanes), DType::F64, DType::F32, lanes);
+    }
+    default: return {};
+  }
+}
+
+int ScalarLowering::sleef_width(DType t, int lanes) const {
+  int bits = t == DType::F32 ? 32 : 64;
+  for (int width : {sleef_.avx512f ? 512 / bits : 0, sleef_.avx2 ? 256 / bits : 0})
+    if (width > 0 && lanes % width == 0) return width;
+  return 0;
+}
+
+std::string ScalarLowering::sleef_accuracy(std::string_view function) const {
+  // SLEEF has no u35 exp, expm1, log1p, pow or erf.
+  for (std::string_view f : {"sin", "cos", "sincos", "tan", "tanh", "log", "log2", "exp2", "asin", "acos", "atan", "atan2", "sinh", "cosh"})
+    if (fast_math_ && f == function) return "_u35";
+  return "_u10";
+}
+
+mlir::Value ScalarLowering::sleef(std::string_view function, DType t, const std::vector<mlir::Value>& a, int lanes) {
+  if (!sleef_on_ || (t != DType::F32 && t != DType::F64)) return {};
+  bool f32 = t == DType::F32;
+  std::string name = "Sleef_" + std::string(function);
+  mlir::Type scalar = scalar_type(t);
+  if (lanes == 1) {
+    std::string symbol = sleef_.fma ? name + (f32 ? "f1" : "d1") + sleef_accuracy(function) + "purecfma"
+                                    : name + (f32 ? "f" : "") + sleef_accuracy(function);
+    auto fn = sleef_declaration(symbol, scalar, std::vector<mlir::Type>(a.size(), scalar));
+    return b_.create<mlir::LLVM::CallOp>(loc_, fn, a).getResult();
+  }
+  int width = sleef_width(t, lanes);
+  if (width == 0) return {};
+  mlir::Type chunk_type = lane_type(scalar, width);
+  std::string symbol = name + (f32 ? "f" : "d") + std::to_string(width) + sleef_accuracy(function) +
+                       (width * (f32 ? 32 : 64) == 512 ? "avx512f" : "avx2");
+  auto fn = sleef_declaration(symbol, chunk_type, std::vector<mlir::Type>(a.size(), chunk_type));
+  if (width == lanes) return b_.create<mlir::LLVM::CallOp>(loc_, fn, a).getResult();
+  // Wider than the build: chunk by chunk.
+  mlir::Value result = constant(t, 0, 0, lanes);
+  for (int at = 0; at < lanes; at += width) {
+    std::vector<mlir::Value> chunk;
+    for (mlir::Value v : a)
+      chunk.push_back(b_.create<mlir::vector::ExtractStridedSliceOp>(loc_, v, llvm::ArrayRef<int64_t>{at},
+                                                                     llvm::ArrayRef<int64_t>{width}, llvm::ArrayRef<int64_t>{1}));
+    mlir::Value r = b_.create<mlir::LLVM::CallOp>(loc_, fn, chunk).getResult();
+    result = b_.create<mlir::vector::InsertStridedSliceOp>(loc_, r, result, llvm::ArrayRef<int64_t>{at}, llvm::ArrayRef<int64_t>{1});
+  }
+  return result;
+}
+
+namespace {
+
+// The SLEEF function `symbol` declared in `module` (once): readnone, or writing only its first
+// argument (`sret`, a struct of two results).
+mlir::LLVM::LLVMFuncOp declare_sleef(mlir::OpBuilder& b, mlir::Operation* module, const std::string& symbol, mlir::Type result,
+                                     const std::vector<mlir::Type>& params, mlir::Type sret = {}) {
+  if (auto fn = mlir::dyn_cast_or_null<mlir::LLVM::LLVMFuncOp>(mlir::SymbolTable::lookupSymbolIn(module, symbol))) return fn;
+  mlir::OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPointToStart(&module->getRegion(0).front());
+  auto fn = b.create<mlir::LLVM::LLVMFuncOp>(b.getUnknownLoc(), symbol, mlir::LLVM::LLVMFunctionType::get(result, params));
+  // Pure functions (LLVM may hoist them out of loops and merge equal calls); sincos writes only
+  // its result slot.
+  using mlir::LLVM::ModRefInfo;
+  fn.setMemoryAttr(mlir::LLVM::MemoryEffectsAttr::get(
+      b.getContext(), {ModRefInfo::NoModRef, sret ? ModRefInfo::Mod : ModRefInfo::NoModRef, ModRefInfo::NoModRef}));
+  fn.setNoUnwind(true);
+  fn.setWillReturn(true);
+  if (sret) {
+    fn.setArgAttr(0, mlir::LLVM::LLVMDialect::getStructRetAttrName(), mlir::TypeAttr::get(sret));
+    fn.setArgAttr(0, mlir::LLVM::LLVMDialect::getNoAliasAttrName(), b.getUnitAttr());
+  }
+  return fn;
+}
+
+}  // namespace
+
+mlir::LLVM::LLVMFuncOp ScalarLowering::sleef_declaration(const std::string& symbol, mlir::Type result,
+                                                         const std::vector<mlir::Type>& params) {
+  mlir::Operation* module = mlir::SymbolTable::getNearestSymbolTable(b_.getInsertionBlock()->getParentOp());
+  return declare_sleef(b_, module, symbol, result, params);
+}
+
+void share_sleef_sincos(mlir::Operation* module) {
+  // Calls of Sleef_sin<width>_<accuracy><isa> and Sleef_cos<...> by (block, operand, the rest of
+  // the name): the vector builds only (the scalar sincos returns its pair in registers).
+  struct Pair {
+    mlir::LLVM::CallOp sin, cos;
+  };
+  std::map<std::tuple<mlir::Block*, const void*, std::string>, Pair> pairs;  // the operand by address
+  module->walk([&](mlir::LLVM::CallOp call) {
+    std::optional<llvm::StringRef> callee = call.getCallee();
+    if (!callee || call.getNumOperands() != 1 || !mlir::isa<mlir::VectorType>(call.getOperand(0).getType())) return;
+    bool sin = callee->starts_with("Sleef_sin"), cos = callee->starts_with("Sleef_cos");
+    std::string rest = callee->drop_front(9).str();  // "f16_u10avx512f"
+    if ((!sin && !cos) || rest.empty() || (rest[0] != 'f' && rest[0] != 'd')) return;  // not sinh, cosh
+    Pair& p = pairs[{call->getBlock(), call.getOperand(0).getAsOpaquePointer(), rest}];
+    (sin ? p.sin : p.cos) = call;
+  });
+  mlir::OpBuilder b(module->getContext());
+  mlir::MLIRContext* context = module->getContext();
+  for (auto& [key, p] : pairs) {
+    if (!p.sin || !p.cos) continue;
+    mlir::LLVM::CallOp first = p.sin->isBeforeInBlock(p.cos) ? p.sin : p.cos;
+    mlir::Value x = first.getOperand(0);
+    mlir::Type vector = x.getType();
+    mlir::Type pair = mlir::LLVM::LLVMStructType::getLiteral(context, {vector, vector});
+    mlir::Type ptr = mlir::LLVM::LLVMPointerType::get(context);
+    auto fn = declare_sleef(b, module, "Sleef_sincos" + std::get<2>(key), mlir::LLVM::LLVMVoidType::get(context), {ptr, vector}, pair);
+    // The slot in the entry block, so that a call in a loop does not grow the stack each iteration.
+    mlir::Operation* func = first->getParentOfType<mlir::FunctionOpInterface>();
+    b.setInsertionPointToStart(&func->getRegion(0).front());
+    mlir::Location loc = first.getLoc();
+    mlir::Value one = b.create<mlir::LLVM::ConstantOp>(loc, b.getI64Type(), b.getI64IntegerAttr(1));
+    mlir::Value slot = b.create<mlir::LLVM::AllocaOp>(loc, ptr, pair, one, /*alignment=*/64);
+    b.setInsertionPoint(first);
+    b.create<mlir::LLVM::CallOp>(loc, fn, mlir::ValueRange{slot, x});
+    mlir::Value both = b.create<mlir::LLVM::LoadOp>(loc, pair, slot, /*alignment=*/64);
+    p.sin.getResult().replaceAllUsesWith(b.create<mlir::LLVM::ExtractValueOp>(loc, both, 0).getResult());
+    p.cos.getResult().replaceAllUsesWith(b.create<mlir::LLVM::ExtractValueOp>(loc, both, 1).getResult());
+    p.sin->erase();
+    p.cos->erase();
+  }
+}
+
+mlir::Value ScalarLowering::exp(mlir::Value x, DType t, int lanes) {
+  if (mlir::Value v = sleef_op(ScalarOp::Exp, t, {x}, lanes)) return v;
+  return b_.create<mlir::math::ExpOp>(loc_, x);
 }
 
 mlir::Value ScalarLowering::libdevice_call(std::string_view name, mlir::Value x) {

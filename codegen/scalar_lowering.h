@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "ir/dtype.h"
@@ -38,6 +40,22 @@ class ScalarLowering {
   /// (within 1 ulp of f64) and rounded once, like the interpreter; f32 sqrt is sqrt.rn.
   ScalarLowering(mlir::OpBuilder& b, bool fast_math, bool libdevice, std::string fail_prefix)
       : b_(b), loc_(b.getUnknownLoc()), fast_math_(fast_math), libdevice_(libdevice), fail_prefix_(std::move(fail_prefix)) {}
+  /// The builds of SLEEF (libsleef, the vector math library) the host can run. With any, the CPU's
+  /// f32 and f64 transcendentals call SLEEF: its u10 functions (<= 1 ulp; NaN, infinities and -0
+  /// exact), or under fast math its u35 ones where SLEEF has them. Vectors go to the widest build
+  /// whose width divides their lanes (16 f32 / 8 f64 on AVX-512, 8 / 4 on AVX2, in chunks);
+  /// single lanes to the scalar build. Vectors no build fits keep the lowering below, and so do
+  /// f32 exp and tanh vectors (MLIR's inlined polynomials measured faster: bench/README.md).
+  struct SleefIsa {
+    bool avx512f = false;  // Sleef_<fn>f16_u10avx512f, Sleef_<fn>d8_u10avx512f
+    bool avx2 = false;     // Sleef_<fn>f8_u10avx2, Sleef_<fn>d4_u10avx2 (AVX2 with FMA)
+    bool fma = false;      // scalar Sleef_<fn>f1_u10purecfma, else Sleef_<fn>f_u10
+  };
+  /// Turns SLEEF on (the CPU backend does, for the host; the GPU keeps libdevice).
+  void use_sleef(SleefIsa isa) {
+    sleef_ = isa;
+    sleef_on_ = !libdevice_;
+  }
   // The register type of one lane: bool is i1 in registers, i8 in memory.
   mlir::Type scalar_type(ir::DType t);
   mlir::Type lane_type(mlir::Type scalar, int lanes) {
@@ -59,6 +77,13 @@ class ScalarLowering {
     if (!argument) argument = test;  // what `slow` takes, when it is not what is tested
     if (operand != DType::F32 || fast_math_) return fast;
     mlir::Value mask = cmpf(predicate, test, constant(DType::F32, bound, 0, lanes));
+    return patch_lanes(DType::F32, mask, fast, {argument}, [&](const std::vector<mlir::Value>& v) { return slow(v[0]); }, lanes);
+  }
+  // `fast` (of dtype t) except in the lanes of `mask`: there `slow` of the `arguments`' lanes as
+  // f64 scalars, its f64 result rounded to t. The slow path runs only when some lane needs it.
+  template <class Slow>
+  mlir::Value patch_lanes(DType t, mlir::Value mask, mlir::Value fast, const std::vector<mlir::Value>& arguments, Slow slow,
+                          int lanes) {
     // Frozen: a lane that is undefined (padding no one computed) must not make the branch
     // below undefined behaviour, which LLVM may compile into anything, an endless loop included.
     mask = b_.create<mlir::LLVM::FreezeOp>(loc_, mask);
@@ -67,17 +92,21 @@ class ScalarLowering {
     auto branch = b_.create<mlir::scf::IfOp>(loc_, mlir::TypeRange{fast.getType()}, any, /*withElseRegion=*/true);
     mlir::OpBuilder::InsertionGuard guard(b_);
     b_.setInsertionPointToStart(&branch.getThenRegion().front());
+    auto wide = [&](mlir::Value x) { return cast(x, t, DType::F64, 1); };
     mlir::Value exact;
     if (lanes == 1) {
-      exact = cast(slow(cast(argument, DType::F32, DType::F64, 1)), DType::F64, DType::F32, 1);
+      std::vector<mlir::Value> args;
+      for (mlir::Value a : arguments) args.push_back(wide(a));
+      exact = cast(slow(args), DType::F64, t, 1);
     } else {
       // Lane by lane in a loop: one call site instead of one per lane (compile time).
       auto each = b_.create<mlir::scf::ForOp>(loc_, i64(0), i64(lanes), i64(1), mlir::ValueRange{fast});
       mlir::OpBuilder::InsertionGuard inner(b_);
       b_.setInsertionPointToStart(each.getBody());
       mlir::Value lane = each.getInductionVar();
-      mlir::Value x = b_.create<mlir::vector::ExtractElementOp>(loc_, argument, lane);
-      mlir::Value y = cast(slow(cast(x, DType::F32, DType::F64, 1)), DType::F64, DType::F32, 1);
+      std::vector<mlir::Value> args;
+      for (mlir::Value a : arguments) args.push_back(wide(b_.create<mlir::vector::ExtractElementOp>(loc_, a, lane)));
+      mlir::Value y = cast(slow(args), DType::F64, t, 1);
       b_.create<mlir::scf::YieldOp>(loc_, b_.create<mlir::vector::InsertElementOp>(loc_, y, each.getRegionIterArgs()[0], lane).getResult());
       b_.setInsertionPointAfter(each);
       exact = each.getResult(0);
@@ -168,6 +197,21 @@ class ScalarLowering {
   }
  private:
   std::string fail(const std::string& what) const { return fail_prefix_ + what; }
+  // ---- SLEEF (see use_sleef) ----
+  // `function` ("exp", "atan2") of `a` (dtype t, `lanes` lanes) through SLEEF; null when SLEEF is
+  // off or no vector build fits the lanes (the caller lowers it the old way).
+  mlir::Value sleef(std::string_view function, DType t, const std::vector<mlir::Value>& a, int lanes);
+  // The widest SLEEF vector width (lanes) for `lanes` lanes of t, 0 for none.
+  int sleef_width(DType t, int lanes) const;
+  // "_u10", or "_u35" under fast math where SLEEF has it.
+  std::string sleef_accuracy(std::string_view function) const;
+  // The SLEEF function `symbol` declared in the module (once), readnone.
+  mlir::LLVM::LLVMFuncOp sleef_declaration(const std::string& symbol, mlir::Type result, const std::vector<mlir::Type>& params);
+  SleefIsa sleef_;
+  bool sleef_on_ = false;
+  // `op` through SLEEF (see use_sleef), null for the ops it does not take (or when it is off).
+  mlir::Value sleef_op(ScalarOp op, DType t, const std::vector<mlir::Value>& a, int lanes);
+  mlir::Value exp(mlir::Value x, DType t, int lanes);  // through SLEEF when on
   static constexpr double kInf = std::numeric_limits<double>::infinity();
   // A libdevice function called by name, for the math ops that convert-gpu-to-nvvm does not send
   // to libdevice in LLVM 19 (asin, acos, sinh, cosh); `__nv_<name>f` for f32 (fast math).
@@ -183,5 +227,10 @@ class ScalarLowering {
   bool fast_math_, libdevice_;
   std::string fail_prefix_;
 };
+
+/// A peephole after CSE: SLEEF's vector sin(x) and cos(x) calls of the same x in one block become
+/// one sincos call (SLEEF computes both for little more than one; its two vectors come back
+/// through a stack slot in the function's entry block, the x86-64 ABI's sret).
+void share_sleef_sincos(mlir::Operation* module);
 
 }  // namespace fuse::codegen

@@ -134,8 +134,15 @@ struct RegionStats {
   std::string first_special, first_zero_sign;
 };
 
+/// The code paths an op is measured on: the SIMD loop on this machine's widest vectors (16 f32 or
+/// 8 f64 lanes with AVX-512: SLEEF's avx512f build), the SIMD loop scheduled for AVX2 (8 or 4
+/// lanes: SLEEF's avx2 build) and the scalar path (one element at a time: SLEEF's scalar build),
+/// which also serves what the SIMD loops cannot vectorize.
+enum Path { kVector, kVectorAvx2, kScalar, kPaths };
+const char* const kPathNames[kPaths] = {"vector", "avx2 vector", "scalar"};
+
 struct Measured {
-  RegionStats regions[kRegions];
+  RegionStats regions[kPaths][kRegions];
   int compiled_kernels = 0;
 };
 
@@ -151,14 +158,14 @@ bool periodic(ScalarOp op) { return op == ScalarOp::Sin || op == ScalarOp::Cos |
 /// Compares compiled results with the interpreter's, element by element; `args[i][j]` is
 /// operand i of element j.
 template <class T>
-void measure(ScalarOp op, const std::vector<std::vector<T>>& args, const T* e, const T* a, int64_t n, Measured& m) {
+void measure(ScalarOp op, const std::vector<std::vector<T>>& args, const T* e, const T* a, int64_t n, RegionStats* regions) {
   for (int64_t i = 0; i < n; ++i) {
     bool tiny = subnormal(e[i]);
     for (const std::vector<T>& arg : args) tiny = tiny || subnormal(arg[i]);
     Region region = tiny ? kSubnormal
                     : periodic(op) && std::fabs(args[0][i]) > kDocumentedReductionRange ? kHuge
                                                                                         : kNormal;
-    RegionStats& r = m.regions[region];
+    RegionStats& r = regions[region];
     ++r.count;
     auto text = [&] {
       std::string s = std::string(ir::scalar_op_name(op)) + "(" + show(args[0][i]);
@@ -183,13 +190,15 @@ void measure(ScalarOp op, const std::vector<std::vector<T>>& args, const T* e, c
 }
 
 /// Compiles op(x...) for inputs of dtype T and runs it on `args` through the SIMD path (inputs
-/// laid out like the output), then on their first and last 2^15 values through the scalar path
-/// (the inputs reach the op through a transpose, so the kernel follows views element by element).
+/// laid out like the output), for this machine and for AVX2, then on their first and last 2^15
+/// values through the scalar path (the inputs reach the op through a transpose, so the kernel
+/// follows views element by element).
 template <class T>
 Measured run_op(ScalarOp op, const std::vector<std::vector<T>>& args) {
   DType t = ir::dtype_of<T>();
   Measured m;
-  auto run = [&](bool through_view, const std::vector<std::vector<T>>& values) {
+  auto run = [&](Path path, const std::vector<std::vector<T>>& values) {
+    bool through_view = path == kScalar;
     constexpr int64_t kCols = 64;
     Graph g;
     std::vector<Operand> operands;
@@ -207,7 +216,7 @@ Measured run_op(ScalarOp op, const std::vector<std::vector<T>>& args) {
     }
     Tensor y = fuse::apply(op, operands);
     g.output("y", y.dtype() == DType::Bool ? cast(y, t) : y);  // isnan and co. as 0 and 1
-    runtime::Executable exe = compile(g);
+    runtime::Executable exe = path == kVectorAvx2 ? compile(g, Target::cpu("avx2")) : compile(g);
     m.compiled_kernels += exe.compiled_kernel_count();
     ir::HostArray expected = ir::interpret(g.ir(), inputs).at("y");
     ir::HostArray actual = exe.run(inputs).at("y");
@@ -222,16 +231,17 @@ Measured run_op(ScalarOp op, const std::vector<std::vector<T>>& args) {
         for (int64_t r = 0; r < rows; ++r)
           for (int64_t c = 0; c < kCols; ++c) in_output_order[i][r * kCols + c] = values[i][c * rows + r];
     }
-    measure<T>(op, in_output_order, expected.as<T>(), actual.as<T>(), n, m);
+    measure<T>(op, in_output_order, expected.as<T>(), actual.as<T>(), n, m.regions[path]);
   };
-  run(false, args);
+  run(kVector, args);
+  run(kVectorAvx2, args);
   std::vector<std::vector<T>> ends;
   for (const std::vector<T>& a : args) {
     std::vector<T> s(a.begin(), a.begin() + (1 << 15));
     s.insert(s.end(), a.end() - (1 << 15), a.end());
     ends.push_back(std::move(s));
   }
-  run(true, ends);
+  run(kScalar, ends);
   return m;
 }
 
@@ -249,35 +259,37 @@ struct OpAccuracy {
 // the logarithms, the range the f32 sin/cos reduction is documented for; the random bit patterns
 // cover every finite value.
 //
-// Bounds: f64 transcendentals call the same libm as the interpreter, and every op without a
-// rounding of its own beyond IEEE's (neg, abs, sqrt, floor, sign, ...) must be bit-exact: 0 ulp;
-// isnan, isinf and isfinite are compared as 0 and 1. f32 transcendentals are MLIR's polynomial
-// approximations (exp, log, log2, tanh, erf, acos; sigmoid through exp), fdlibm kernels in f64
-// (sin, cos: documented within 1 ulp), libm's f32 functions (exp2, tan, pow, sinh, cosh) or f64
-// libm rounded once (atan, asin, atan2: 0 ulp), against the interpreter's f64 result rounded once;
-// rsqrt is sqrt then a division, two roundings; log1p and expm1 are log and exp with the
-// quotient correction in both dtypes (codegen/scalar_lowering.cpp), 2 ulp in f64. Each bound is the
-// measured maximum (docs/testing.md): exp's 6 ulp are near overflow (1 ulp for |x| <= 87), and so
-// are expm1's; tanh's 4 ulp are the documented ones.
+// Bounds: every op without a rounding of its own beyond IEEE's (neg, abs, sqrt, floor, sign, ...)
+// must be bit-exact: 0 ulp; isnan, isinf and isfinite are compared as 0 and 1. The transcendentals
+// call SLEEF's u10 functions (codegen/scalar_lowering.cpp: <= 1 ulp of the true value, on each path:
+// avx512 and avx2 vectors, scalar), against the interpreter's libm (f64) or libm in f64 rounded
+// once (f32): 1 ulp apart on every path, except f64 tanh and sinh (2: glibc's own tanh and sinh
+// are documented up to 2 ulp) and f64 sigmoid (4: 1 / (1 + exp(-x)) in both, around SLEEF's and
+// libm's exp, which differ by 1 ulp). f32 asin, acos, atan and atan2 are SLEEF's f64 functions
+// rounded once: 0. sigmoid f32 is 2 (exp, then an add and a divide); rsqrt is sqrt then a division,
+// two roundings: 1 in f32. The lanes SLEEF gets wrong take libm's path (sinh and cosh near
+// overflow, log1p beyond 1e30, pow overflowing early). Each bound is the measured maximum
+// (docs/testing.md). ir/scalar_ops.def's columns also cover the lowering for vectors no SLEEF
+// build fits (MLIR's polynomials: f32 exp 6 ulp, ...).
 const std::vector<OpAccuracy>& unary_ops() {
   static const std::vector<OpAccuracy> ops = {
       {ScalarOp::Exp, {{{-104, 89, 4}, {88.5, 88.8, 1}, {-104, -87, 1}, {-1, 1, 1}}, true},
-       {{{-746, 710, 4}, {709.5, 709.9, 1}, {-746, -708, 1}, {-1, 1, 1}}, true}, 6, 0},
+       {{{-746, 710, 4}, {709.5, 709.9, 1}, {-746, -708, 1}, {-1, 1, 1}}, true}, 6, 1},
       {ScalarOp::Exp2, {{{-150, 128.5, 4}, {127.5, 128.5, 1}, {-150, -125, 1}, {-1, 1, 1}}, true},
-       {{{-1075, 1024.5, 4}, {1023.5, 1024.5, 1}, {-1075, -1021, 1}, {-1, 1, 1}}, true}, 1, 0},
+       {{{-1075, 1024.5, 4}, {1023.5, 1024.5, 1}, {-1075, -1021, 1}, {-1, 1, 1}}, true}, 1, 1},
       {ScalarOp::Log, {{{0, 4, 4}, {0.5, 2, 2}, {0.999, 1.001, 1}}, true},
-       {{{0, 4, 4}, {0.5, 2, 2}, {0.999, 1.001, 1}}, true}, 1, 0},
+       {{{0, 4, 4}, {0.5, 2, 2}, {0.999, 1.001, 1}}, true}, 1, 1},
       {ScalarOp::Log2, {{{0, 4, 4}, {0.5, 2, 2}, {0.999, 1.001, 1}}, true},
-       {{{0, 4, 4}, {0.5, 2, 2}, {0.999, 1.001, 1}}, true}, 2, 0},
+       {{{0, 4, 4}, {0.5, 2, 2}, {0.999, 1.001, 1}}, true}, 1, 1},
       {ScalarOp::Sqrt, {{{0, 4, 1}}, true}, {{{0, 4, 1}}, true}, 0, 0},
       {ScalarOp::Rsqrt, {{{0, 4, 1}}, true}, {{{0, 4, 1}}, true}, 1, 0},
-      {ScalarOp::Sin, {{{-7, 7, 2}, {-1e5, 1e5, 1}}, true}, {{{-7, 7, 2}, {-1e5, 1e5, 1}}, true}, 1, 0},
-      {ScalarOp::Cos, {{{-7, 7, 2}, {-1e5, 1e5, 1}}, true}, {{{-7, 7, 2}, {-1e5, 1e5, 1}}, true}, 1, 0},
+      {ScalarOp::Sin, {{{-7, 7, 2}, {-1e5, 1e5, 1}}, true}, {{{-7, 7, 2}, {-1e5, 1e5, 1}}, true}, 1, 1},
+      {ScalarOp::Cos, {{{-7, 7, 2}, {-1e5, 1e5, 1}}, true}, {{{-7, 7, 2}, {-1e5, 1e5, 1}}, true}, 1, 1},
       {ScalarOp::Tan, {{{-7, 7, 2}, {1.5, 1.6, 1}, {-1e5, 1e5, 1}}, true},
-       {{{-7, 7, 2}, {1.5, 1.6, 1}, {-1e5, 1e5, 1}}, true}, 1, 0},
+       {{{-7, 7, 2}, {1.5, 1.6, 1}, {-1e5, 1e5, 1}}, true}, 1, 1},
       {ScalarOp::Tanh, {{{-20, 20, 2}, {-1, 1, 1}, {-1e-3, 1e-3, 1}}, true},
-       {{{-20, 20, 2}, {-1, 1, 1}, {-1e-3, 1e-3, 1}}, true}, 4, 0},
-      {ScalarOp::Sigmoid, {{{-110, 110, 2}, {-20, 20, 2}}, true}, {{{-750, 750, 2}, {-40, 40, 2}}, true}, 2, 0},
+       {{{-20, 20, 2}, {-1, 1, 1}, {-1e-3, 1e-3, 1}}, true}, 4, 2},
+      {ScalarOp::Sigmoid, {{{-110, 110, 2}, {-20, 20, 2}}, true}, {{{-750, 750, 2}, {-40, 40, 2}}, true}, 2, 4},
       {ScalarOp::Neg, {{{-10, 10, 1}}, true}, {{{-10, 10, 1}}, true}, 0, 0},
       {ScalarOp::Abs, {{{-10, 10, 1}}, true}, {{{-10, 10, 1}}, true}, 0, 0},
       {ScalarOp::Relu, {{{-10, 10, 1}}, true}, {{{-10, 10, 1}}, true}, 0, 0},
@@ -285,20 +297,20 @@ const std::vector<OpAccuracy>& unary_ops() {
       {ScalarOp::Ceil, {{{-10, 10, 1}, {-0.5, 0.5, 1}}, true}, {{{-10, 10, 1}, {-0.5, 0.5, 1}}, true}, 0, 0},
       {ScalarOp::Round, {{{-10, 10, 1}, {-0.5, 0.5, 1}}, true}, {{{-10, 10, 1}, {-0.5, 0.5, 1}}, true}, 0, 0},
       {ScalarOp::Log1p, {{{-1, 4, 4}, {-1e-3, 1e-3, 1}, {-1, -0.99, 1}}, true},
-       {{{-1, 4, 4}, {-1e-3, 1e-3, 1}, {-1, -0.99, 1}}, true}, 2, 2},
+       {{{-1, 4, 4}, {-1e-3, 1e-3, 1}, {-1, -0.99, 1}}, true}, 1, 1},
       {ScalarOp::Expm1, {{{-20, 89, 4}, {-1e-3, 1e-3, 1}, {88, 88.8, 1}}, true},
-       {{{-40, 710, 4}, {-1e-3, 1e-3, 1}, {709, 709.8, 1}}, true}, 6, 2},
-      {ScalarOp::Erf, {{{-6, 6, 4}, {-1e-3, 1e-3, 1}}, true}, {{{-7, 7, 4}, {-1e-3, 1e-3, 1}}, true}, 5, 0},
+       {{{-40, 710, 4}, {-1e-3, 1e-3, 1}, {709, 709.8, 1}}, true}, 1, 1},
+      {ScalarOp::Erf, {{{-6, 6, 4}, {-1e-3, 1e-3, 1}}, true}, {{{-7, 7, 4}, {-1e-3, 1e-3, 1}}, true}, 1, 1},
       {ScalarOp::Asin, {{{-1, 1, 4}, {0.99, 1, 1}, {-1e-3, 1e-3, 1}}, true},
-       {{{-1, 1, 4}, {0.99, 1, 1}, {-1e-3, 1e-3, 1}}, true}, 0, 0},
+       {{{-1, 1, 4}, {0.99, 1, 1}, {-1e-3, 1e-3, 1}}, true}, 0, 1},
       {ScalarOp::Acos, {{{-1, 1, 4}, {0.99, 1, 1}, {-1, -0.99, 1}}, true},
-       {{{-1, 1, 4}, {0.99, 1, 1}, {-1, -0.99, 1}}, true}, 1, 0},
+       {{{-1, 1, 4}, {0.99, 1, 1}, {-1, -0.99, 1}}, true}, 0, 1},
       {ScalarOp::Atan, {{{-20, 20, 2}, {-1.5, 1.5, 2}, {-1e-3, 1e-3, 1}}, true},
-       {{{-20, 20, 2}, {-1.5, 1.5, 2}, {-1e-3, 1e-3, 1}}, true}, 0, 0},
+       {{{-20, 20, 2}, {-1.5, 1.5, 2}, {-1e-3, 1e-3, 1}}, true}, 0, 1},
       {ScalarOp::Sinh, {{{-90, 90, 2}, {-1, 1, 2}, {-1e-3, 1e-3, 1}}, true},
-       {{{-711, 711, 2}, {-1, 1, 2}, {-1e-3, 1e-3, 1}}, true}, 2, 0},
+       {{{-711, 711, 2}, {-1, 1, 2}, {-1e-3, 1e-3, 1}}, true}, 1, 2},
       {ScalarOp::Cosh, {{{-90, 90, 2}, {-1, 1, 2}, {-1e-3, 1e-3, 1}}, true},
-       {{{-711, 711, 2}, {-1, 1, 2}, {-1e-3, 1e-3, 1}}, true}, 2, 0},
+       {{{-711, 711, 2}, {-1, 1, 2}, {-1e-3, 1e-3, 1}}, true}, 1, 1},
       {ScalarOp::Sign, {{{-10, 10, 1}}, true}, {{{-10, 10, 1}}, true}, 0, 0},
       {ScalarOp::IsNan, {{{-10, 10, 1}}, true}, {{{-10, 10, 1}}, true}, 0, 0},
       {ScalarOp::IsInf, {{{-10, 10, 1}}, true}, {{{-10, 10, 1}}, true}, 0, 0},
@@ -318,8 +330,8 @@ struct BinaryAccuracy {
 // four quadrants, near the axes and every finite value. The bounds as for the unary ops.
 const std::vector<BinaryAccuracy>& binary_ops() {
   static const std::vector<BinaryAccuracy> ops = {
-      {ScalarOp::Pow, {{{0, 4, 2}, {-4, 4, 1}}, true}, {{{-8, 8, 2}, {-2, 2, 1}}, false}, 0.25, 1, 0},
-      {ScalarOp::Atan2, {{{-4, 4, 2}, {-1e-3, 1e-3, 1}}, true}, {{{-4, 4, 2}, {-1e-3, 1e-3, 1}}, true}, 0, 0, 0},
+      {ScalarOp::Pow, {{{0, 4, 2}, {-4, 4, 1}}, true}, {{{-8, 8, 2}, {-2, 2, 1}}, false}, 0.25, 1, 1},
+      {ScalarOp::Atan2, {{{-4, 4, 2}, {-1e-3, 1e-3, 1}}, true}, {{{-4, 4, 2}, {-1e-3, 1e-3, 1}}, true}, 0, 0, 1},
   };
   return ops;
 }
@@ -376,9 +388,9 @@ const Finding* known_finding(ScalarOp op, DType t, Region r, Check c) {
 
 /// The checks of one region (those in `checks`): ulps within `bound`, NaN and infinities
 /// exactly, zeros' signs.
-void check_region(ScalarOp op, DType t, Region region, const RegionStats& r, uint64_t bound, unsigned checks) {
-  INFO(ir::scalar_op_name(op) << " " << ir::dtype_name(t) << ", " << kRegionNames[region] << " region, "
-                              << r.count << " values");
+void check_region(ScalarOp op, DType t, Path path, Region region, const RegionStats& r, uint64_t bound, unsigned checks) {
+  INFO(ir::scalar_op_name(op) << " " << ir::dtype_name(t) << ", " << kPathNames[path] << " path, " << kRegionNames[region]
+                              << " region, " << r.count << " values");
   INFO("worst: " << r.worst);
   INFO("first NaN/infinity mismatch: " << r.first_special);
   INFO("first zero-sign mismatch: " << r.first_zero_sign);
@@ -405,23 +417,26 @@ void check_op(ScalarOp op) {
   Measured m = measure_op<T>(op);
   std::ostringstream row;
   row << ir::scalar_op_name(op) << " " << ir::dtype_name(t) << " (bound " << bound << " ulp):";
-  for (int region = 0; region < kRegions; ++region) {
-    const RegionStats& r = m.regions[region];
-    if (r.count == 0) continue;
-    row << " " << kRegionNames[region] << " " << r.max_ulp << " ulp";
-    if (r.max_ulp) row << " (" << r.worst << ")";
-    if (r.special_mismatches) row << " + " << r.special_mismatches << " NaN/inf mismatches";
-    if (r.zero_sign_mismatches) row << " + " << r.zero_sign_mismatches << " zero-sign mismatches";
-    row << ";";
-    unsigned checks = 0;
-    for (Check c : {kUlps, kNanInf, kZeroSign}) {
-      if (!known_finding(op, t, static_cast<Region>(region), c)) checks |= c;
-      else row << " [known finding]";
+  for (int path = 0; path < kPaths; ++path) {
+    row << "\n  " << kPathNames[path] << ":";
+    for (int region = 0; region < kRegions; ++region) {
+      const RegionStats& r = m.regions[path][region];
+      if (r.count == 0) continue;
+      row << " " << kRegionNames[region] << " " << r.max_ulp << " ulp";
+      if (r.max_ulp) row << " (" << r.worst << ")";
+      if (r.special_mismatches) row << " + " << r.special_mismatches << " NaN/inf mismatches";
+      if (r.zero_sign_mismatches) row << " + " << r.zero_sign_mismatches << " zero-sign mismatches";
+      row << ";";
+      unsigned checks = 0;
+      for (Check c : {kUlps, kNanInf, kZeroSign}) {
+        if (!known_finding(op, t, static_cast<Region>(region), c)) checks |= c;
+        else row << " [known finding]";
+      }
+      check_region(op, t, static_cast<Path>(path), static_cast<Region>(region), r, bound, checks);
     }
-    check_region(op, t, static_cast<Region>(region), r, bound, checks);
   }
   WARN(row.str());
-  CHECK(m.compiled_kernels == 2);
+  CHECK(m.compiled_kernels == kPaths);
 }
 
 }  // namespace
@@ -439,6 +454,89 @@ TEST_CASE("float ops: compiled f32 and f64 within their ulp bounds of the interp
       check_op<double>(a.op);
     }
   }
+}
+
+namespace {
+
+/// The LLVM IR the CPU backend emits for `g` (before LLVM's optimizations).
+std::string llvm_ir(const Graph& g, const Target& target, bool fast_math = false) {
+  CompileOptions options;
+  options.pipeline.simplify.fast_math = fast_math;
+  return emit(run_passes(g.ir(), target, options), Stage::Llvm);
+}
+
+bool has(const std::string& text, const std::string& what) { return text.find(what) != std::string::npos; }
+
+/// Whether the IR calls `symbol` (its declaration may stay behind when no call does).
+bool calls(const std::string& ir, const std::string& symbol) {
+  std::istringstream lines(ir);
+  for (std::string line; std::getline(lines, line);)
+    if (has(line, "call ") && has(line, "@" + symbol + "(")) return true;
+  return false;
+}
+
+/// SLEEF's vector width suffix for this machine's f32 and f64 vectors ("f16"/"d8" and avx512f
+/// with AVX-512, "f8"/"d4" and avx2 without).
+std::string sleef_suffix(DType t, const char* accuracy) {
+  bool avx512 = Target::host().vector_bits >= 512;
+  std::string width = t == DType::F32 ? (avx512 ? "f16" : "f8") : (avx512 ? "d8" : "d4");
+  return width + "_" + accuracy + (avx512 ? "avx512f" : "avx2");
+}
+
+}  // namespace
+
+TEST_CASE("SLEEF: vector bodies call its vector builds and sin and cos of one value share a sincos", "[cpu][accuracy]") {
+  for (DType t : {DType::F32, DType::F64}) {
+    INFO(ir::dtype_name(t));
+    Graph g;
+    Tensor x = g.input("x", t, {sym("N")});
+    g.output("y", sin(x) * cos(x) + log(x * x + 1.0) + atan2(x, x + 1.0));
+    std::string ir = llvm_ir(g, Target::host());
+    CHECK(calls(ir, "Sleef_sincos" + sleef_suffix(t, "u10")));
+    CHECK(calls(ir, "Sleef_log" + sleef_suffix(t, "u10")));
+    // f32 atan2 is computed in f64 (0 ulp): SLEEF's f64 build.
+    CHECK(calls(ir, "Sleef_atan2" + sleef_suffix(DType::F64, "u10")));
+    CHECK_FALSE(calls(ir, "Sleef_sin" + sleef_suffix(t, "u10")));  // not a separate sin and cos
+    CHECK_FALSE(calls(ir, "Sleef_cos" + sleef_suffix(t, "u10")));
+    // AVX2 vectors (8 f32, 4 f64 lanes) take the avx2 build; fast math the u35 functions where
+    // SLEEF has them (not exp).
+    std::string avx2 = llvm_ir(g, Target::cpu("avx2"));
+    CHECK(calls(avx2, std::string("Sleef_sincos") + (t == DType::F32 ? "f8" : "d4") + "_u10avx2"));
+    std::string fast = llvm_ir(g, Target::host(), /*fast_math=*/true);
+    CHECK(calls(fast, "Sleef_sincos" + sleef_suffix(t, "u35")));
+    CHECK(calls(fast, "Sleef_log" + sleef_suffix(t, "u35")));
+    if (t == DType::F64) {  // SLEEF has no u35 exp (f64 here: f32 vectors keep MLIR's exp)
+      Graph e;
+      e.output("y", exp(e.input("x", t, {sym("N")})));
+      CHECK(calls(llvm_ir(e, Target::host(), /*fast_math=*/true), "Sleef_exp" + sleef_suffix(t, "u10")));
+    }
+    CHECK(calls(fast, "Sleef_atan2" + sleef_suffix(t, "u35")));  // fast math keeps f32 in f32
+
+    // The results, on odd sizes (the masked vector loop's ends) and through a transpose (the
+    // scalar build, one element at a time), for the host and AVX2, against the interpreter.
+    for (int64_t n : {1, 7, 1023}) {
+      INFO("N = " << n);
+      std::vector<double> values;
+      for (int64_t i = 0; i < n; ++i) values.push_back(-3.0 + 6.0 * static_cast<double>(i) / static_cast<double>(n));
+      ir::TensorMap inputs{{"x", ir::HostArray::from<double>({n}, values).cast(t)}};
+      ir::HostArray expected = ir::interpret(g.ir(), inputs).at("y");
+      for (const Target& target : {Target::host(), Target::cpu("avx2")}) {
+        runtime::Executable exe = compile(g, target);
+        CHECK(exe.compiled_kernel_count() == 1);
+        ir::HostArray actual = exe.run(inputs).at("y");
+        for (int64_t i = 0; i < n; ++i) {
+          double e = expected.get_f64(i), a = actual.get_f64(i);
+          INFO("y[" << i << "] = " << a << ", expected " << e);
+          CHECK(std::fabs(a - e) <= (t == DType::F32 ? 1e-5 : 1e-13) * std::max(1.0, std::fabs(e)));
+        }
+      }
+    }
+  }
+  // One element at a time (a transposed input): SLEEF's scalar build.
+  Graph g;
+  Tensor x = g.input("x", DType::F32, {sym("R"), sym("C")});
+  g.output("y", exp(transpose(x)));
+  CHECK(has(llvm_ir(g, Target::host()), "Sleef_expf"));
 }
 
 // (A finding in kKnownFindings gets a [!mayfail] test case here that runs the checks it takes

@@ -3,7 +3,28 @@
 
 #include <algorithm>
 
+#include "llvm/TargetParser/Host.h"
+
 namespace fuse::codegen {
+
+namespace {
+
+// The SLEEF builds this CPU runs (the code always runs here, whatever vector width the target
+// describes): read once.
+ScalarLowering::SleefIsa host_sleef_isa() {
+  static const ScalarLowering::SleefIsa isa = [] {
+    llvm::StringMap<bool> features = llvm::sys::getHostCPUFeatures();
+    auto has = [&](const char* f) { return features.lookup(f); };
+    ScalarLowering::SleefIsa i;
+    i.fma = has("fma");
+    i.avx2 = has("avx2") && i.fma;
+    i.avx512f = has("avx512f");
+    return i;
+  }();
+  return isa;
+}
+
+}  // namespace
 
 using ir::DType;
 using ir::Node;
@@ -15,7 +36,9 @@ CpuKernelEmitter::CpuKernelEmitter(mlir::OpBuilder& b, const ir::Kernel& k, cons
     : KernelEmitterBase(b, k, options.fast_math, /*libdevice=*/false, "CPU"),
       symbols_(symbols),
       options_(options),
-      constants_(constants) {}
+      constants_(constants) {
+  scalar_.use_sleef(host_sleef_isa());
+}
 
 void CpuKernelEmitter::enter(mlir::func::FuncOp func) {
   entry_ = func.addEntryBlock();

@@ -1,9 +1,10 @@
 // The CPU backend's driver: a Program's kernels as one MLIR module (codegen/cpu/emitter.h emits
 // each), lowered to the LLVM dialect, translated to LLVM IR, optimized and compiled to an object
-// file or assembly for the host (cpu_jit.cpp caches and loads it). Transcendental functions on
-// f32 use MLIR's polynomial approximations (they vectorize); the rest lower to LLVM intrinsics
-// or libm.
+// file or assembly for the host (cpu_jit.cpp caches and loads it). Transcendental functions call
+// SLEEF (codegen/scalar_lowering.cpp); what SLEEF does not fit uses MLIR's polynomial
+// approximations (they vectorize), LLVM intrinsics or libm.
 #include "codegen/cpu/emitter.h"
+#include "codegen/scalar_lowering.h"
 #include "codegen/cpu_codegen.h"
 #include "codegen/host_machine.h"
 #include "codegen/cpu_object.h"
@@ -116,9 +117,13 @@ void lower_to_llvm(mlir::ModuleOp module) {
     diagnostics += "\n  " + d.str();
     return mlir::success();
   });
+  mlir::PassManager cleanup(context);
+  cleanup.addPass(mlir::createCanonicalizerPass());
+  cleanup.addPass(mlir::createCSEPass());
+  if (mlir::failed(cleanup.run(module))) throw ir::Error(fail_text("canonicalization failed:" + diagnostics));
+  // After CSE, where sin(x) and cos(x) of one x take the same vector value: one SLEEF sincos.
+  share_sleef_sincos(module);
   mlir::PassManager pm(context);
-  pm.addPass(mlir::createCanonicalizerPass());
-  pm.addPass(mlir::createCSEPass());
   pm.addPass(mlir::createConvertSCFToCFPass());
   // LLVM intrinsics first (fma, sqrt, floor: single instructions); libm only for what has none
   // (tan, f64 tanh), which unrolls vectors into vector ops, lowered next.
