@@ -13,6 +13,7 @@
 #include "ir/interpreter.h"
 #include "passes/autodiff.h"
 #include "tests/examples.h"
+#include "tests/ptxas.h"
 #include "tests/random_graph.h"
 
 using namespace fuse;
@@ -739,6 +740,17 @@ TEST_CASE("backward graphs on the CUDA simulator match the interpreter", "[autod
       INFO(testing::sizes_str(sizes));
       CHECK(testing::compare_outputs(ir::interpret(g, inputs), exe->run_host(inputs), 1e-4, 1e-4) == "");
     }
+  }
+}
+
+TEST_CASE("backward graphs' PTX assembles with ptxas", "[autodiff][cuda]") {
+  for (const char* source : {kSoftmaxBackward, kLayernormBackward, kDenseTraining}) {
+    ir::Graph g = compile_source(source);
+    std::string ptx = emit(run_passes(g, Target::cuda(0, 80)), Stage::Ptx);
+    CHECK(ptx.find(".entry") != std::string::npos);
+    std::string errors = testing::ptxas_errors(ptx, "sm_80");
+    INFO(errors);
+    CHECK(errors.empty());
   }
 }
 
