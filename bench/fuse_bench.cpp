@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -449,6 +450,12 @@ void three_sgemms(const ir::TensorMap& in, PreparedTraining& p, int n) {
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1.f, p.dz.data(), n, w, n, 0.f, p.grad_x.data(), n);
 }
 
+double process_cpu_seconds() {
+  timespec t;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
+
 /// The largest |fuse - reference| of `name`, in f32 ulps of `scale`.
 double ulps_from(const ir::TensorMap& fuse_outputs, const std::string& name, const float* reference, double scale) {
   const ir::HostArray& a = fuse_outputs.at(name);
@@ -558,12 +565,17 @@ void run_training(benchmark::State& state, const TrainingWorkload& tw, bool fuse
     state.SkipWithError(e.what());
     return;
   }
+  // The CPU time of every thread of the process: with one thread (FUSE_NUM_THREADS=1) it is the
+  // work itself, which other processes' load changes less than the wall time.
+  double cpu_start = process_cpu_seconds();
   if (fuse) {
     for (auto _ : state) p->exe->run(p->inputs, p->outputs);
     state.counters["kernels"] = static_cast<double>(p->exe->program().kernels.size());
   } else {
     for (auto _ : state) three_sgemms(p->inputs, *p, static_cast<int>(tw.n));
   }
+  state.counters["process_cpu_ms"] =
+      benchmark::Counter(1e3 * (process_cpu_seconds() - cpu_start), benchmark::Counter::kAvgIterations);
 }
 
 // ---- Compile latency ----
