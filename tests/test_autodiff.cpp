@@ -716,6 +716,23 @@ TEST_CASE("layernorm backward and the dense training step: kernel counts", "[aut
   CHECK(kernel_count(backward_only) == 4);
 }
 
+TEST_CASE("the benchmark's mlp_fwd_bwd graph: fuse grad of bench mlp_loss.expr", "[autodiff][fusion][cpu]") {
+  // fuse_bench's mlp_fwd_bwd rows time this graph against three sgemm calls (bench/README.md).
+  ir::Graph forward = testing::compile_example(std::filesystem::path(FUSE_SOURCE_DIR) / "bench" / "mlp_loss.expr");
+  ir::Graph g = fuse::grad(forward, "loss", {"x", "w", "b"});
+  passes::PipelineResult r = passes::run_pipeline(g);
+  INFO(passes::explain_fusion(r.graph, r.partition));
+  CHECK(r.program.kernels.size() == 5);
+  runtime::Executable exe = compile(g);
+  CHECK(exe.compiled_kernel_count() == 5);
+  for (int64_t n : {1, 7, 1023}) {
+    ir::SymbolBindings sizes = {{"M", n}, {"K", n == 1023 ? 9 : n}, {"N", n == 1023 ? 5 : n}};
+    TensorMap inputs = testing::random_inputs(g, sizes, static_cast<uint64_t>(n), false);
+    INFO(testing::sizes_str(sizes));
+    CHECK(testing::compare_outputs(ir::interpret(g, inputs), exe.run(inputs), 1e-4, 1e-4) == "");
+  }
+}
+
 TEST_CASE("backward graphs compiled for the CPU match the interpreter at odd sizes", "[autodiff][cpu]") {
   for (const char* source : {kSoftmaxBackward, kLayernormBackward, kDenseTraining}) {
     ir::Graph g = compile_source(source);
