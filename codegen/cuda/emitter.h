@@ -204,6 +204,10 @@ class CudaKernelEmitter : public KernelEmitterBase {
   // chunks' results combined in order are the interpreter's one left-to-right fold.
   std::vector<mlir::Value> ordered_fold(const std::vector<NodeId>& ids, Chunk c,
                                         const std::function<std::vector<mlir::Value>(mlir::Value)>& element);
+  // The same fold over begin, begin + step, ... < end (a grid-stride loop when step is the grid's
+  // thread count).
+  std::vector<mlir::Value> strided_fold(const std::vector<NodeId>& ids, mlir::Value begin, mlir::Value end, mlir::Value step,
+                                        const std::function<std::vector<mlir::Value>(mlir::Value)>& element);
   // The block's threads' accumulators combined in thread order, threads [0, used) counting
   // (combine(left, right): the right operand an accumulator in the element's place): a
   // tree in shared memory (step s: thread t, a multiple of 2s, combines t + s into t). Every

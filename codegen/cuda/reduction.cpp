@@ -102,9 +102,15 @@ mlir::Value CudaKernelEmitter::chunks_used(mlir::Value from, mlir::Value to, mli
 
 std::vector<mlir::Value> CudaKernelEmitter::ordered_fold(const std::vector<NodeId>& ids, Chunk c,
                                                          const std::function<std::vector<mlir::Value>(mlir::Value)>& element) {
+  return strided_fold(ids, c.begin, c.end, i64(1), element);
+}
+
+std::vector<mlir::Value> CudaKernelEmitter::strided_fold(const std::vector<NodeId>& ids, mlir::Value begin, mlir::Value end,
+                                                         mlir::Value step,
+                                                         const std::function<std::vector<mlir::Value>(mlir::Value)>& element) {
   std::vector<mlir::Value> init;
   for (NodeId id : ids) init.push_back(accumulator_identity(id));
-  auto fold = b_.create<mlir::scf::ForOp>(loc_, c.begin, c.end, i64(1), init);
+  auto fold = b_.create<mlir::scf::ForOp>(loc_, begin, end, step, init);
   {
     mlir::OpBuilder::InsertionGuard guard(b_);
     b_.setInsertionPointToStart(fold.getBody());
@@ -149,13 +155,14 @@ bool CudaKernelEmitter::regroups(const std::vector<NodeId>& ids) const {
 mlir::Value CudaKernelEmitter::ordered_row_reduce(NodeId id, const std::vector<mlir::Value>& kept, mlir::Value row,
                                                   const ir::Dim& length, int threads) {
   mlir::Value tid = linear_thread_id(), n = dim(length);
-  if (!regroups({id})) threads = 1;
-  Chunk c = chunk_of(i64(0), n, tid, i64(threads));
+  // A fold that does not regroup is one chunk: thread 0 folds the row, the others nothing.
+  mlir::Value chunks = i64(regroups({id}) ? threads : 1);
+  Chunk c = chunk_of(i64(0), n, tid, chunks);
   mlir::Value acc = ordered_fold({id}, c, [&](mlir::Value j) {
     std::vector<mlir::Value> full = element_index(kept, row, j);
     return std::vector<mlir::Value>{to_accumulator(id, general_value(k_.body.node(id).inputs[0], full))};
   })[0];
-  return ordered_block_reduce(id, acc, chunks_used(i64(0), n, i64(threads)), threads);
+  return ordered_block_reduce(id, acc, chunks_used(i64(0), n, chunks), threads);
 }
 
 // Elements per thread held in registers by a row-wise kernel's on-chip path (rows of up to
@@ -336,20 +343,9 @@ void CudaKernelEmitter::emit_two_stage() {
       mlir::Value used = chunks_used(mine.begin, mine.end, i64(chunks));
       for (size_t q = 0; q < ids.size(); ++q) totals.push_back(ordered_block_reduce(ids[q], acc[q], used, threads));
     } else {
-      std::vector<mlir::Value> init;
-      for (NodeId id : ids) init.push_back(accumulator_identity(id));
-      auto fold = b_.create<mlir::scf::ForOp>(loc_, add(mul(block, i64(threads)), tid), dim(length),
-                                              mul(blocks, i64(threads)), init);
-      {
-        mlir::OpBuilder::InsertionGuard guard(b_);
-        b_.setInsertionPointToStart(fold.getBody());
-        clear_caches();
-        std::vector<mlir::Value> x = element(fold.getInductionVar()), next;
-        for (size_t q = 0; q < ids.size(); ++q) next.push_back(combine(ids[q], fold.getRegionIterArgs()[q], x[q]));
-        b_.create<mlir::scf::YieldOp>(loc_, next);
-        clear_caches();
-      }
-      for (size_t q = 0; q < ids.size(); ++q) totals.push_back(block_reduce(ids[q], fold.getResult(q), threads));
+      std::vector<mlir::Value> acc = strided_fold(ids, add(mul(block, i64(threads)), tid), dim(length),
+                                                  mul(blocks, i64(threads)), element);
+      for (size_t q = 0; q < ids.size(); ++q) totals.push_back(block_reduce(ids[q], acc[q], threads));
     }
     for (size_t q = 0; q < ids.size(); ++q) {
       if_then(eq(tid, i64(0)), [&] {
