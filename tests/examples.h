@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -39,6 +40,14 @@ inline std::string sizes_str(const ir::SymbolBindings& sizes) {
   std::string s;
   for (const auto& [name, size] : sizes) s += (s.empty() ? "" : ", ") + name + "=" + std::to_string(size);
   return s.empty() ? "no symbols" : s;
+}
+
+/// The shape symbols of the graph's inputs, sorted.
+inline std::vector<std::string> input_symbols(const ir::Graph& g) {
+  std::set<std::string> names;
+  for (ir::NodeId id : g.input_nodes())
+    for (const ir::Dim& d : g.node(id).shape) for (const std::string& s : d.symbol_names()) names.insert(s);
+  return {names.begin(), names.end()};
 }
 
 }  // namespace fuse::testing

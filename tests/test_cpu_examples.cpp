@@ -25,21 +25,13 @@ using namespace fuse;
 
 namespace {
 
-/// The shape symbols of the graph's inputs, sorted.
-std::vector<std::string> input_symbols(const ir::Graph& g) {
-  std::set<std::string> names;
-  for (ir::NodeId id : g.input_nodes())
-    for (const ir::Dim& d : g.node(id).shape) for (const std::string& s : d.symbol_names()) names.insert(s);
-  return {names.begin(), names.end()};
-}
-
 /// The sizes every graph runs at: small odd ones (7, 17, 5, ... by symbol); every symbol at 9
 /// (square shapes, where a value broadcast along the wrong axis still has the right shape); then
 /// each symbol in turn at 1023 with the others small, so that long rows, many rows, long
 /// reductions and long matmul dims each get their turn without the interpreter taking 1023^3 steps.
 std::vector<ir::SymbolBindings> size_sets(const ir::Graph& g) {
   static const int64_t small[] = {7, 17, 5, 11, 3, 13, 9, 15};
-  std::vector<std::string> symbols = input_symbols(g);
+  std::vector<std::string> symbols = testing::input_symbols(g);
   ir::SymbolBindings base;
   for (size_t i = 0; i < symbols.size(); ++i) base[symbols[i]] = small[i % std::size(small)];
   std::vector<ir::SymbolBindings> sets = {base};

@@ -32,17 +32,10 @@ const bool kSimulator = [] {
   return setenv("FUSE_CUDA_SIM_CHECKS", "all", 1) == 0;
 }();
 
-std::vector<std::string> input_symbols(const ir::Graph& g) {
-  std::set<std::string> names;
-  for (ir::NodeId id : g.input_nodes())
-    for (const ir::Dim& d : g.node(id).shape) for (const std::string& s : d.symbol_names()) names.insert(s);
-  return {names.begin(), names.end()};
-}
-
 /// Small odd sizes, 1, and each symbol in turn at 1023 (long rows, many rows, long reductions).
 std::vector<ir::SymbolBindings> size_sets(const ir::Graph& g) {
   static const int64_t small[] = {7, 17, 5, 11, 3, 13, 9, 15};
-  std::vector<std::string> symbols = input_symbols(g);
+  std::vector<std::string> symbols = testing::input_symbols(g);
   ir::SymbolBindings base, ones;
   for (size_t i = 0; i < symbols.size(); ++i) base[symbols[i]] = small[i % std::size(small)], ones[symbols[i]] = 1;
   std::vector<ir::SymbolBindings> sets = {base};
