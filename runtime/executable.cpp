@@ -47,6 +47,11 @@ Executable::Executable(ir::Program program, CpuCode code)
     : program_(std::move(program)), code_(std::move(code)), workspaces_(std::make_unique<WorkspacePool>()) {
   if (code_.kernels.size() != program_.kernels.size())
     throw ir::Error("internal error: compiled code does not match the program's kernels");
+  io_index_.assign(program_.buffers.size(), -1);
+  for (size_t i = 0; i < program_.inputs.size(); ++i) io_index_[program_.inputs[i].buffer] = static_cast<int>(i);
+  for (size_t i = program_.outputs.size(); i-- > 0;)
+    if (program_.buffers[program_.outputs[i].buffer].role == ir::BufferRole::Output)
+      io_index_[program_.outputs[i].buffer] = static_cast<int>(i);
 }
 
 Executable::~Executable() = default;
@@ -66,14 +71,16 @@ int Executable::compiled_kernel_count() const {
 
 // The memory of buffer `b` for this run: inputs in place, outputs in the returned arrays,
 // intermediates in their slot (grown when a run needs more).
-void* Executable::storage(ir::BufferId b, const ir::SymbolBindings& symbols, ir::TensorMap& outputs,
-                          const ir::TensorMap& inputs, Workspace& workspace) {
+void* Executable::storage(ir::BufferId b, const ir::SymbolBindings& symbols,
+                          const std::vector<ir::HostArray*>& outputs, const std::vector<const void*>& inputs,
+                          Workspace& workspace) {
   const ir::Buffer& buf = program_.buffers[b];
+  if (buf.role == ir::BufferRole::Input) return const_cast<void*>(inputs[io_index_[b]]);
   ir::ConcreteShape shape = ir::evaluate(buf.shape, symbols);
   switch (buf.role) {
-    case ir::BufferRole::Input: return const_cast<void*>(inputs.at(buf.name).data());
+    case ir::BufferRole::Input: break;
     case ir::BufferRole::Output: {
-      ir::HostArray& out = outputs[buf.name];
+      ir::HostArray& out = *outputs[io_index_[b]];
       if (out.dtype != buf.dtype || out.shape != shape || out.bytes.empty() != (ir::num_elements(shape) == 0))
         out = ir::HostArray(buf.dtype, shape);
       return out.data();
@@ -96,6 +103,49 @@ ir::TensorMap Executable::run(const ir::TensorMap& inputs) {
 
 void Executable::run(const ir::TensorMap& inputs, ir::TensorMap& outputs) {
   ir::SymbolBindings symbols = ir::bind_program_inputs(program_, inputs);
+  std::vector<const void*> input_data;
+  for (const ir::ProgramIO& in : program_.inputs) input_data.push_back(inputs.at(in.name).data());
+  std::vector<ir::HostArray*> output_arrays;
+  for (const ir::ProgramIO& o : program_.outputs) output_arrays.push_back(&outputs[o.name]);
+  run_bound(symbols, input_data, output_arrays);
+}
+
+void Executable::run_views(const std::vector<InputView>& inputs, std::vector<ir::HostArray>& outputs) {
+  if (inputs.size() != program_.inputs.size())
+    throw ir::Error("the program takes " + std::to_string(program_.inputs.size()) + " inputs, got " +
+                    std::to_string(inputs.size()));
+  ir::SymbolBindings symbols;
+  std::vector<const void*> input_data;
+  input_data.reserve(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const ir::Buffer& buf = program_.buffers[program_.inputs[i].buffer];
+    const InputView& view = inputs[i];
+    std::string what = "input '" + program_.inputs[i].name + "'";
+    if (view.dtype != buf.dtype)
+      throw ir::Error(what + " has dtype " + std::string(ir::dtype_name(view.dtype)) + " but " +
+                      std::string(ir::dtype_name(buf.dtype)) + " was declared");
+    ir::ConcreteShape shape(view.shape, view.shape + view.rank);
+    for (int64_t d : shape)
+      if (d < 0) throw ir::Error(what + " has a negative dim: " + ir::shape_str(shape));
+    ir::bind_symbols(buf.shape, shape, symbols, what);
+    input_data.push_back(view.data);
+  }
+  // Compound dims (2*N) can only be checked once every input has bound its symbols.
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const ir::Buffer& buf = program_.buffers[program_.inputs[i].buffer];
+    ir::ConcreteShape shape(inputs[i].shape, inputs[i].shape + inputs[i].rank);
+    if (ir::evaluate(buf.shape, symbols) != shape)
+      throw ir::Error("input '" + program_.inputs[i].name + "' has shape " + ir::shape_str(shape) + " but " +
+                      ir::shape_str(buf.shape) + " was declared");
+  }
+  outputs.resize(program_.outputs.size());
+  std::vector<ir::HostArray*> output_arrays;
+  for (ir::HostArray& o : outputs) output_arrays.push_back(&o);
+  run_bound(symbols, input_data, output_arrays);
+}
+
+void Executable::run_bound(const ir::SymbolBindings& symbols, const std::vector<const void*>& inputs,
+                           const std::vector<ir::HostArray*>& outputs) {
   // Given back however the run ends: a kernel that throws leaves nothing a later run relies on.
   std::unique_ptr<Workspace> taken = workspaces_->take(program_);
   struct GiveBack {
@@ -118,10 +168,10 @@ void Executable::run(const ir::TensorMap& inputs, ir::TensorMap& outputs) {
     for (ir::BufferId b : k.outputs) pointers.push_back(storage(b, symbols, outputs, inputs, workspace));
     launch(k, code_.kernels[ki], pointers, symbols, symbol_sizes, workspace, static_cast<size_t>(ki));
   }
-  // Outputs that name the same buffer as an earlier output (the buffer carries the first name).
-  for (const ir::ProgramIO& o : program_.outputs) {
-    const std::string& buffer = program_.buffers[o.buffer].name;
-    if (o.name != buffer) outputs[o.name] = outputs.at(buffer);
+  // Outputs that name the same buffer as an earlier output.
+  for (size_t i = 0; i < program_.outputs.size(); ++i) {
+    int first = io_index_[program_.outputs[i].buffer];
+    if (first >= 0 && first != static_cast<int>(i)) *outputs[i] = *outputs[first];
   }
 }
 

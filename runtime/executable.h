@@ -57,6 +57,19 @@ class Executable {
   /// reused (like Numba's out=), so repeated runs allocate nothing.
   void run(const ir::TensorMap& inputs, ir::TensorMap& outputs);
 
+  /// One input of run_views: memory the caller owns, dense row-major and aligned to the dtype.
+  struct InputView {
+    ir::DType dtype;
+    const int64_t* shape;
+    int rank;
+    const void* data;
+  };
+  /// run() without copying or naming: inputs read in place, in program().inputs order; outputs
+  /// in program().outputs order, reused when their dtype and shape fit. Checks the inputs as
+  /// run() does (dtype, rank, dims against the symbols). What a caller that already holds its
+  /// arrays (the Python package) calls on every dispatch.
+  void run_views(const std::vector<InputView>& inputs, std::vector<ir::HostArray>& outputs);
+
   const ir::Program& program() const { return program_; }
   /// How many kernels run as machine code (the rest run in the reference interpreter).
   int compiled_kernel_count() const;
@@ -67,8 +80,11 @@ class Executable {
   struct Workspace;
   struct WorkspacePool;
 
-  void* storage(ir::BufferId b, const ir::SymbolBindings& symbols, ir::TensorMap& outputs, const ir::TensorMap& inputs,
-                Workspace& workspace);
+  // The launches of one run, inputs and outputs by their index in program().inputs/outputs.
+  void run_bound(const ir::SymbolBindings& symbols, const std::vector<const void*>& inputs,
+                 const std::vector<ir::HostArray*>& outputs);
+  void* storage(ir::BufferId b, const ir::SymbolBindings& symbols, const std::vector<ir::HostArray*>& outputs,
+                const std::vector<const void*>& inputs, Workspace& workspace);
   void launch(const ir::Kernel& k, const CpuKernelCode& code, std::vector<void*>& pointers,
               const ir::SymbolBindings& symbols, const std::vector<int64_t>& symbol_sizes, Workspace& workspace,
               size_t kernel_index);
@@ -76,6 +92,9 @@ class Executable {
   ir::Program program_;
   CpuCode code_;
   std::unique_ptr<WorkspacePool> workspaces_;
+  // Per buffer: its index in program().inputs (inputs) or the first of program().outputs naming
+  // it (outputs); -1 for intermediates.
+  std::vector<int> io_index_;
 };
 
 }  // namespace fuse::runtime
