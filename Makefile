@@ -9,7 +9,8 @@ CMAKE_FLAGS ?=
 DEB_PACKAGES := cmake ninja-build g++ catch2 libmlir-19-dev mlir-19-tools llvm-19-dev clang-19 \
                 libclang-rt-19-dev graphviz libgraphviz-dev libbenchmark-dev libopenblas-dev \
                 libeigen3-dev libdnnl-dev libsleef-dev \
-                python3-numpy libboost-context-dev
+                python3-numpy libboost-context-dev \
+                pybind11-dev python3-dev python3-pytest
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
