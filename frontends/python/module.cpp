@@ -249,9 +249,75 @@ ir::HostArray to_host_array(const py::array& a) {
 struct DeviceArray {
   std::shared_ptr<runtime::DeviceBuffer> buffer;
   bool simulated = false;
+  // The program whose run wrote it (queued on that program's stream), waited for before the
+  // memory is handed to another library.
+  std::shared_ptr<runtime::CudaExecutable> producer;
+
+  void wait() const {
+    if (!producer) return;
+    py::gil_scoped_release release;
+    producer->synchronize();
+  }
 };
 
+// DLPack's ABI (dlpack.h v0.8), for DeviceArray.__dlpack__.
+struct DLDevice {
+  int32_t device_type;  // kDLCUDA = 2
+  int32_t device_id;
+};
+struct DLDataType {
+  uint8_t code;  // kDLInt 0, kDLFloat 2, kDLBool 6
+  uint8_t bits;
+  uint16_t lanes;
+};
+struct DLTensor {
+  void* data;
+  DLDevice device;
+  int32_t ndim;
+  DLDataType dtype;
+  int64_t* shape;
+  int64_t* strides;
+  uint64_t byte_offset;
+};
+struct DLManagedTensor {
+  DLTensor dl_tensor;
+  void* manager_ctx;
+  void (*deleter)(DLManagedTensor*);
+};
+struct DLPackExport {
+  DLManagedTensor managed;
+  std::shared_ptr<runtime::DeviceBuffer> buffer;  // kept alive until the consumer is done
+  std::vector<int64_t> shape;
+};
+
+py::capsule to_dlpack(const DeviceArray& d) {
+  if (d.simulated) throw py::buffer_error("a DeviceArray on the simulated device cannot be exported by DLPack");
+  d.wait();
+  auto* e = new DLPackExport;
+  e->buffer = d.buffer;
+  e->shape.assign(d.buffer->shape().begin(), d.buffer->shape().end());
+  DType t = d.buffer->dtype();
+  uint8_t code = t == DType::Bool ? 6 : (t == DType::F32 || t == DType::F64) ? 2 : 0;
+  e->managed.dl_tensor = {reinterpret_cast<void*>(static_cast<uintptr_t>(d.buffer->data())),
+                          {2, d.buffer->device()},
+                          static_cast<int32_t>(e->shape.size()),
+                          {code, static_cast<uint8_t>(ir::dtype_size(t) * 8), 1},
+                          e->shape.data(),
+                          nullptr,
+                          0};
+  e->managed.manager_ctx = e;
+  e->managed.deleter = [](DLManagedTensor* m) { delete static_cast<DLPackExport*>(m->manager_ctx); };
+  // A capsule the consumer has not renamed to "used_dltensor" still owns the tensor.
+  return py::capsule(&e->managed, "dltensor", [](PyObject* capsule) {
+    if (PyCapsule_IsValid(capsule, "dltensor")) {
+      auto* m = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(capsule, "dltensor"));
+      m->deleter(m);
+    }
+  });
+}
+
 py::array copy_to_host(const DeviceArray& d) {
+  d.wait();
   ir::HostArray h;
   {
     py::gil_scoped_release release;
@@ -264,6 +330,7 @@ py::dict cuda_array_interface(const DeviceArray& d) {
   if (d.simulated)
     throw py::attribute_error("a DeviceArray on the simulated device has no __cuda_array_interface__: its memory "
                               "is not a GPU's");
+  d.wait();
   py::dict out;
   py::tuple shape(d.buffer->shape().size());
   for (size_t i = 0; i < d.buffer->shape().size(); ++i) shape[i] = py::int_(d.buffer->shape()[i]);
@@ -347,7 +414,7 @@ struct Program {
     for (size_t i = 0; i < arrays.size(); ++i) *arrays[i].buffer = std::move(inputs[input_names[i]]);
     std::vector<DeviceArray> out;
     for (const std::string& name : output_names)
-      out.push_back({std::make_shared<runtime::DeviceBuffer>(std::move(results.at(name))), target.simulated});
+      out.push_back({std::make_shared<runtime::DeviceBuffer>(std::move(results.at(name))), target.simulated, cuda});
     return out;
   }
 
@@ -686,6 +753,9 @@ PYBIND11_MODULE(_fuse, m) {
       .def_property_readonly("simulated", [](const DeviceArray& d) { return d.simulated; })
       .def_property_readonly("__cuda_array_interface__", &cuda_array_interface)
       .def("copy_to_host", &copy_to_host)
+      .def("__dlpack__", [](const DeviceArray& d, const py::object&) { return to_dlpack(d); },
+           py::arg("stream") = py::none())
+      .def("__dlpack_device__", [](const DeviceArray& d) { return py::make_tuple(2, d.buffer->device()); })
       .def("__repr__", [](const DeviceArray& d) {
         return "DeviceArray(" + d.buffer->str() + (d.simulated ? ", simulated)" : ")");
       });
@@ -694,7 +764,8 @@ PYBIND11_MODULE(_fuse, m) {
     ir::HostArray h = to_host_array(a);
     py::gil_scoped_release release;
     if (simulated) runtime::cuda::use_simulator();
-    return DeviceArray{std::make_shared<runtime::DeviceBuffer>(runtime::DeviceBuffer::to_device(h, 0)), simulated};
+    return DeviceArray{std::make_shared<runtime::DeviceBuffer>(runtime::DeviceBuffer::to_device(h, 0)), simulated,
+                       nullptr};
   });
 
   py::class_<Dispatcher>(m, "Dispatcher")

@@ -47,3 +47,9 @@ def test_device_array_errors(softmax):
         d.__cuda_array_interface__
     with pytest.raises(TypeError):
         fuse.to_device(np.ones(3, np.float16), target="cuda-sim")
+
+
+def test_simulated_memory_is_not_exported():
+    d = fuse.to_device(np.ones(3, np.float32), target="cuda-sim")
+    with pytest.raises(BufferError):
+        d.__dlpack__()
