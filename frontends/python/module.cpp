@@ -206,7 +206,9 @@ py::dtype dtype_to_numpy(DType d) { return py::dtype(numpy_name(d)); }
 /// An ndarray that fuse can read in place: C-contiguous, aligned, native byte order, one of
 /// fuse's dtypes. Anything else array-like is converted (a copy); unsupported dtypes are a
 /// TypeError naming them.
-py::array as_fuse_array(const py::handle& value, const std::string& what) {
+/// `what_of()` names the value in errors (made only then: this is on every call's path).
+template <class What>
+py::array as_fuse_array_named(const py::handle& value, const What& what_of) {
   py::array a;
   if (py::isinstance<py::array>(value)) {
     a = py::reinterpret_borrow<py::array>(value);
@@ -216,16 +218,21 @@ py::array as_fuse_array(const py::handle& value, const std::string& what) {
     a = py::module_::import("numpy").attr("asarray")(value);
   }
   if (!numpy_dtype(a.dtype()))
-    throw DTypeError(what + " has unsupported dtype " + std::string(py::str(a.dtype())) +
+    throw DTypeError(what_of() + " has unsupported dtype " + std::string(py::str(a.dtype())) +
                      ": fuse takes bool, int32, int64, float32 and float64");
   constexpr int needed = py::array::c_style;
-  bool native = a.dtype().attr("isnative").cast<bool>();
+  char order = py::detail::array_descriptor_proxy(a.dtype().ptr())->byteorder;
+  bool native = order == '=' || order == '|' || (order == '<') == (__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__);
   bool aligned = (a.flags() & py::detail::npy_api::NPY_ARRAY_ALIGNED_) != 0;
   if (!(a.flags() & needed) || !aligned || !native) {
     py::object np = py::module_::import("numpy");
     a = np.attr("ascontiguousarray")(a, a.dtype().attr("newbyteorder")("="));
   }
   return a;
+}
+
+py::array as_fuse_array(const py::handle& value, const std::string& what) {
+  return as_fuse_array_named(value, [&] { return what; });
 }
 
 /// The output array `h` as NumPy's: it owns h's memory (no copy).
@@ -514,7 +521,7 @@ class Dispatcher {
         }
         devices.push_back(std::move(d));
       } else {
-        py::array arr = as_fuse_array(a, "argument " + std::to_string(i));
+        py::array arr = as_fuse_array_named(a, [i] { return "argument " + std::to_string(i); });
         key.words.push_back(static_cast<int64_t>(*numpy_dtype(arr.dtype())));
         key.words.push_back(arr.ndim());
         for (py::ssize_t d = 0; d < arr.ndim(); ++d) {
