@@ -41,7 +41,8 @@ struct DTypeError : std::runtime_error {
 
 bool is_type_error(const std::string& message) {
   return message.find("dtype") != std::string::npos || message.find("not a float") != std::string::npos ||
-         message.find("integer") != std::string::npos || message.find("bool") != std::string::npos;
+         message.find("integer") != std::string::npos || message.find("bool") != std::string::npos ||
+         message.find("float") != std::string::npos;
 }
 
 // ---- Graphs and traced tensors ----

@@ -13,6 +13,7 @@ the graph is compiled. Sizes are symbolic, so a call with new sizes of the same 
 the compiled code. Everything here is a thin layer over the C++ API (frontends/api.h).
 """
 
+import builtins
 import inspect
 import os
 import sys
@@ -212,7 +213,7 @@ class Tracer:
 def _axis(axis):
     if axis is None or isinstance(axis, int):
         return axis
-    if isinstance(axis, (tuple, list)) and all(isinstance(a, int) for a in axis):
+    if isinstance(axis, (tuple, list)) and builtins.all(isinstance(a, int) for a in axis):
         return list(axis)
     raise TypeError(_located(f"axis must be an int, a tuple of ints or None, not {type(axis).__name__}"))
 
@@ -277,7 +278,7 @@ amax, amin = globals()["max"], globals()["min"]
 
 def where(cond, a, b):
     """np.where(cond, a, b): elementwise select, with broadcasting."""
-    if not any(isinstance(v, Tracer) for v in (cond, a, b)):
+    if not builtins.any(isinstance(v, Tracer) for v in (cond, a, b)):
         raise TypeError(_located("fuse.where needs a traced value among its operands"))
     return Tracer(_fuse.where(_operand(cond), _operand(a), _operand(b), _where()))
 
