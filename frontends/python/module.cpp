@@ -731,9 +731,10 @@ PYBIND11_MODULE(_fuse, m) {
         return ir::program_to_dot(passes_of(p).result.program, title);
       })
       .def("time_cpp",
-           [](Program& p, const py::sequence& args, int runs) {
+           [](Program& p, const py::sequence& args, int runs, bool reuse_outputs) {
              // Seconds per run of the same program through the C++ API (Executable::run on a
-             // TensorMap, outputs reused), for bench/python_dispatch.py's comparison.
+             // TensorMap: new outputs per run as a Python call makes, or the same ones reused),
+             // for bench/python_dispatch.py's comparison.
              if (!p.cpu) throw py::value_error("time_cpp: cpu programs only");
              ir::TensorMap inputs, outputs;
              for (size_t i = 0; i < p.input_names.size(); ++i)
@@ -741,7 +742,10 @@ PYBIND11_MODULE(_fuse, m) {
              py::gil_scoped_release release;
              p.cpu->run(inputs, outputs);
              auto start = std::chrono::steady_clock::now();
-             for (int r = 0; r < runs; ++r) p.cpu->run(inputs, outputs);
+             for (int r = 0; r < runs; ++r) {
+               if (!reuse_outputs) outputs.clear();
+               p.cpu->run(inputs, outputs);
+             }
              std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
              return took.count() / runs;
            })
