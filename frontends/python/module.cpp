@@ -81,6 +81,15 @@ std::string numpy_name(DType d) {
   return "?";
 }
 
+/// A Python int as int64 (what weakly typed integer literals hold); TypeError past its range.
+int64_t int64_of(const py::handle& value) {
+  int overflow = 0;
+  long long v = PyLong_AsLongLongAndOverflow(value.ptr(), &overflow);
+  if (overflow) throw DTypeError("the Python int " + std::string(py::str(value)) + " does not fit in int64");
+  if (v == -1 && PyErr_Occurred()) throw py::error_already_set();
+  return v;
+}
+
 /// A Python operand of an elementwise op: a traced tensor or a weakly typed scalar.
 Operand operand_of(const py::handle& value, const ir::SourceLoc& loc, std::shared_ptr<Graph>& graph) {
   Operand op(0.0);
@@ -92,7 +101,7 @@ Operand operand_of(const py::handle& value, const ir::SourceLoc& loc, std::share
   } else if (py::isinstance<py::bool_>(value)) {
     op = Operand(value.cast<bool>());
   } else if (py::isinstance<py::int_>(value)) {
-    op = Operand(value.cast<int64_t>());
+    op = Operand(int64_of(value));
   } else if (py::isinstance<py::float_>(value)) {
     op = Operand(value.cast<double>());
   } else {
@@ -500,7 +509,7 @@ class Dispatcher {
       if (py::isinstance<py::bool_>(a)) {
         key.words.insert(key.words.end(), {-1, a.cast<bool>()});
       } else if (py::isinstance<py::int_>(a)) {
-        key.words.insert(key.words.end(), {-2, a.cast<int64_t>()});
+        key.words.insert(key.words.end(), {-2, int64_of(a)});
       } else if (py::isinstance<py::float_>(a)) {
         double v = a.cast<double>();
         int64_t bits;
