@@ -491,13 +491,12 @@ struct KeyHash {
   }
 };
 
-/// The jit call path: fn's specializations by Key. On a miss, `trace(args)` (Python) traces and
-/// compiles and returns a Program, and `names` the positions of the array arguments it takes.
+/// The jit call path: a function's specializations by Key. On a miss, the Python subclass's
+/// `_trace(args)` traces, compiles and returns a Program (looked up on `self` at each miss, not
+/// held, so that the function object is not kept alive by a cycle the GC cannot see).
 class Dispatcher {
  public:
-  explicit Dispatcher(py::function trace) : trace_(std::move(trace)) {}
-
-  py::object call(const py::args& args) {
+  py::object call(const py::object& self, const py::args& args) {
     std::vector<py::array> arrays;
     arrays.reserve(args.size());
     Key key;
@@ -555,7 +554,7 @@ class Dispatcher {
       if (it != cache_.end()) program = it->second;
     }
     if (!program) {
-      py::object traced = trace_(args);
+      py::object traced = self.attr("_trace")(args);
       program = traced.cast<std::shared_ptr<Program>>();
       std::lock_guard lock(mutex_);
       cache_.emplace(key, program);
@@ -581,7 +580,6 @@ class Dispatcher {
   std::shared_ptr<Program> last() const { return last_; }
 
  private:
-  py::function trace_;
   std::mutex mutex_;
   std::unordered_map<Key, std::shared_ptr<Program>, KeyHash> cache_;
   std::shared_ptr<Program> last_;
@@ -790,8 +788,8 @@ PYBIND11_MODULE(_fuse, m) {
   });
 
   py::class_<Dispatcher>(m, "Dispatcher")
-      .def(py::init<py::function>())
-      .def("__call__", &Dispatcher::call)
+      .def(py::init<>())
+      .def("__call__", [](py::object self, const py::args& args) { return self.cast<Dispatcher&>().call(self, args); })
       .def_property_readonly("cache_size", &Dispatcher::size)
       .def_property_readonly("last", &Dispatcher::last);
 

@@ -208,6 +208,7 @@ def test_output_outlives_function():
         return f(np.arange(10, dtype=np.int64)), weakref.ref(f)
     y, ref = make()
     gc.collect()
+    assert ref() is None  # the function and its compiled code are freed; the output stays
     np.testing.assert_array_equal(y, np.arange(10) * 3)
 
 

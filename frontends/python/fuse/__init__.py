@@ -438,7 +438,7 @@ class JitFunction(_fuse.Dispatcher):
     own fuse's output buffers."""
 
     def __init__(self, fn, target="cpu", build=None):
-        super().__init__(self._trace)
+        super().__init__()
         self.fn = fn
         self.target = target
         self._build = build or self._build_plain
