@@ -400,3 +400,15 @@ def test_load_errors(tmp_path):
     with pytest.raises(TypeError, match="dtype"):
         prog(x=np.ones(3))  # float64 for an f32 input
     np.testing.assert_array_equal(prog(x=np.ones(3, np.float32))["y"], 2)
+
+
+def test_cuda_without_a_gpu_is_a_clear_error():
+    # (This process never selects the simulator, so "cuda" means a real GPU.)
+    try:
+        fuse.to_device(np.ones(3), target="cuda")
+    except RuntimeError as e:
+        assert "CUDA unavailable" in str(e)
+    else:
+        pytest.skip("a GPU is present")
+    with pytest.raises(RuntimeError, match="CUDA unavailable"):
+        fuse.jit(lambda x: x + 1, target="cuda")(np.ones(3))
