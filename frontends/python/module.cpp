@@ -4,7 +4,6 @@
 // size-1/equal-size pattern, finds the compiled Program, and runs it on the NumPy arrays in place
 // (runtime::Executable::run_views) with the GIL released. Tracing and everything else is Python
 // (fuse/__init__.py).
-#include <pybind11/functional.h>
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -503,6 +502,20 @@ class Dispatcher {
     key.words.reserve(args.size() * 4);
     std::vector<int64_t> sizes;
     std::vector<DeviceArray> devices;
+    // The rank, then per dim 0 for a 1, else 1 + the index of the first size seen equal to it.
+    auto add_dims = [&](const int64_t* shape, size_t rank) {
+      key.words.push_back(static_cast<int64_t>(rank));
+      for (size_t d = 0; d < rank; ++d) {
+        if (shape[d] == 1) {
+          key.words.push_back(0);
+          continue;
+        }
+        size_t first = 0;
+        while (first < sizes.size() && sizes[first] != shape[d]) ++first;
+        if (first == sizes.size()) sizes.push_back(shape[d]);
+        key.words.push_back(static_cast<int64_t>(first) + 1);
+      }
+    };
     for (size_t i = 0; i < args.size(); ++i) {
       py::handle a = args[i];
       if (py::isinstance<py::bool_>(a)) {
@@ -517,33 +530,12 @@ class Dispatcher {
       } else if (py::isinstance<DeviceArray>(a)) {
         DeviceArray d = a.cast<DeviceArray>();
         key.words.push_back(static_cast<int64_t>(d.buffer->dtype()) + 16);
-        key.words.push_back(static_cast<int64_t>(d.buffer->shape().size()));
-        for (int64_t size : d.buffer->shape()) {
-          if (size == 1) {
-            key.words.push_back(0);
-            continue;
-          }
-          size_t first = 0;
-          while (first < sizes.size() && sizes[first] != size) ++first;
-          if (first == sizes.size()) sizes.push_back(size);
-          key.words.push_back(static_cast<int64_t>(first) + 1);
-        }
+        add_dims(d.buffer->shape().data(), d.buffer->shape().size());
         devices.push_back(std::move(d));
       } else {
         py::array arr = as_fuse_array_named(a, [i] { return "argument " + std::to_string(i); });
         key.words.push_back(static_cast<int64_t>(*numpy_dtype(arr.dtype())));
-        key.words.push_back(arr.ndim());
-        for (py::ssize_t d = 0; d < arr.ndim(); ++d) {
-          int64_t size = arr.shape(d);
-          if (size == 1) {
-            key.words.push_back(0);
-            continue;
-          }
-          size_t first = 0;
-          while (first < sizes.size() && sizes[first] != size) ++first;
-          if (first == sizes.size()) sizes.push_back(size);
-          key.words.push_back(static_cast<int64_t>(first) + 1);
-        }
+        add_dims(reinterpret_cast<const int64_t*>(arr.shape()), static_cast<size_t>(arr.ndim()));
         arrays.push_back(std::move(arr));
       }
     }
@@ -614,8 +606,6 @@ PYBIND11_MODULE(_fuse, m) {
   using namespace fuse::python;
   m.doc() = "fuse's C++ half; use the fuse package";
 
-  static py::exception<DTypeError> unused(m, "_DTypeError", PyExc_TypeError);
-  (void)unused;
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);
@@ -631,8 +621,7 @@ PYBIND11_MODULE(_fuse, m) {
   py::class_<PyTensor>(m, "Tensor")
       .def_property_readonly("dtype", [](const PyTensor& t) { return numpy_name(t.tensor.dtype()); })
       .def_property_readonly("shape", [](const PyTensor& t) { return shape_to_python(t.tensor.shape()); })
-      .def_property_readonly("ndim", [](const PyTensor& t) { return t.tensor.rank(); })
-      .def("same_graph", [](const PyTensor& a, const PyTensor& b) { return a.graph == b.graph; });
+      .def_property_readonly("ndim", [](const PyTensor& t) { return t.tensor.rank(); });
 
   py::class_<PyGraph>(m, "Graph")
       .def(py::init<>())
@@ -652,7 +641,6 @@ PYBIND11_MODULE(_fuse, m) {
         Dim d = py::isinstance<py::str>(n) ? ir::parse_dim(n.cast<std::string>()) : Dim(n.cast<int64_t>());
         return wrap(g.graph, g.graph->arange(d));
       })
-      .def("text", [](const PyGraph& g) { return ir::print_graph(g.graph->ir()); })
       .def("compile", [](const PyGraph& g, const std::string& target, bool fusion) {
         return compile_program(g.graph->ir(), target, fusion);
       }, py::arg("target") = "cpu", py::arg("fusion") = true);
