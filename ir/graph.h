@@ -106,8 +106,8 @@ struct SqueezeAttrs {
 /// out[.., i, ..] = in[.., 0, ..] op in[.., 1, ..] op ... op in[.., i, ..] along `axis`
 /// (non-negative), folded in order from index 0. kind is Sum or Prod. The result dtype and the
 /// accumulation follow ReduceKind::Sum/Prod (reduce_result_dtype): bool gives i32, i32 stays
-/// i32 and wraps (NumPy gives i64 for bool and i32 on 64-bit platforms), floats accumulate in
-/// their own dtype in order (NumPy's cumsum also adds in order, unlike its pairwise sum).
+/// i32 and wraps (NumPy gives i64 for bool and i32 on 64-bit platforms); floats accumulate in
+/// f64, in order, and each output is rounded once to the dtype (NumPy accumulates f32 in f32).
 /// np.cumsum without an axis is a scan of the flattened tensor: the frontends reshape first.
 struct ScanAttrs {
   ReduceKind kind = ReduceKind::Sum;
