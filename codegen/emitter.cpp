@@ -1,9 +1,11 @@
 #include "codegen/emitter.h"
 
+#include <limits>
 #include <set>
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
 
 namespace fuse::codegen {
 
@@ -195,6 +197,73 @@ KernelEmitterBase::CacheScope::CacheScope(KernelEmitterBase& e)
 KernelEmitterBase::CacheScope::~CacheScope() {
   e_.general_cache_ = std::move(general_);
   e_.linear_memo_ = std::move(linear_);
+}
+
+// ---- argmax/argmin and scans ----
+
+mlir::Value KernelEmitterBase::fold_arg(NodeId id, const ir::Dim& length,
+                                        const std::function<mlir::Value(mlir::Value)>& element) {
+  const Node& n = k_.body.node(id);
+  bool is_max = n.as<ir::ReduceAttrs>().kind == ir::ReduceKind::ArgMax;
+  DType in = k_.body.node(n.inputs[0]).dtype;
+  bool floating = ir::is_float(in);
+  DType value_type = floating ? in : DType::I64;  // compared exactly; bool as 0/1
+  constexpr double inf = std::numeric_limits<double>::infinity();
+  int64_t int_start = is_max ? std::numeric_limits<int64_t>::min() : std::numeric_limits<int64_t>::max();
+  // From the extreme's identity: no element beats it, so an all-identity row keeps index 0.
+  mlir::Value start = constant(value_type, is_max ? -inf : inf, int_start, 1);
+  auto fold = b_.create<mlir::scf::ForOp>(loc_, i64(0), dim(length), i64(1), mlir::ValueRange{start, i64(0)});
+  {
+    mlir::OpBuilder::InsertionGuard guard(b_);
+    b_.setInsertionPointToStart(fold.getBody());
+    CacheScope scope(*this);
+    mlir::Value j = fold.getInductionVar();
+    mlir::Value best = fold.getRegionIterArgs()[0], at = fold.getRegionIterArgs()[1];
+    mlir::Value x = cast(element(j), in, value_type, 1);
+    mlir::Value wins;
+    if (floating) {
+      using P = mlir::arith::CmpFPredicate;
+      // A NaN beats everything but an earlier NaN.
+      mlir::Value x_nan = cmpf(P::UNO, x, x), best_nan = cmpf(P::UNO, best, best);
+      mlir::Value not_best_nan = b_.create<mlir::arith::XOrIOp>(loc_, best_nan, b_.create<mlir::arith::ConstantIntOp>(loc_, 1, 1));
+      wins = b_.create<mlir::arith::OrIOp>(loc_, cmpf(is_max ? P::OGT : P::OLT, x, best),
+                                           b_.create<mlir::arith::AndIOp>(loc_, x_nan, not_best_nan));
+    } else {
+      using P = mlir::arith::CmpIPredicate;
+      wins = cmpi(is_max ? P::sgt : P::slt, x, best);
+    }
+    b_.create<mlir::scf::YieldOp>(loc_, mlir::ValueRange{select(wins, x, best), select(wins, j, at)});
+  }
+  return fold.getResult(1);
+}
+
+void KernelEmitterBase::scan_row(mlir::Value row, const std::function<void(mlir::Value, mlir::Value)>& store_output) {
+  if (k_.body.outputs.size() != 1 || k_.body.node(k_.body.outputs[0].node).kind != OpKind::Scan)
+    throw ir::Error(fail_text("scan kernel " + k_.name + " must have its scan as its one output"));
+  NodeId id = k_.body.outputs[0].node;
+  const Node& n = k_.body.node(id);
+  const ir::ScanAttrs& attrs = n.as<ir::ScanAttrs>();
+  DType in = k_.body.node(n.inputs[0]).dtype;
+  bool floating = ir::is_float(in), prod = attrs.kind == ir::ReduceKind::Prod;
+  DType acc_type = floating ? DType::F64 : DType::I64;
+  ir::Shape outer_shape = n.shape;
+  outer_shape.erase(outer_shape.begin() + attrs.axis);
+  std::vector<mlir::Value> outer = delinearize(row, outer_shape);
+  mlir::Value start = constant(acc_type, prod ? 1 : 0, prod ? 1 : 0, 1);
+  auto fold = b_.create<mlir::scf::ForOp>(loc_, i64(0), dim(n.shape[attrs.axis]), i64(1), mlir::ValueRange{start});
+  mlir::OpBuilder::InsertionGuard guard(b_);
+  b_.setInsertionPointToStart(fold.getBody());
+  CacheScope scope(*this);
+  std::vector<mlir::Value> idx = outer;
+  idx.insert(idx.begin() + attrs.axis, fold.getInductionVar());
+  mlir::Value acc = fold.getRegionIterArgs()[0];
+  mlir::Value x = cast(general_value(n.inputs[0], idx), in, acc_type, 1);
+  if (floating)
+    acc = prod ? mlir::Value(b_.create<mlir::arith::MulFOp>(loc_, acc, x)) : mlir::Value(b_.create<mlir::arith::AddFOp>(loc_, acc, x));
+  else
+    acc = prod ? mul(acc, x) : add(acc, x);  // i64 arithmetic wraps, as the interpreter's u64
+  store_output(linearize(idx, n.shape), cast(acc, acc_type, n.dtype, 1));
+  b_.create<mlir::scf::YieldOp>(loc_, acc);
 }
 
 }  // namespace fuse::codegen

@@ -120,6 +120,16 @@ class KernelEmitterBase {
     return scalar_.reduce_finish(k_.body, id, acc, dim(row_length));
   }
 
+  // ---- argmax/argmin and scans ----
+  /// Argmax/argmin node `id` over `length` elements, element(j) giving element j (in row-major
+  /// order of the reduced axes): the (value, index) fold, in order, the first extreme and the
+  /// first NaN winning (the interpreter's fold_arg).
+  mlir::Value fold_arg(NodeId id, const ir::Dim& length, const std::function<mlir::Value(mlir::Value)>& element);
+  /// Row `row` of a Scan kernel (rows: the space without the scan axis, row-major): its prefix
+  /// folds in order, accumulated as the interpreter does (f64, wrapping i64), each handed to
+  /// `store_output(linear position, value in the node's dtype)`.
+  void scan_row(mlir::Value row, const std::function<void(mlir::Value, mlir::Value)>& store_output);
+
   /// A nested region: the caches start empty in it, and what they held before it comes back
   /// after it (those values were defined before the region, so they dominate what follows it;
   /// what the region defined is forgotten).

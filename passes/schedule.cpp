@@ -71,21 +71,11 @@ static ir::CudaSchedule cuda_schedule(const Kernel& k, const ir::Target&) {
   return s;
 }
 
-// Whether the kernel has an argmax or argmin, whose (value, index) accumulator only the
-// interpreter (CPU) and the per-element fold (CUDA) implement so far.
-static bool has_arg_reduction(const Kernel& k) {
-  for (ir::NodeId id : ir::reduce_nodes(k)) {
-    ir::ReduceKind r = k.body.node(id).as<ir::ReduceAttrs>().kind;
-    if (r == ir::ReduceKind::ArgMax || r == ir::ReduceKind::ArgMin) return true;
-  }
-  return false;
-}
-
 // The CPU loop form: the first of these the kernel's body allows.
 static ir::LoopForm cpu_form(const Kernel& k, const ir::CpuSchedule& s) {
   using ir::LoopForm;
   if (k.kind == KernelKind::Scan) return LoopForm::ScanRows;
-  if (!ir::results_in_row_order(k) || has_arg_reduction(k)) return LoopForm::Interpreted;
+  if (!ir::results_in_row_order(k) || ir::has_arg_reduction(k)) return LoopForm::Interpreted;
   ir::KernelAccess access(k);
   switch (k.kind) {
     case KernelKind::Matmul: {
@@ -117,7 +107,7 @@ static ir::LoopForm cpu_form(const Kernel& k, const ir::CpuSchedule& s) {
 static ir::LoopForm cuda_form(const Kernel& k) {
   using ir::LoopForm;
   if (k.kind == KernelKind::Scan) return LoopForm::ScanRows;
-  if (has_arg_reduction(k)) return LoopForm::PerElement;
+  if (ir::has_arg_reduction(k)) return LoopForm::PerElement;
   bool in_row_order = ir::results_in_row_order(k);
   if (in_row_order && k.kind == KernelKind::Matmul)
     for (const ir::GraphOutput& o : k.body.outputs) in_row_order = in_row_order && k.body.node(o.node).shape == k.space;

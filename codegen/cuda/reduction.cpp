@@ -442,12 +442,9 @@ mlir::Value CudaKernelEmitter::reduce_here(NodeId id, const std::vector<mlir::Va
   ir::Shape reduced_shape;
   for (int a : r.axes) reduced_shape.push_back(in_shape[static_cast<size_t>(a)]);
   ir::Dim length = ir::num_elements(reduced_shape);
-  auto fold = b_.create<mlir::scf::ForOp>(loc_, i64(0), dim(length), i64(1), mlir::ValueRange{accumulator_identity(id)});
-  {
-    mlir::OpBuilder::InsertionGuard guard(b_);
-    b_.setInsertionPointToStart(fold.getBody());
-    clear_caches();
-    std::vector<mlir::Value> reduced = delinearize(fold.getInductionVar(), reduced_shape), in_idx;
+  // The input's index for position j of the reduced axes (row-major) at this output index.
+  auto input_index = [&](mlir::Value j) {
+    std::vector<mlir::Value> reduced = delinearize(j, reduced_shape), in_idx;
     size_t next_kept = 0, next_reduced = 0;
     for (size_t d = 0; d < in_shape.size(); ++d) {
       bool is_reduced = std::find(r.axes.begin(), r.axes.end(), static_cast<int>(d)) != r.axes.end();
@@ -458,7 +455,16 @@ mlir::Value CudaKernelEmitter::reduce_here(NodeId id, const std::vector<mlir::Va
         in_idx.push_back(idx[next_kept++]);
       }
     }
-    mlir::Value x = to_accumulator(id, general_value(n.inputs[0], in_idx));
+    return in_idx;
+  };
+  if (r.kind == ir::ReduceKind::ArgMax || r.kind == ir::ReduceKind::ArgMin)
+    return fold_arg(id, length, [&](mlir::Value j) { return general_value(n.inputs[0], input_index(j)); });
+  auto fold = b_.create<mlir::scf::ForOp>(loc_, i64(0), dim(length), i64(1), mlir::ValueRange{accumulator_identity(id)});
+  {
+    mlir::OpBuilder::InsertionGuard guard(b_);
+    b_.setInsertionPointToStart(fold.getBody());
+    clear_caches();
+    mlir::Value x = to_accumulator(id, general_value(n.inputs[0], input_index(fold.getInductionVar())));
     b_.create<mlir::scf::YieldOp>(loc_, combine(id, fold.getRegionIterArgs()[0], x));
     clear_caches();
   }
