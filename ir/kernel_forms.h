@@ -47,7 +47,7 @@ int transpose_inner_axis(const Kernel& k);
 
 std::vector<NodeId> reduce_nodes(const Kernel& k);
 /// Whether a reduction of the kernel is an argmax or argmin: a (value, index) accumulator, which
-/// the CPU leaves to the interpreter and CUDA folds per element (PerElement) so far.
+/// the CPU folds in order per row (ReductionRows) and CUDA per element (PerElement) so far.
 bool has_arg_reduction(const Kernel& k);
 /// The space split into the kept dims (the rows, iterated in parallel) and the reduced ones.
 Shape kept_dims(const Kernel& k);

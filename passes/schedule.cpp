@@ -75,7 +75,7 @@ static ir::CudaSchedule cuda_schedule(const Kernel& k, const ir::Target&) {
 static ir::LoopForm cpu_form(const Kernel& k, const ir::CpuSchedule& s) {
   using ir::LoopForm;
   if (k.kind == KernelKind::Scan) return LoopForm::ScanRows;
-  if (!ir::results_in_row_order(k) || ir::has_arg_reduction(k)) return LoopForm::Interpreted;
+  if (!ir::results_in_row_order(k)) return LoopForm::Interpreted;
   ir::KernelAccess access(k);
   switch (k.kind) {
     case KernelKind::Matmul: {
@@ -88,6 +88,9 @@ static ir::LoopForm cpu_form(const Kernel& k, const ir::CpuSchedule& s) {
       return tiled && numeric && access.epilogue_on_column_vectors() ? LoopForm::BlockedMatmul : LoopForm::MatmulRows;
     }
     case KernelKind::Reduction:
+      // argmax/argmin fold each row in order on one thread (a split would need partials
+      // combined by (value, index)).
+      if (ir::has_arg_reduction(k)) return LoopForm::ReductionRows;
       if (ir::reduces_to_one_element(k)) return LoopForm::SplitReduction;
       if (access.column_reduction()) return LoopForm::ColumnReduction;
       return LoopForm::ReductionRows;

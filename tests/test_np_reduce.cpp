@@ -74,19 +74,16 @@ void check_ptxas(const Graph& g) {
 
 size_t kernel_count(const Graph& g) { return passes::run_pipeline(g.ir()).program.kernels.size(); }
 
-Graph arg_graph(DType t) {
-  Graph g;
+void arg_graph(Graph& g, DType t) {
   Tensor x = g.input("x", t, {sym("N"), sym("M")});
   g.output("row_max", argmax(x, 1));
   g.output("col_min", argmin(x, 0, true));
   g.output("flat_max", argmax(x));
   g.output("flat_min", argmin(x, Axes{-1, 0}, true));
   if (t != DType::Bool) g.output("of_expression", argmax(x * x - x, -1));
-  return g;
 }
 
-Graph scan_graph(DType t) {
-  Graph g;
+void scan_graph(Graph& g, DType t) {
   Tensor x = g.input("x", t, {sym("N"), sym("M")});
   g.output("rows", cumsum(x, 1));
   g.output("cols", cumsum(x, 0));
@@ -97,11 +94,9 @@ Graph scan_graph(DType t) {
   } else {
     g.output("prod", cumprod(x, 0));
   }
-  return g;
 }
 
-Graph clip_graph(DType t) {
-  Graph g;
+void clip_graph(Graph& g, DType t) {
   Tensor x = g.input("x", t, {sym("N"), sym("M")});
   Tensor lo = g.input("lo", t, {sym("M")});
   if (t == DType::Bool) {
@@ -110,7 +105,6 @@ Graph clip_graph(DType t) {
     g.output("y", clip(x, lo, 1));
     g.output("z", clip(x, -1, 0.5));
   }
-  return g;
 }
 
 }  // namespace
@@ -120,7 +114,11 @@ Graph clip_graph(DType t) {
 TEST_CASE("argmax and argmin on the CPU match the interpreter at every dtype", "[np_reduce][cpu]") {
   for (DType t : kDTypes) {
     INFO(ir::dtype_name(t));
-    check_cpu(arg_graph(t));
+    {
+      Graph g;
+      arg_graph(g, t);
+      check_cpu(g);
+    }
   }
 }
 
@@ -141,7 +139,11 @@ TEST_CASE("argmax and argmin pick the first NaN and the first of ties", "[np_red
 TEST_CASE("cumsum and cumprod on the CPU match the interpreter at every dtype", "[np_reduce][cpu]") {
   for (DType t : kDTypes) {
     INFO(ir::dtype_name(t));
-    check_cpu(scan_graph(t));
+    {
+      Graph g;
+      scan_graph(g, t);
+      check_cpu(g);
+    }
   }
 }
 
@@ -160,7 +162,11 @@ TEST_CASE("a long 1-D cumsum on the CPU matches the interpreter", "[np_reduce][c
 TEST_CASE("clip on the CPU matches the interpreter at every dtype", "[np_reduce][cpu]") {
   for (DType t : kDTypes) {
     INFO(ir::dtype_name(t));
-    check_cpu(clip_graph(t), 0, 0);
+    {
+      Graph g;
+      clip_graph(g, t);
+      check_cpu(g, 0, 0);
+    }
   }
 }
 
@@ -198,9 +204,21 @@ TEST_CASE("argmax fuses like a reduction and scans take elementwise prologues", 
 TEST_CASE("argmax, argmin, scans and clip compile to PTX that ptxas accepts", "[np_reduce][cuda]") {
   for (DType t : {DType::F32, DType::I64}) {
     INFO(ir::dtype_name(t));
-    check_ptxas(arg_graph(t));
-    check_ptxas(scan_graph(t));
-    check_ptxas(clip_graph(t));
+    {
+      Graph g;
+      arg_graph(g, t);
+      check_ptxas(g);
+    }
+    {
+      Graph g;
+      scan_graph(g, t);
+      check_ptxas(g);
+    }
+    {
+      Graph g;
+      clip_graph(g, t);
+      check_ptxas(g);
+    }
   }
 }
 
@@ -208,9 +226,21 @@ TEST_CASE("argmax, argmin, scans and clip run on the CUDA simulator", "[np_reduc
   REQUIRE(kSimulator);
   for (DType t : {DType::F32, DType::F64, DType::I32, DType::Bool}) {
     INFO(ir::dtype_name(t));
-    check_sim(arg_graph(t));
-    check_sim(scan_graph(t));
-    check_sim(clip_graph(t), 0, 0);
+    {
+      Graph g;
+      arg_graph(g, t);
+      check_sim(g);
+    }
+    {
+      Graph g;
+      scan_graph(g, t);
+      check_sim(g);
+    }
+    {
+      Graph g;
+      clip_graph(g, t);
+      check_sim(g, 0, 0);
+    }
   }
 }
 

@@ -47,7 +47,7 @@
 
 namespace fuse::codegen {
 
-bool cpu_compiles(const ir::Kernel& k) { return ir::results_in_row_order(k) && !ir::has_arg_reduction(k); }
+bool cpu_compiles(const ir::Kernel& k) { return ir::results_in_row_order(k); }
 
 int64_t split_scratch_bytes(const ir::Kernel& k) {
   return static_cast<int64_t>(ir::reduce_nodes(k).size()) * kSplitChunks * 8;
