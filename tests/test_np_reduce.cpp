@@ -12,10 +12,12 @@
 #include "codegen/cuda_codegen.h"
 #include "frontends/api.h"
 #include "frontends/compile.h"
+#include "frontends/expr/compile.h"
 #include "ir/interpreter.h"
 #include "ir/printer.h"
 #include "passes/autodiff.h"
 #include "passes/pipeline.h"
+#include "tests/examples.h"
 #include "tests/ptxas.h"
 #include "tests/random_graph.h"
 
@@ -327,4 +329,35 @@ TEST_CASE("misused argmax and scans give clear errors", "[np_reduce][errors]") {
   Graph s;
   s.output("i", argmax(s.input("x", DType::F32, {sym("N")})));
   CHECK_THROWS_WITH(ir::interpret(s.ir(), {{"x", ir::HostArray(DType::F32, {0})}}), Contains("empty sequence"));
+}
+
+TEST_CASE("misused argmax, scans and clip in .expr give file:line:col errors", "[np_reduce][errors]") {
+  const std::string source =
+      "input x: f32[N, M]\n"
+      "output a = cumsum(x, axis=[0, 1])\n"
+      "output b = argmax(x, axis=4)\n"
+      "output c = clip(x, 0.0)\n";
+  expr::CompileResult r = expr::compile_expr(source, "bad.expr");
+  std::string text = expr::format_diagnostics(r.errors, source);
+  INFO(text);
+  CHECK_FALSE(r.graph);
+  CHECK(text.find("bad.expr:2:27: error: 'axis' must be an integer") != std::string::npos);
+  CHECK(text.find("bad.expr:3:12: error: argmax: axis 4 is out of range for shape [N, M] (rank 2)") != std::string::npos);
+  CHECK(text.find("bad.expr:4:") != std::string::npos);
+  CHECK(text.find("^") != std::string::npos);
+}
+
+TEST_CASE("the running mean and attention examples fuse as documented", "[np_reduce][fusion][examples]") {
+  namespace fs = std::filesystem;
+  fs::path dir = fs::path(FUSE_SOURCE_DIR) / "examples";
+  // attention: the masked scores and their softmax are one row-wise kernel, with q @ k.T and the
+  // product with v the two matmuls (two matmuls never fuse).
+  ir::Program attention = passes::run_pipeline(testing::compile_example(dir / "attention.expr")).program;
+  CHECK(attention.kernels.size() == 3);
+  // running_mean: a scan and its division per output.
+  ir::Program running = passes::run_pipeline(testing::compile_example(dir / "running_mean.expr")).program;
+  CHECK(running.kernels.size() == 4);
+  int scans = 0;
+  for (const ir::Kernel& k : running.kernels) scans += k.kind == ir::KernelKind::Scan;
+  CHECK(scans == 2);
 }
