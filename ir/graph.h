@@ -49,8 +49,8 @@ bool is_view(OpKind k);  // BroadcastTo, Reshape, Permute, ExpandDims, Squeeze
 /// (as in NumPy). Over every axis (kAllAxes) that is the index into the flattened tensor. NumPy
 /// allows one axis or none; fuse allows any set of axes (the position in their row-major
 /// order). An empty reduced axis is an error (NumPy: "attempt to get argmax of an empty
-/// sequence"). Accumulated as a (value, index) pair; partial results combine by value with the
-/// smaller index winning ties, so split and parallel folds keep the first-occurrence rule.
+/// sequence"). Accumulated as a (value, index) pair, each row folded in order (never split: a
+/// split fold would have to combine partials by value with the smaller index winning ties).
 enum class ReduceKind { Sum, Prod, Max, Min, Mean, Any, All, Custom, ArgMax, ArgMin };
 std::string_view reduce_kind_name(ReduceKind k);
 
