@@ -201,40 +201,50 @@ KernelEmitterBase::CacheScope::~CacheScope() {
 
 // ---- argmax/argmin and scans ----
 
-mlir::Value KernelEmitterBase::fold_arg(NodeId id, const ir::Dim& length,
-                                        const std::function<mlir::Value(mlir::Value)>& element) {
+std::pair<mlir::Value, mlir::Value> KernelEmitterBase::arg_pick(NodeId id, std::pair<mlir::Value, mlir::Value> a,
+                                                                std::pair<mlir::Value, mlir::Value> c) {
+  bool is_max = k_.body.node(id).as<ir::ReduceAttrs>().kind == ir::ReduceKind::ArgMax;
+  auto and_ = [&](mlir::Value x, mlir::Value y) { return b_.create<mlir::arith::AndIOp>(loc_, x, y).getResult(); };
+  auto or_ = [&](mlir::Value x, mlir::Value y) { return b_.create<mlir::arith::OrIOp>(loc_, x, y).getResult(); };
+  auto not_ = [&](mlir::Value x) {
+    return b_.create<mlir::arith::XOrIOp>(loc_, x, b_.create<mlir::arith::ConstantIntOp>(loc_, 1, 1)).getResult();
+  };
+  mlir::Value earlier = cmpi(mlir::arith::CmpIPredicate::slt, c.second, a.second);
+  mlir::Value wins;
+  if (mlir::isa<mlir::FloatType>(a.first.getType())) {
+    using P = mlir::arith::CmpFPredicate;
+    mlir::Value a_nan = cmpf(P::UNO, a.first, a.first), c_nan = cmpf(P::UNO, c.first, c.first);
+    mlir::Value better = or_(cmpf(is_max ? P::OGT : P::OLT, c.first, a.first),
+                             and_(cmpf(P::OEQ, c.first, a.first), earlier));  // false when either is NaN
+    wins = or_(and_(c_nan, or_(not_(a_nan), earlier)), and_(not_(a_nan), better));
+  } else {
+    using P = mlir::arith::CmpIPredicate;
+    wins = or_(cmpi(is_max ? P::sgt : P::slt, c.first, a.first), and_(cmpi(P::eq, c.first, a.first), earlier));
+  }
+  return {select(wins, c.first, a.first), select(wins, c.second, a.second)};
+}
+
+std::pair<mlir::Value, mlir::Value> KernelEmitterBase::fold_arg(NodeId id, mlir::Value from, mlir::Value to, mlir::Value step,
+                                                                const std::function<mlir::Value(mlir::Value)>& element) {
   const Node& n = k_.body.node(id);
   bool is_max = n.as<ir::ReduceAttrs>().kind == ir::ReduceKind::ArgMax;
   DType in = k_.body.node(n.inputs[0]).dtype;
-  bool floating = ir::is_float(in);
-  DType value_type = floating ? in : DType::I64;  // compared exactly; bool as 0/1
+  DType value_type = ir::is_float(in) ? in : DType::I64;  // compared exactly; bool as 0/1
   constexpr double inf = std::numeric_limits<double>::infinity();
   int64_t int_start = is_max ? std::numeric_limits<int64_t>::min() : std::numeric_limits<int64_t>::max();
-  // From the extreme's identity: no element beats it, so an all-identity row keeps index 0.
+  // (identity, 0) loses to every element but an equal one at index 0, and when the extreme is
+  // the identity every element equals it, so the answer is 0 anyway.
   mlir::Value start = constant(value_type, is_max ? -inf : inf, int_start, 1);
-  auto fold = b_.create<mlir::scf::ForOp>(loc_, i64(0), dim(length), i64(1), mlir::ValueRange{start, i64(0)});
+  auto fold = b_.create<mlir::scf::ForOp>(loc_, from, to, step, mlir::ValueRange{start, i64(0)});
   {
     mlir::OpBuilder::InsertionGuard guard(b_);
     b_.setInsertionPointToStart(fold.getBody());
     CacheScope scope(*this);
     mlir::Value j = fold.getInductionVar();
-    mlir::Value best = fold.getRegionIterArgs()[0], at = fold.getRegionIterArgs()[1];
-    mlir::Value x = cast(element(j), in, value_type, 1);
-    mlir::Value wins;
-    if (floating) {
-      using P = mlir::arith::CmpFPredicate;
-      // A NaN beats everything but an earlier NaN.
-      mlir::Value x_nan = cmpf(P::UNO, x, x), best_nan = cmpf(P::UNO, best, best);
-      mlir::Value not_best_nan = b_.create<mlir::arith::XOrIOp>(loc_, best_nan, b_.create<mlir::arith::ConstantIntOp>(loc_, 1, 1));
-      wins = b_.create<mlir::arith::OrIOp>(loc_, cmpf(is_max ? P::OGT : P::OLT, x, best),
-                                           b_.create<mlir::arith::AndIOp>(loc_, x_nan, not_best_nan));
-    } else {
-      using P = mlir::arith::CmpIPredicate;
-      wins = cmpi(is_max ? P::sgt : P::slt, x, best);
-    }
-    b_.create<mlir::scf::YieldOp>(loc_, mlir::ValueRange{select(wins, x, best), select(wins, j, at)});
+    auto best = arg_pick(id, {fold.getRegionIterArgs()[0], fold.getRegionIterArgs()[1]}, {cast(element(j), in, value_type, 1), j});
+    b_.create<mlir::scf::YieldOp>(loc_, mlir::ValueRange{best.first, best.second});
   }
-  return fold.getResult(1);
+  return {fold.getResult(0), fold.getResult(1)};
 }
 
 void KernelEmitterBase::scan_row(mlir::Value row, const std::function<void(mlir::Value, mlir::Value)>& store_output) {

@@ -121,10 +121,17 @@ class KernelEmitterBase {
   }
 
   // ---- argmax/argmin and scans ----
-  /// Argmax/argmin node `id` over `length` elements, element(j) giving element j (in row-major
-  /// order of the reduced axes): the (value, index) fold, in order, the first extreme and the
-  /// first NaN winning (the interpreter's fold_arg).
-  mlir::Value fold_arg(NodeId id, const ir::Dim& length, const std::function<mlir::Value(mlir::Value)>& element);
+  /// Argmax/argmin node `id`'s (value, index) fold over elements from, from + step, ... < to,
+  /// element(j) giving element j (in row-major order of the reduced axes), from (the extreme's
+  /// identity, 0): in order, the first extreme and the first NaN winning (the interpreter's
+  /// fold_arg). Values are compared in the input's float type, integers and bool as i64.
+  std::pair<mlir::Value, mlir::Value> fold_arg(NodeId id, mlir::Value from, mlir::Value to, mlir::Value step,
+                                               const std::function<mlir::Value(mlir::Value)>& element);
+  /// The winner of two (value, index) partials of argmax/argmin `id`: the more extreme value, a
+  /// NaN over any number, the smaller index on a tie. Commutative, so partials of any grouping
+  /// (threads, warps) combine to the in-order fold's result.
+  std::pair<mlir::Value, mlir::Value> arg_pick(NodeId id, std::pair<mlir::Value, mlir::Value> a,
+                                               std::pair<mlir::Value, mlir::Value> c);
   /// Row `row` of a Scan kernel (rows: the space without the scan axis, row-major): its prefix
   /// folds in order, accumulated as the interpreter does (f64, wrapping i64), each handed to
   /// `store_output(linear position, value in the node's dtype)`.

@@ -110,7 +110,6 @@ static ir::LoopForm cpu_form(const Kernel& k, const ir::CpuSchedule& s) {
 static ir::LoopForm cuda_form(const Kernel& k) {
   using ir::LoopForm;
   if (k.kind == KernelKind::Scan) return LoopForm::ScanRows;
-  if (ir::has_arg_reduction(k)) return LoopForm::PerElement;
   bool in_row_order = ir::results_in_row_order(k);
   if (in_row_order && k.kind == KernelKind::Matmul)
     for (const ir::GraphOutput& o : k.body.outputs) in_row_order = in_row_order && k.body.node(o.node).shape == k.space;
@@ -119,6 +118,9 @@ static ir::LoopForm cuda_form(const Kernel& k) {
     case KernelKind::Matmul: return LoopForm::SharedTileMatmul;
     case KernelKind::Reduction:
     case KernelKind::RowWise:
+      // argmax/argmin: a block per row (one block for a whole tensor), partials combined by
+      // (value, index).
+      if (ir::has_arg_reduction(k)) return LoopForm::BlockPerRow;
       // User combiners too: TwoStage folds them in order (codegen/cuda/reduction.cpp).
       return ir::reduces_to_one_element(k, /*user_combiners=*/true) ? LoopForm::TwoStage : LoopForm::BlockPerRow;
     case KernelKind::Transpose:

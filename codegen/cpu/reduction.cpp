@@ -98,9 +98,9 @@ void CpuKernelEmitter::emit_reduction_row(mlir::Value row) {
   RowStash stash = groups.back().empty() ? RowStash{} : row_stash(groups.back(), lanes);
   for (size_t g = 0; g < groups.size(); ++g) {
     for (NodeId id : arg_groups[g])
-      reduced_[id] = fold_arg(id, row_length, [&](mlir::Value j) {
+      reduced_[id] = fold_arg(id, i64(0), dim(row_length), i64(1), [&](mlir::Value j) {
         return general_value(k_.body.node(id).inputs[0], full_index(kept, delinearize(j, reduced_dims())));
-      });
+      }).second;
     if (groups[g].empty()) continue;
     bool last = g + 1 == groups.size();
     std::vector<mlir::Value> accs =

@@ -188,6 +188,9 @@ class CudaKernelEmitter : public KernelEmitterBase {
   // warp in shared memory, read by every thread in warp order. Ends with a barrier, so the
   // slots can be reused at once.
   mlir::Value block_reduce(NodeId id, mlir::Value acc, int threads);
+  // The same for argmax/argmin `id`'s (value, index) partials (arg_pick combines them): the
+  // block's index.
+  mlir::Value block_arg_reduce(NodeId id, std::pair<mlir::Value, mlir::Value> acc, int threads);
   mlir::Value linear_thread_id();
   // ---- ordered reductions (user combiners: never reordered; chunked only when they regroup) ----
   // [from, to) cut into `parts` contiguous chunks of ceil(n / parts) (at least 1) elements:

@@ -81,6 +81,27 @@ mlir::Value CudaKernelEmitter::block_reduce(NodeId id, mlir::Value acc, int thre
   return total;
 }
 
+mlir::Value CudaKernelEmitter::block_arg_reduce(NodeId id, std::pair<mlir::Value, mlir::Value> acc, int threads) {
+  for (int mask = kWarp / 2; mask >= 1; mask /= 2)
+    acc = arg_pick(id, acc, {shuffle_xor(acc.first, mask), shuffle_xor(acc.second, mask)});
+  int warps = std::max(1, threads / kWarp);
+  if (warps == 1) return acc.second;
+  DType in = k_.body.node(k_.body.node(id).inputs[0]).dtype;
+  DType t = ir::is_float(in) ? in : DType::I64;  // fold_arg's value type
+  mlir::Value values = shared_array("arg_values", i64_type(), kWarp), indices = shared_array("arg_indices", i64_type(), kWarp);
+  mlir::Value tid = linear_thread_id();
+  if_then(eq(rem(tid, i64(kWarp)), i64(0)), [&] {
+    shared_store(values, i64_type(), div(tid, i64(kWarp)), to_slot(t, acc.first));
+    shared_store(indices, i64_type(), div(tid, i64(kWarp)), acc.second);
+  });
+  barrier();
+  std::pair<mlir::Value, mlir::Value> total = {from_slot(t, shared_load(values, i64_type(), i64(0))), shared_load(indices, i64_type(), i64(0))};
+  for (int w = 1; w < warps; ++w)
+    total = arg_pick(id, total, {from_slot(t, shared_load(values, i64_type(), i64(w))), shared_load(indices, i64_type(), i64(w))});
+  barrier();
+  return total.second;
+}
+
 mlir::Value CudaKernelEmitter::linear_thread_id() {
   using mlir::gpu::Dimension;
   return add(mul(thread_id(Dimension::y), block_dim(Dimension::x)), thread_id(Dimension::x));
@@ -193,6 +214,7 @@ void CudaKernelEmitter::emit_block_per_row() {
   mlir::Value length = dim(ir::num_elements(reduced_dims()));
   bool built_in = true;
   for (NodeId id : reduce_nodes()) built_in = built_in && k_.body.node(id).as<ir::ReduceAttrs>().kind != ir::ReduceKind::Custom;
+  built_in = built_in && !ir::has_arg_reduction(k_);  // (value, index) pairs: row_by_loops
   int per_thread = elements_per_thread();
   loop(block_id(Dimension::x), dim(ir::num_elements(kept_shape)), grid_dim(Dimension::x), [&](mlir::Value row) {
     std::vector<mlir::Value> kept = delinearize(row, kept_shape);
@@ -218,6 +240,14 @@ void CudaKernelEmitter::row_by_loops(const std::vector<mlir::Value>& kept, mlir:
   for (NodeId id : reduce_nodes()) {
     if (k_.body.node(id).as<ir::ReduceAttrs>().kind == ir::ReduceKind::Custom) {
       reduced_[id] = finish(id, ordered_row_reduce(id, kept, row, row_length, threads), row_length);
+      continue;
+    }
+    ir::ReduceKind kind = k_.body.node(id).as<ir::ReduceAttrs>().kind;
+    if (kind == ir::ReduceKind::ArgMax || kind == ir::ReduceKind::ArgMin) {
+      auto partial = fold_arg(id, tid, length, step, [&](mlir::Value j) {
+        return general_value(k_.body.node(id).inputs[0], element_index(kept, row, j));
+      });
+      reduced_[id] = block_arg_reduce(id, partial, threads);
       continue;
     }
     auto fold = b_.create<mlir::scf::ForOp>(loc_, tid, length, step, mlir::ValueRange{accumulator_identity(id)});
@@ -458,7 +488,8 @@ mlir::Value CudaKernelEmitter::reduce_here(NodeId id, const std::vector<mlir::Va
     return in_idx;
   };
   if (r.kind == ir::ReduceKind::ArgMax || r.kind == ir::ReduceKind::ArgMin)
-    return fold_arg(id, length, [&](mlir::Value j) { return general_value(n.inputs[0], input_index(j)); });
+    return fold_arg(id, i64(0), dim(length), i64(1), [&](mlir::Value j) { return general_value(n.inputs[0], input_index(j)); })
+        .second;
   auto fold = b_.create<mlir::scf::ForOp>(loc_, i64(0), dim(length), i64(1), mlir::ValueRange{accumulator_identity(id)});
   {
     mlir::OpBuilder::InsertionGuard guard(b_);
