@@ -49,8 +49,9 @@ bool is_view(OpKind k);  // BroadcastTo, Reshape, Permute, ExpandDims, Squeeze
 /// (as in NumPy). Over every axis (kAllAxes) that is the index into the flattened tensor. NumPy
 /// allows one axis or none; fuse allows any set of axes (the position in their row-major
 /// order). An empty reduced axis is an error (NumPy: "attempt to get argmax of an empty
-/// sequence"). Accumulated as a (value, index) pair, each row folded in order (never split: a
-/// split fold would have to combine partials by value with the smaller index winning ties).
+/// sequence"). Accumulated as a (value, index) pair; partials (CUDA's threads of a row)
+/// combine by value, a NaN over any number and the smaller index on a tie, so the first
+/// occurrence wins however the row is split. Never a two-stage or split reduction.
 enum class ReduceKind { Sum, Prod, Max, Min, Mean, Any, All, Custom, ArgMax, ArgMin };
 std::string_view reduce_kind_name(ReduceKind k);
 
