@@ -1,9 +1,11 @@
 #include "codegen/emitter.h"
 
+#include <limits>
 #include <set>
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
 
 namespace fuse::codegen {
 
@@ -195,6 +197,83 @@ KernelEmitterBase::CacheScope::CacheScope(KernelEmitterBase& e)
 KernelEmitterBase::CacheScope::~CacheScope() {
   e_.general_cache_ = std::move(general_);
   e_.linear_memo_ = std::move(linear_);
+}
+
+// ---- argmax/argmin and scans ----
+
+std::pair<mlir::Value, mlir::Value> KernelEmitterBase::arg_pick(NodeId id, std::pair<mlir::Value, mlir::Value> a,
+                                                                std::pair<mlir::Value, mlir::Value> c) {
+  bool is_max = k_.body.node(id).as<ir::ReduceAttrs>().kind == ir::ReduceKind::ArgMax;
+  auto and_ = [&](mlir::Value x, mlir::Value y) { return b_.create<mlir::arith::AndIOp>(loc_, x, y).getResult(); };
+  auto or_ = [&](mlir::Value x, mlir::Value y) { return b_.create<mlir::arith::OrIOp>(loc_, x, y).getResult(); };
+  auto not_ = [&](mlir::Value x) {
+    return b_.create<mlir::arith::XOrIOp>(loc_, x, b_.create<mlir::arith::ConstantIntOp>(loc_, 1, 1)).getResult();
+  };
+  mlir::Value earlier = cmpi(mlir::arith::CmpIPredicate::slt, c.second, a.second);
+  mlir::Value wins;
+  if (mlir::isa<mlir::FloatType>(a.first.getType())) {
+    using P = mlir::arith::CmpFPredicate;
+    mlir::Value a_nan = cmpf(P::UNO, a.first, a.first), c_nan = cmpf(P::UNO, c.first, c.first);
+    mlir::Value better = or_(cmpf(is_max ? P::OGT : P::OLT, c.first, a.first),
+                             and_(cmpf(P::OEQ, c.first, a.first), earlier));  // false when either is NaN
+    wins = or_(and_(c_nan, or_(not_(a_nan), earlier)), and_(not_(a_nan), better));
+  } else {
+    using P = mlir::arith::CmpIPredicate;
+    wins = or_(cmpi(is_max ? P::sgt : P::slt, c.first, a.first), and_(cmpi(P::eq, c.first, a.first), earlier));
+  }
+  return {select(wins, c.first, a.first), select(wins, c.second, a.second)};
+}
+
+std::pair<mlir::Value, mlir::Value> KernelEmitterBase::fold_arg(NodeId id, mlir::Value from, mlir::Value to, mlir::Value step,
+                                                                const std::function<mlir::Value(mlir::Value)>& element) {
+  const Node& n = k_.body.node(id);
+  bool is_max = n.as<ir::ReduceAttrs>().kind == ir::ReduceKind::ArgMax;
+  DType in = k_.body.node(n.inputs[0]).dtype;
+  DType value_type = ir::is_float(in) ? in : DType::I64;  // compared exactly; bool as 0/1
+  constexpr double inf = std::numeric_limits<double>::infinity();
+  int64_t int_start = is_max ? std::numeric_limits<int64_t>::min() : std::numeric_limits<int64_t>::max();
+  // (identity, 0) loses to every element but an equal one at index 0, and when the extreme is
+  // the identity every element equals it, so the answer is 0 anyway.
+  mlir::Value start = constant(value_type, is_max ? -inf : inf, int_start, 1);
+  auto fold = b_.create<mlir::scf::ForOp>(loc_, from, to, step, mlir::ValueRange{start, i64(0)});
+  {
+    mlir::OpBuilder::InsertionGuard guard(b_);
+    b_.setInsertionPointToStart(fold.getBody());
+    CacheScope scope(*this);
+    mlir::Value j = fold.getInductionVar();
+    auto best = arg_pick(id, {fold.getRegionIterArgs()[0], fold.getRegionIterArgs()[1]}, {cast(element(j), in, value_type, 1), j});
+    b_.create<mlir::scf::YieldOp>(loc_, mlir::ValueRange{best.first, best.second});
+  }
+  return {fold.getResult(0), fold.getResult(1)};
+}
+
+void KernelEmitterBase::scan_row(mlir::Value row, const std::function<void(mlir::Value, mlir::Value)>& store_output) {
+  if (k_.body.outputs.size() != 1 || k_.body.node(k_.body.outputs[0].node).kind != OpKind::Scan)
+    throw ir::Error(fail_text("scan kernel " + k_.name + " must have its scan as its one output"));
+  NodeId id = k_.body.outputs[0].node;
+  const Node& n = k_.body.node(id);
+  const ir::ScanAttrs& attrs = n.as<ir::ScanAttrs>();
+  DType in = k_.body.node(n.inputs[0]).dtype;
+  bool floating = ir::is_float(in), prod = attrs.kind == ir::ReduceKind::Prod;
+  DType acc_type = floating ? DType::F64 : DType::I64;
+  ir::Shape outer_shape = n.shape;
+  outer_shape.erase(outer_shape.begin() + attrs.axis);
+  std::vector<mlir::Value> outer = delinearize(row, outer_shape);
+  mlir::Value start = constant(acc_type, prod ? 1 : 0, prod ? 1 : 0, 1);
+  auto fold = b_.create<mlir::scf::ForOp>(loc_, i64(0), dim(n.shape[attrs.axis]), i64(1), mlir::ValueRange{start});
+  mlir::OpBuilder::InsertionGuard guard(b_);
+  b_.setInsertionPointToStart(fold.getBody());
+  CacheScope scope(*this);
+  std::vector<mlir::Value> idx = outer;
+  idx.insert(idx.begin() + attrs.axis, fold.getInductionVar());
+  mlir::Value acc = fold.getRegionIterArgs()[0];
+  mlir::Value x = cast(general_value(n.inputs[0], idx), in, acc_type, 1);
+  if (floating)
+    acc = prod ? mlir::Value(b_.create<mlir::arith::MulFOp>(loc_, acc, x)) : mlir::Value(b_.create<mlir::arith::AddFOp>(loc_, acc, x));
+  else
+    acc = prod ? mul(acc, x) : add(acc, x);  // i64 arithmetic wraps, as the interpreter's u64
+  store_output(linearize(idx, n.shape), cast(acc, acc_type, n.dtype, 1));
+  b_.create<mlir::scf::YieldOp>(loc_, acc);
 }
 
 }  // namespace fuse::codegen

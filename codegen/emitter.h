@@ -120,6 +120,23 @@ class KernelEmitterBase {
     return scalar_.reduce_finish(k_.body, id, acc, dim(row_length));
   }
 
+  // ---- argmax/argmin and scans ----
+  /// Argmax/argmin node `id`'s (value, index) fold over elements from, from + step, ... < to,
+  /// element(j) giving element j (in row-major order of the reduced axes), from (the extreme's
+  /// identity, 0): in order, the first extreme and the first NaN winning (the interpreter's
+  /// fold_arg). Values are compared in the input's float type, integers and bool as i64.
+  std::pair<mlir::Value, mlir::Value> fold_arg(NodeId id, mlir::Value from, mlir::Value to, mlir::Value step,
+                                               const std::function<mlir::Value(mlir::Value)>& element);
+  /// The winner of two (value, index) partials of argmax/argmin `id`: the more extreme value, a
+  /// NaN over any number, the smaller index on a tie. Commutative, so partials of any grouping
+  /// (threads, warps) combine to the in-order fold's result.
+  std::pair<mlir::Value, mlir::Value> arg_pick(NodeId id, std::pair<mlir::Value, mlir::Value> a,
+                                               std::pair<mlir::Value, mlir::Value> c);
+  /// Row `row` of a Scan kernel (rows: the space without the scan axis, row-major): its prefix
+  /// folds in order, accumulated as the interpreter does (f64, wrapping i64), each handed to
+  /// `store_output(linear position, value in the node's dtype)`.
+  void scan_row(mlir::Value row, const std::function<void(mlir::Value, mlir::Value)>& store_output);
+
   /// A nested region: the caches start empty in it, and what they held before it comes back
   /// after it (those values were defined before the region, so they dominate what follows it;
   /// what the region defined is forgotten).

@@ -167,6 +167,20 @@ Tensor mean(TensorArg x, Axes axes, bool keepdims) { return reduction(ir::Reduce
 Tensor any(TensorArg x, Axes axes, bool keepdims) { return reduction(ir::ReduceKind::Any, x, axes, keepdims); }
 Tensor all(TensorArg x, Axes axes, bool keepdims) { return reduction(ir::ReduceKind::All, x, axes, keepdims); }
 
+Tensor argmax(TensorArg x, Axes axes, bool keepdims) { return reduction(ir::ReduceKind::ArgMax, x, axes, keepdims); }
+Tensor argmin(TensorArg x, Axes axes, bool keepdims) { return reduction(ir::ReduceKind::ArgMin, x, axes, keepdims); }
+
+static Tensor scan(ir::ReduceKind kind, const TensorArg& x, std::optional<int64_t> axis) {
+  Graph& g = graph_of(x.tensor, kind == ir::ReduceKind::Prod ? "cumprod" : "cumsum", x.loc);
+  ir::NodeId in = x.tensor.id();
+  if (!axis) in = ir::add_reshape(g.ir(), in, {ir::num_elements(g.ir().node(in).shape)}, x.loc);
+  return {&g, ir::add_scan(g.ir(), in, kind, axis.value_or(0), x.loc)};
+}
+
+Tensor cumsum(TensorArg x, std::optional<int64_t> axis) { return scan(ir::ReduceKind::Sum, x, axis); }
+Tensor cumprod(TensorArg x, std::optional<int64_t> axis) { return scan(ir::ReduceKind::Prod, x, axis); }
+Tensor clip(Operand x, Operand lo, Operand hi) { return minimum(maximum(x, lo), hi); }
+
 Tensor matmul(TensorArg a, TensorArg b) {
   Graph& g = common_graph({operand_of(a), operand_of(b)}, "matmul");
   return {&g, ir::add_matmul(g.ir(), a.tensor.id(), b.tensor.id(), a.loc)};

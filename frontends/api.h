@@ -16,6 +16,7 @@
 #include <concepts>
 #include <cstdint>
 #include <initializer_list>
+#include <optional>
 #include <source_location>
 #include <string>
 #include <tuple>
@@ -176,6 +177,18 @@ Tensor permute(TensorArg x, std::vector<int64_t> perm);
 Tensor expand_dims(TensorArg x, int64_t axis);
 /// Removes the given size-1 axes, or every size-1 axis when none are given.
 Tensor squeeze(TensorArg x, Axes axes = {});
+
+// ---- Value-index reductions, scans, clip (ir::ReduceKind::ArgMax, ir::ScanAttrs) ----
+
+/// np.argmax / np.argmin: i64 positions of the first extreme (the first NaN wins); without axes,
+/// the position in the flattened tensor.
+Tensor argmax(TensorArg x, Axes axes = {}, bool keepdims = false);
+Tensor argmin(TensorArg x, Axes axes = {}, bool keepdims = false);
+/// np.cumsum / np.cumprod along `axis` (may be negative); without one, of the flattened tensor.
+Tensor cumsum(TensorArg x, std::optional<int64_t> axis = std::nullopt);
+Tensor cumprod(TensorArg x, std::optional<int64_t> axis = std::nullopt);
+/// np.clip: minimum(maximum(x, lo), hi), broadcasting; a NaN operand gives NaN; lo > hi gives hi.
+Tensor clip(Operand x, Operand lo, Operand hi);
 
 // ---- Reverse-mode autodiff (passes/autodiff.h: the rules per op, the conventions at kinks) ----
 

@@ -57,6 +57,10 @@ std::vector<std::string> op_lines(const Node& n) {
     case OpKind::Permute: return {kind + " " + int_list(n.as<PermuteAttrs>().perm)};
     case OpKind::ExpandDims: return {kind + " axis=" + std::to_string(n.as<ExpandDimsAttrs>().axis)};
     case OpKind::Squeeze: return {kind + " axes=" + int_list(n.as<SqueezeAttrs>().axes)};
+    case OpKind::Scan: {
+      const ScanAttrs& sc = n.as<ScanAttrs>();
+      return {std::string(sc.kind == ReduceKind::Prod ? "cumprod" : "cumsum") + " axis=" + std::to_string(sc.axis)};
+    }
     case OpKind::Arange:
     case OpKind::Matmul: return {kind};
   }
@@ -120,6 +124,7 @@ const char* kind_colour(KernelKind k) {
     case KernelKind::Matmul: return "#ede9fe";
     case KernelKind::Transpose: return "#dcfce7";
     case KernelKind::Copy: return "#f3f4f6";
+    case KernelKind::Scan: return "#ffedd5";
   }
   return "#ffffff";
 }

@@ -19,6 +19,7 @@ std::string_view op_kind_name(OpKind k) {
     case OpKind::Permute: return "permute";
     case OpKind::ExpandDims: return "expand_dims";
     case OpKind::Squeeze: return "squeeze";
+    case OpKind::Scan: return "scan";
   }
   return "?";
 }
@@ -38,6 +39,8 @@ std::string_view reduce_kind_name(ReduceKind k) {
     case ReduceKind::Any: return "any";
     case ReduceKind::All: return "all";
     case ReduceKind::Custom: return "reduce";
+    case ReduceKind::ArgMax: return "argmax";
+    case ReduceKind::ArgMin: return "argmin";
   }
   return "?";
 }
@@ -125,6 +128,8 @@ DType reduce_result_dtype(ReduceKind kind, DType in) {
     case ReduceKind::Mean: return float_type(in);
     case ReduceKind::Any:
     case ReduceKind::All: return DType::Bool;
+    case ReduceKind::ArgMax:
+    case ReduceKind::ArgMin: return DType::I64;
     default: return in;
   }
 }
@@ -250,6 +255,11 @@ NodeId add_reduce(Graph& g, NodeId x, ReduceKind kind, std::vector<int64_t> axes
   attrs.kind = kind;
   attrs.axes = normalize_axes(axes, in.rank(), true, name, in.shape, loc);
   attrs.keepdims = keepdims;
+  if (kind == ReduceKind::ArgMax || kind == ReduceKind::ArgMin)
+    for (int a : attrs.axes)
+      if (in.shape[a] == Dim(0))
+        throw Error(name + ": attempt to get " + name + " of an empty sequence (axis " + std::to_string(a) +
+                        " of shape " + shape_str(in.shape) + ")", loc);
   Shape shape = reduced_shape(in.shape, attrs.axes, keepdims);
   DType dtype = reduce_result_dtype(kind, in.dtype);
   return add_node(g, OpKind::Reduce, dtype, std::move(shape), {x}, std::move(attrs), std::move(loc));
@@ -375,6 +385,16 @@ NodeId add_squeeze(Graph& g, NodeId x, std::vector<int64_t> axes, SourceLoc loc)
   }
   Shape shape = reduced_shape(in.shape, attrs.axes, false);
   return add_node(g, OpKind::Squeeze, in.dtype, std::move(shape), {x}, std::move(attrs), std::move(loc));
+}
+
+NodeId add_scan(Graph& g, NodeId x, ReduceKind kind, int64_t axis, SourceLoc loc) {
+  std::string name = kind == ReduceKind::Prod ? "cumprod" : "cumsum";
+  if (kind != ReduceKind::Sum && kind != ReduceKind::Prod) throw Error("scan: only sum and prod scans exist", loc);
+  const Node& in = checked(g, x, name, loc);
+  ScanAttrs attrs;
+  attrs.kind = kind;
+  attrs.axis = normalize_axes({axis}, in.rank(), false, name, in.shape, loc)[0];
+  return add_node(g, OpKind::Scan, reduce_result_dtype(kind, in.dtype), in.shape, {x}, std::move(attrs), std::move(loc));
 }
 
 void add_output(Graph& g, std::string name, NodeId node, SourceLoc loc) {

@@ -38,12 +38,21 @@ enum class OpKind {
   Permute,      // view: out[i0..in] = in[i at perm^-1]; out.shape[k] = in.shape[perm[k]]
   ExpandDims,   // view: inserts a size-1 dim at `axis`
   Squeeze,      // view: removes the size-1 dims at `axes`
+  Scan,         // inclusive scan along one axis: out[.., i, ..] = fold of in[.., 0..i, ..] (cumsum, cumprod)
 };
 
 std::string_view op_kind_name(OpKind k);
 bool is_view(OpKind k);  // BroadcastTo, Reshape, Permute, ExpandDims, Squeeze
 
-enum class ReduceKind { Sum, Prod, Max, Min, Mean, Any, All, Custom };
+/// ArgMax/ArgMin (np.argmax/np.argmin): i64, the row-major position within the reduced axes of
+/// the first maximum (minimum); a NaN counts as the extreme, so the first NaN's position wins
+/// (as in NumPy). Over every axis (kAllAxes) that is the index into the flattened tensor. NumPy
+/// allows one axis or none; fuse allows any set of axes (the position in their row-major
+/// order). An empty reduced axis is an error (NumPy: "attempt to get argmax of an empty
+/// sequence"). Accumulated as a (value, index) pair; partials (CUDA's threads of a row)
+/// combine by value, a NaN over any number and the smaller index on a tie, so the first
+/// occurrence wins however the row is split. Never a two-stage or split reduction.
+enum class ReduceKind { Sum, Prod, Max, Min, Mean, Any, All, Custom, ArgMax, ArgMin };
 std::string_view reduce_kind_name(ReduceKind k);
 
 struct NoAttrs {
@@ -94,8 +103,21 @@ struct SqueezeAttrs {
   bool operator==(const SqueezeAttrs&) const = default;
 };
 
+/// Scan (np.cumsum / np.cumprod with an axis): out has the input's shape and
+/// out[.., i, ..] = in[.., 0, ..] op in[.., 1, ..] op ... op in[.., i, ..] along `axis`
+/// (non-negative), folded in order from index 0. kind is Sum or Prod. The result dtype and the
+/// accumulation follow ReduceKind::Sum/Prod (reduce_result_dtype): bool gives i32, i32 stays
+/// i32 and wraps (NumPy gives i64 for bool and i32 on 64-bit platforms); floats accumulate in
+/// f64, in order, and each output is rounded once to the dtype (NumPy accumulates f32 in f32).
+/// np.cumsum without an axis is a scan of the flattened tensor: the frontends reshape first.
+struct ScanAttrs {
+  ReduceKind kind = ReduceKind::Sum;
+  int axis = 0;
+  bool operator==(const ScanAttrs&) const = default;
+};
+
 using NodeAttrs = std::variant<NoAttrs, InputAttrs, ConstantAttrs, RandAttrs, ElementwiseAttrs,
-                               ReduceAttrs, PermuteAttrs, ExpandDimsAttrs, SqueezeAttrs>;
+                               ReduceAttrs, PermuteAttrs, ExpandDimsAttrs, SqueezeAttrs, ScanAttrs>;
 
 struct Node {
   OpKind kind = OpKind::Input;
@@ -150,6 +172,8 @@ NodeId add_transpose(Graph& g, NodeId x, SourceLoc loc = {});  // reverses the a
 NodeId add_expand_dims(Graph& g, NodeId x, int64_t axis, SourceLoc loc = {});
 NodeId add_squeeze(Graph& g, NodeId x, std::vector<int64_t> axes, SourceLoc loc = {});
 void add_output(Graph& g, std::string name, NodeId node, SourceLoc loc = {});
+/// Inclusive scan (ScanAttrs) of x along `axis` (may be negative); kind Sum (cumsum) or Prod (cumprod).
+NodeId add_scan(Graph& g, NodeId x, ReduceKind kind, int64_t axis, SourceLoc loc = {});
 
 /// Sentinel for "every axis" in add_reduce.
 inline const std::vector<int64_t> kAllAxes = {};

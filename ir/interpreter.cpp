@@ -205,6 +205,60 @@ ScalarValue fold_builtin(ReduceKind kind, const HostArray& in, int64_t base, con
   return ScalarValue::of_int(static_cast<int64_t>(acc), result);
 }
 
+// One output element of argmax/argmin: the position (in `offsets`' order) of the first extreme;
+// the first NaN wins outright, as in NumPy.
+ScalarValue fold_arg(const Node& n, const HostArray& in, int64_t base, const std::vector<int64_t>& offsets) {
+  if (offsets.empty()) fail(n, "attempt to get " + std::string(reduce_kind_name(n.as<ReduceAttrs>().kind)) + " of an empty sequence");
+  bool is_max = n.as<ReduceAttrs>().kind == ReduceKind::ArgMax;
+  int64_t best = 0;
+  if (is_float(in.dtype)) {
+    double v = in.get_f64(base + offsets[0]);
+    for (size_t i = 1; i < offsets.size() && !std::isnan(v); ++i) {
+      double x = in.get_f64(base + offsets[i]);
+      if (std::isnan(x) || (is_max ? x > v : x < v)) v = x, best = static_cast<int64_t>(i);
+    }
+  } else {
+    int64_t v = in.get_i64(base + offsets[0]);
+    for (size_t i = 1; i < offsets.size(); ++i) {
+      int64_t x = in.get_i64(base + offsets[i]);
+      if (is_max ? x > v : x < v) v = x, best = static_cast<int64_t>(i);
+    }
+  }
+  return ScalarValue::of_int(best, DType::I64);
+}
+
+// An inclusive scan along one axis: sums and products accumulate as fold_builtin's do (f64 for
+// floats, wrapping u64 for integers) and each prefix is stored in the node's dtype.
+HostArray eval_scan(const Node& n, const HostArray& in, const ConcreteShape& shape) {
+  const ScanAttrs& attrs = n.as<ScanAttrs>();
+  if (attrs.axis < 0 || attrs.axis >= in.rank() || in.shape != shape)
+    fail(n, "bad scan axis " + std::to_string(attrs.axis) + " for operand shape " + shape_str(in.shape));
+  if (reduce_result_dtype(attrs.kind, in.dtype) != n.dtype)
+    fail(n, "a scan of " + std::string(dtype_name(in.dtype)) + " is not " + std::string(dtype_name(n.dtype)));
+  bool prod = attrs.kind == ReduceKind::Prod;
+  int64_t length = in.shape[attrs.axis], stride = row_major_strides(in.shape)[attrs.axis];
+  HostArray out(n.dtype, shape);
+  if (length == 0) return out;
+  for (int64_t first = 0; first < in.size(); ++first) {
+    if ((first / stride) % length != 0) continue;  // not the start of a line along the axis
+    if (is_float(in.dtype)) {
+      double acc = prod ? 1.0 : 0.0;
+      for (int64_t i = 0, at = first; i < length; ++i, at += stride) {
+        acc = prod ? acc * in.get_f64(at) : acc + in.get_f64(at);
+        store(out, at, ScalarValue::of(acc, n.dtype));
+      }
+    } else {
+      uint64_t acc = prod ? 1 : 0;  // unsigned: wraps instead of overflowing
+      for (int64_t i = 0, at = first; i < length; ++i, at += stride) {
+        uint64_t x = static_cast<uint64_t>(in.get_i64(at));
+        acc = prod ? acc * x : acc + x;
+        store(out, at, ScalarValue::of_int(static_cast<int64_t>(acc), n.dtype));
+      }
+    }
+  }
+  return out;
+}
+
 // A custom reduction, column-wise over the output elements: each step applies the combiner to
 // every output's accumulator and its next element, keeping each output's row-major order.
 void fold_custom(const Node& n, const HostArray& in, const ConcreteShape& kept_shape,
@@ -272,8 +326,9 @@ HostArray eval_reduce(const Node& n, const HostArray& in, const ConcreteShape& s
   if (reduce_result_dtype(attrs.kind, in.dtype) != n.dtype)
     fail(n, "a " + std::string(reduce_kind_name(attrs.kind)) + " of " + std::string(dtype_name(in.dtype)) +
                 " is not " + std::string(dtype_name(n.dtype)));
+  bool arg = attrs.kind == ReduceKind::ArgMax || attrs.kind == ReduceKind::ArgMin;
   for_each_offset(kept_shape, kept_strides, 0, out.size(), [&](int64_t o, int64_t base) {
-    store(out, o, fold_builtin(attrs.kind, in, base, offsets, n.dtype));
+    store(out, o, arg ? fold_arg(n, in, base, offsets) : fold_builtin(attrs.kind, in, base, offsets, n.dtype));
   });
   return out;
 }
@@ -382,7 +437,7 @@ HostArray evaluate_node(const Node& n, const std::vector<const HostArray*>& oper
     fail(n, "'" + n.as<InputAttrs>().name + "' has no operands: its value comes from the graph's inputs");
   size_t arity = n.kind == OpKind::Elementwise ? n.inputs.size()
                  : n.kind == OpKind::Matmul       ? 2
-                 : n.kind == OpKind::Reduce || is_view(n.kind) ? 1
+                 : n.kind == OpKind::Reduce || n.kind == OpKind::Scan || is_view(n.kind) ? 1
                                                                : 0;
   if (n.inputs.size() != arity || operands.size() != arity)
     fail(n, "takes " + std::to_string(arity) + " operands but " + std::to_string(operands.size()) +
@@ -410,6 +465,7 @@ HostArray evaluate_node(const Node& n, const std::vector<const HostArray*>& oper
     case OpKind::Rand: return eval_rand(n.as<RandAttrs>().seed, shape);
     case OpKind::Elementwise: return eval_elementwise(n, operands, shape);
     case OpKind::Reduce: return eval_reduce(n, *operands[0], shape);
+    case OpKind::Scan: return eval_scan(n, *operands[0], shape);
     case OpKind::Matmul: return eval_matmul(n, *operands[0], *operands[1], shape);
     case OpKind::BroadcastTo: return gather(*operands[0], shape, broadcast_strides(n, operands[0]->shape, shape));
     case OpKind::Permute: return eval_permute(n, *operands[0], shape);

@@ -119,6 +119,14 @@ bool trailing_axes(const Kernel& k) {
   return !k.axes.empty();
 }
 
+bool has_arg_reduction(const Kernel& k) {
+  for (NodeId id : reduce_nodes(k)) {
+    ReduceKind r = k.body.node(id).as<ReduceAttrs>().kind;
+    if (r == ReduceKind::ArgMax || r == ReduceKind::ArgMin) return true;
+  }
+  return false;
+}
+
 NodeId matmul_node(const Kernel& k) {
   for (NodeId id = 0; id < static_cast<NodeId>(k.body.nodes.size()); ++id)
     if (k.body.node(id).kind == OpKind::Matmul) return id;

@@ -46,6 +46,10 @@ bool combiner_regroups(const ReduceAttrs& r, DType t);
 int transpose_inner_axis(const Kernel& k);
 
 std::vector<NodeId> reduce_nodes(const Kernel& k);
+/// Whether a reduction of the kernel is an argmax or argmin: a (value, index) accumulator, which
+/// the CPU folds in order per row (ReductionRows, never split) and CUDA per block of a row
+/// (BlockPerRow, never two-stage; partials combined by value, then smaller index).
+bool has_arg_reduction(const Kernel& k);
 /// The space split into the kept dims (the rows, iterated in parallel) and the reduced ones.
 Shape kept_dims(const Kernel& k);
 Shape reduced_dims(const Kernel& k);

@@ -29,6 +29,7 @@ std::string print_node(const Graph& g, NodeId id) {
   const Node& n = g.node(id);
   std::string s(op_kind_name(n.kind));
   if (n.kind == OpKind::Reduce) s += "." + std::string(reduce_kind_name(n.as<ReduceAttrs>().kind));
+  if (n.kind == OpKind::Scan) s += "." + std::string(reduce_kind_name(n.as<ScanAttrs>().kind));
   if (!n.inputs.empty()) {
     s += "(";
     for (size_t i = 0; i < n.inputs.size(); ++i) s += (i ? ", %" : "%") + std::to_string(n.inputs[i]);
@@ -51,6 +52,7 @@ std::string print_node(const Graph& g, NodeId id) {
     case OpKind::Permute: s += " perm=" + list_str(n.as<PermuteAttrs>().perm); break;
     case OpKind::ExpandDims: s += " axis=" + std::to_string(n.as<ExpandDimsAttrs>().axis); break;
     case OpKind::Squeeze: s += " axes=" + list_str(n.as<SqueezeAttrs>().axes); break;
+    case OpKind::Scan: s += " axis=" + std::to_string(n.as<ScanAttrs>().axis); break;
     default: break;
   }
   return s + " : " + std::string(dtype_name(n.dtype)) + shape_str(n.shape);

@@ -17,6 +17,7 @@ std::string_view kernel_kind_name(KernelKind k) {
     case KernelKind::Matmul: return "matmul";
     case KernelKind::Transpose: return "transpose";
     case KernelKind::Copy: return "copy";
+    case KernelKind::Scan: return "scan";
   }
   return "?";
 }
@@ -48,6 +49,7 @@ std::string_view loop_form_name(LoopForm f) {
     case LoopForm::TwoStage: return "two_stage";
     case LoopForm::SharedTileMatmul: return "shared_tile_matmul";
     case LoopForm::PerElement: return "per_element";
+    case LoopForm::ScanRows: return "scan_rows";
   }
   return "?";
 }
@@ -59,6 +61,7 @@ Dim parallel_iterations(const Kernel& k) {
   switch (k.kind) {
     case KernelKind::Reduction:
     case KernelKind::RowWise:
+    case KernelKind::Scan:  // the rows along the scan axis
       for (size_t d = 0; d < k.space.size(); ++d)
         if (std::find(k.axes.begin(), k.axes.end(), static_cast<int>(d)) == k.axes.end()) n = n * k.space[d];
       return n;
@@ -197,6 +200,7 @@ std::string program_to_json(const Program& p) {
       if (n.kind == OpKind::Input) continue;
       std::string op(op_kind_name(n.kind));
       if (n.kind == OpKind::Reduce) op += "." + std::string(reduce_kind_name(n.as<ReduceAttrs>().kind));
+      if (n.kind == OpKind::Scan) op += "." + std::string(reduce_kind_name(n.as<ScanAttrs>().kind));
       s += (first ? "" : ", ") + json_string(op);
       first = false;
     }

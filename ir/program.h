@@ -21,6 +21,7 @@ enum class KernelKind {
   Matmul,       // one matmul with elementwise prologues on its operands and an epilogue
   Transpose,    // a permuted copy (no arithmetic): cache-blocked / shared-memory tiled
   Copy,         // a plain copy or broadcast materialization (no arithmetic)
+  Scan,         // one scan over `axes` (its one axis) of the space, with an elementwise prologue
 };
 std::string_view kernel_kind_name(KernelKind k);
 
@@ -61,6 +62,8 @@ enum class LoopForm {
   TwoStage,         // a reduction to single elements: per-block partials, then one block
   SharedTileMatmul, // shared-memory tiles of A and B, a register tile of C per thread
   PerElement,       // each output element recomputes its reductions or dot product
+  // both targets
+  ScanRows,         // a scan: each row along the scan axis folded in order, rows in parallel
 };
 std::string_view loop_form_name(LoopForm f);
 
@@ -105,7 +108,7 @@ struct Kernel {
   std::vector<BufferId> outputs;    // in the order of body.outputs
   std::vector<NodeId> source_nodes; // nodes of the source graph it computes (for pictures and explanations)
   /// The iteration space: Elementwise/Transpose/Copy the outputs' shape; Reduction/RowWise the
-  /// space reduced over; Matmul the result's shape.
+  /// space reduced over; Matmul the result's shape; Scan the scanned tensor's shape (axes: the scan axis).
   Shape space;
   std::vector<int> axes;            // Reduction/RowWise: the reduced axes of `space`
   Schedule schedule;

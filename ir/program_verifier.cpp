@@ -10,6 +10,7 @@ namespace fuse::ir {
 namespace {
 
 bool is_cpu_form(LoopForm f) { return f <= LoopForm::MatmulRows; }
+bool is_both_targets_form(LoopForm f) { return f == LoopForm::ScanRows; }
 
 // Problems with kernel `k`'s loop form for its target (empty when it is one the body allows).
 std::vector<std::string> check_form(const Kernel& k) {
@@ -19,14 +20,16 @@ std::vector<std::string> check_form(const Kernel& k) {
   auto bad = [&](const std::string& why) {
     problems.push_back("loop form " + std::string(loop_form_name(f)) + " " + why);
   };
-  if ((s.target == TargetKind::Cpu) != is_cpu_form(f)) bad("is not a form of target " + std::string(target_kind_name(s.target)));
+  if (!is_both_targets_form(f) && (s.target == TargetKind::Cpu) != is_cpu_form(f)) bad("is not a form of target " + std::string(target_kind_name(s.target)));
   bool matmul_form = f == LoopForm::BlockedMatmul || f == LoopForm::MatmulRows || f == LoopForm::SharedTileMatmul;
   if (matmul_form != (k.kind == KernelKind::Matmul) && f != LoopForm::Interpreted && f != LoopForm::PerElement)
     bad("does not fit a " + std::string(kernel_kind_name(k.kind)) + " kernel");
   bool rows_form = f == LoopForm::ReductionRows || f == LoopForm::ColumnReduction || f == LoopForm::BlockPerRow;
   if (rows_form && k.kind != KernelKind::Reduction && k.kind != KernelKind::RowWise)
     bad("does not fit a " + std::string(kernel_kind_name(k.kind)) + " kernel");
-  bool needs_row_order = f != LoopForm::Interpreted && f != LoopForm::PerElement;
+  if ((f == LoopForm::ScanRows) != (k.kind == KernelKind::Scan) && f != LoopForm::Interpreted)
+    bad("does not fit a " + std::string(kernel_kind_name(k.kind)) + " kernel");
+  bool needs_row_order = f != LoopForm::Interpreted && f != LoopForm::PerElement && f != LoopForm::ScanRows;
   if (needs_row_order && !results_in_row_order(k)) bad("needs the results in row order, which this kernel's outputs reorder");
   if ((f == LoopForm::SplitReduction && !reduces_to_one_element(k)) ||
       (f == LoopForm::TwoStage && !reduces_to_one_element(k, /*user_combiners=*/true)))

@@ -289,7 +289,40 @@ HostArray reduce_bound(const Node& n, const HostArray& x, const HostArray& dx, c
         out.set_f64(i, !decided.get_i64(i) && open.get_i64(i) ? kInf : 0);
       return out;
     }
+    case ReduceKind::ArgMax:
+    case ReduceKind::ArgMin: {
+      // An exact row picks exactly; an uncertain one may pick any index.
+      HostArray largest = fold(ReduceKind::Max, dx);
+      for (int64_t i = 0; i < out.size(); ++i) out.set_f64(i, largest.get_f64(i) > 0 ? kInf : 0);
+      return out;
+    }
     case ReduceKind::Custom: break;
+  }
+  return out;
+}
+
+// A scan's prefixes bounded as the sum or product of their terms, each with the rounding of a
+// fold over the whole axis (the longest prefix).
+HostArray scan_bound(const Node& n, const HostArray& x, const HostArray& dx, const SymbolBindings& symbols) {
+  const ScanAttrs& attrs = n.as<ScanAttrs>();
+  double n_u = static_cast<double>(x.shape.at(attrs.axis)) * unit_roundoff(n.dtype);
+  double gamma = n_u < 1 ? n_u / (1 - n_u) : kInf;
+  Node scan = derived(n, OpKind::Scan, DType::F64, n.shape);
+  HostArray out(DType::F64, x.shape), a(DType::F64, x.shape), b(DType::F64, x.shape);
+  for (int64_t i = 0; i < x.size(); ++i) {
+    double m = std::fabs(x.get_f64(i)), d = dx.get_f64(i);
+    a.set_f64(i, attrs.kind == ReduceKind::Prod ? m + d : d + (gamma > 0 ? gamma * m : 0));
+    b.set_f64(i, m);
+  }
+  HostArray first = evaluate_node(scan, {&a}, symbols);
+  if (attrs.kind != ReduceKind::Prod) {
+    for (int64_t i = 0; i < out.size(); ++i) out.set_f64(i, sane(first.get_f64(i)));
+    return out;
+  }
+  HostArray exact = evaluate_node(scan, {&b}, symbols);
+  for (int64_t i = 0; i < out.size(); ++i) {
+    double e = exact.get_f64(i);
+    out.set_f64(i, sane(first.get_f64(i) - e + (gamma > 0 ? gamma * e : 0)));
   }
   return out;
 }
@@ -347,6 +380,7 @@ HostArray node_error_bound(const Node& n, const std::vector<const HostArray*>& o
     case OpKind::Rand: return HostArray(DType::F64, value.shape);
     case OpKind::Elementwise: return elementwise_bound(n, operands, bounds, value.shape, symbols);
     case OpKind::Reduce: return reduce_bound(n, *operands[0], *bounds[0], value.shape, symbols);
+    case OpKind::Scan: return scan_bound(n, *operands[0], *bounds[0], symbols);
     case OpKind::Matmul: return matmul_bound(n, *operands[0], *operands[1], *bounds[0], *bounds[1], symbols);
     case OpKind::BroadcastTo:
     case OpKind::Reshape:

@@ -57,6 +57,7 @@ static bool attrs_match(const Node& n) {
     case OpKind::Permute: return std::holds_alternative<PermuteAttrs>(n.attrs);
     case OpKind::ExpandDims: return std::holds_alternative<ExpandDimsAttrs>(n.attrs);
     case OpKind::Squeeze: return std::holds_alternative<SqueezeAttrs>(n.attrs);
+    case OpKind::Scan: return std::holds_alternative<ScanAttrs>(n.attrs);
     default: return std::holds_alternative<NoAttrs>(n.attrs);
   }
 }
@@ -117,6 +118,14 @@ static void check_types(const Graph& g, const Node& n, VerifyOptions options, st
       } else {
         expect_dtype(reduce_result_dtype(r.kind, in(0).dtype));
       }
+      break;
+    }
+    case OpKind::Scan: {
+      const ScanAttrs& sc = n.as<ScanAttrs>();
+      if (sc.kind != ReduceKind::Sum && sc.kind != ReduceKind::Prod) out.push_back("scan kind must be sum or prod");
+      if (sc.axis < 0 || sc.axis >= in(0).rank()) out.push_back("scan axis out of range");
+      expect_shape(in(0).shape);
+      expect_dtype(reduce_result_dtype(sc.kind, in(0).dtype));
       break;
     }
     case OpKind::Matmul:

@@ -357,7 +357,30 @@ class Backward {
           case ReduceKind::Custom: throw Error("grad of a user combiner is not supported", loc);
           case ReduceKind::Any:
           case ReduceKind::All: return;
+          // Indices are i64: never on a float path, so never reached; the cotangent is zero.
+          case ReduceKind::ArgMax:
+          case ReduceKind::ArgMin: return;
         }
+        return;
+      }
+      case OpKind::Scan: {
+        // cumsum: x[i] feeds every y[j] with j >= i, so dx is the reverse cumsum of ct, computed
+        // as total - cumsum(ct) + ct (there is no reversing view). cumprod: dx[i] = reverse
+        // cumsum of ct * y, divided by x[i]; where x[i] == 0 that division is not finite (a
+        // documented limitation, as TensorFlow's cumprod gradient has it).
+        const auto& attrs = n.as<ir::ScanAttrs>();
+        const NodeId x = n.inputs[0];
+        const Shape shape = n.shape;
+        NodeId terms = ct;
+        if (attrs.kind == ReduceKind::Prod) terms = ir::add_scalar_op(g_, ScalarOp::Mul, {ct, id}, loc);
+        NodeId total = ir::add_reduce(g_, terms, ReduceKind::Sum, {attrs.axis}, true, loc);
+        NodeId prefix = ir::add_scan(g_, terms, ReduceKind::Sum, attrs.axis, loc);
+        NodeId spread = ir::add_broadcast_to(g_, total, shape, loc);
+        NodeId suffix = zip({spread, prefix, terms}, loc, [&](ScalarBuilder& b, const auto& p) {
+          return b.binary(ScalarOp::Add, b.binary(ScalarOp::Sub, p[0], p[1]), p[2]);
+        });
+        if (attrs.kind == ReduceKind::Prod) suffix = ir::add_scalar_op(g_, ScalarOp::Div, {suffix, x}, loc);
+        accumulate(x, suffix);
         return;
       }
       case OpKind::Matmul: {

@@ -205,6 +205,14 @@ class Partitioner {
       return "is an output of shape " + ir::shape_str(n.shape) + ", outside the kernel's iteration space " +
              ir::shape_str(G.space);
 
+    // Scans: elementwise producers of the scanned space fuse in as a prologue; the scan's own
+    // result is stored (each output element needs the whole prefix before it).
+    if (n.kind == OpKind::Scan) return "a scan's result is stored: its consumers read it from memory";
+    if (G.kind == KernelKind::Scan) {
+      if (!is_elementwise_like(n)) return "only elementwise producers fuse into a scan";
+      if (is_output_[id]) return "a scan kernel writes only its scan";
+    }
+
     if (is_elementwise_like(n)) {
       int cost = node_cost(n);
       if (cost > kCheapCost && is_expanded(id, gs))
@@ -224,6 +232,7 @@ class Partitioner {
       bool row_use = broadcast_back_downstream(id, gs, in);
       bool trailing = trailing_axes(r.axes, static_cast<int>(in.size()));
       if (G.kind == KernelKind::Matmul) return "a reduction does not fuse with a matmul";
+      if (G.kind == KernelKind::Scan) return "a reduction does not fuse into a scan";
       if (row_use && !broadcast_back_aligned(id, gs, in, r.axes))
         return "its result is broadcast back along the reduced axes (each row would need other rows' results)";
       if (G.kind == KernelKind::Elementwise) {
@@ -276,6 +285,8 @@ class Partitioner {
       gs.group = {KernelKind::Reduction, {}, node(n.inputs[0]).shape, n.as<ir::ReduceAttrs>().axes};
     } else if (n.kind == OpKind::Matmul) {
       gs.group = {KernelKind::Matmul, {}, n.shape, {}};
+    } else if (n.kind == OpKind::Scan) {
+      gs.group = {KernelKind::Scan, {}, n.shape, {n.as<ir::ScanAttrs>().axis}};
     } else {
       gs.group = {KernelKind::Elementwise, {}, n.shape, {}};
     }
@@ -317,7 +328,8 @@ class Partitioner {
         for (size_t b = a + 1; b < groups_.size() && !merged; ++b) {
           const FusionGroup &ga = groups_[a].group, &gb = groups_[b].group;
           if (groups_[a].members.empty() || groups_[b].members.empty()) continue;
-          if (ga.kind != gb.kind || ga.kind == KernelKind::Matmul || !(ga.space == gb.space) || ga.axes != gb.axes)
+          if (ga.kind != gb.kind || ga.kind == KernelKind::Matmul || ga.kind == KernelKind::Scan || !(ga.space == gb.space) ||
+              ga.axes != gb.axes)
             continue;
           std::set<NodeId> ra = external_reads(groups_[a]), rb = external_reads(groups_[b]);
           bool shared = std::any_of(ra.begin(), ra.end(), [&](NodeId r) { return rb.count(r) > 0; });
@@ -389,6 +401,7 @@ Partition partition_graph(const ir::Graph& g, const FusionOptions& options) {
 
 static std::string short_label(const Node& n) {
   if (n.kind == OpKind::Reduce) return "reduce." + std::string(ir::reduce_kind_name(n.as<ir::ReduceAttrs>().kind));
+  if (n.kind == OpKind::Scan) return "scan." + std::string(ir::reduce_kind_name(n.as<ir::ScanAttrs>().kind));
   if (n.kind == OpKind::Elementwise) {
     const ir::ScalarFn& body = n.as<ir::ElementwiseAttrs>().body;
     return std::string(ir::scalar_op_name(body.node(body.results[0]).op));
@@ -404,6 +417,10 @@ std::string explain_fusion(const ir::Graph& g, const Partition& p) {
          ir::shape_str(group.space) + "):";
     for (NodeId id : group.nodes) s += " %" + std::to_string(id);
     s += "\n";
+    if (group.kind == KernelKind::Scan)
+      s += "  a scan along axis " + std::to_string(group.axes.at(0)) +
+           ": each row along that axis is folded in order from its first element, rows in parallel; "
+           "its elementwise producers run as the prologue of each step\n";
   }
   if (p.boundaries.empty()) s += "no edge crosses a kernel boundary\n";
   for (const FusionBoundary& b : p.boundaries)

@@ -54,6 +54,7 @@ static ir::CudaSchedule cuda_schedule(const Kernel& k, const ir::Target&) {
     case KernelKind::Copy: break;  // grid-stride, 256 threads, 4 items of 16 bytes per thread
     case KernelKind::Reduction:
     case KernelKind::RowWise: break;  // block per row: 256 threads; two stages: 4 items per thread
+    case KernelKind::Scan: break;     // a thread per row along the scan axis, 256 threads per block
     case KernelKind::Transpose:
       s.block_x = 32;
       s.block_y = 8;
@@ -73,6 +74,7 @@ static ir::CudaSchedule cuda_schedule(const Kernel& k, const ir::Target&) {
 // The CPU loop form: the first of these the kernel's body allows.
 static ir::LoopForm cpu_form(const Kernel& k, const ir::CpuSchedule& s) {
   using ir::LoopForm;
+  if (k.kind == KernelKind::Scan) return LoopForm::ScanRows;
   if (!ir::results_in_row_order(k)) return LoopForm::Interpreted;
   ir::KernelAccess access(k);
   switch (k.kind) {
@@ -86,6 +88,9 @@ static ir::LoopForm cpu_form(const Kernel& k, const ir::CpuSchedule& s) {
       return tiled && numeric && access.epilogue_on_column_vectors() ? LoopForm::BlockedMatmul : LoopForm::MatmulRows;
     }
     case KernelKind::Reduction:
+      // argmax/argmin fold each row in order on one thread (a split would need partials
+      // combined by (value, index)).
+      if (ir::has_arg_reduction(k)) return LoopForm::ReductionRows;
       if (ir::reduces_to_one_element(k)) return LoopForm::SplitReduction;
       if (access.column_reduction()) return LoopForm::ColumnReduction;
       return LoopForm::ReductionRows;
@@ -104,6 +109,7 @@ static ir::LoopForm cpu_form(const Kernel& k, const ir::CpuSchedule& s) {
 // The CUDA loop form.
 static ir::LoopForm cuda_form(const Kernel& k) {
   using ir::LoopForm;
+  if (k.kind == KernelKind::Scan) return LoopForm::ScanRows;
   bool in_row_order = ir::results_in_row_order(k);
   if (in_row_order && k.kind == KernelKind::Matmul)
     for (const ir::GraphOutput& o : k.body.outputs) in_row_order = in_row_order && k.body.node(o.node).shape == k.space;
@@ -112,6 +118,9 @@ static ir::LoopForm cuda_form(const Kernel& k) {
     case KernelKind::Matmul: return LoopForm::SharedTileMatmul;
     case KernelKind::Reduction:
     case KernelKind::RowWise:
+      // argmax/argmin: a block per row (one block for a whole tensor), partials combined by
+      // (value, index).
+      if (ir::has_arg_reduction(k)) return LoopForm::BlockPerRow;
       // User combiners too: TwoStage folds them in order (codegen/cuda/reduction.cpp).
       return ir::reduces_to_one_element(k, /*user_combiners=*/true) ? LoopForm::TwoStage : LoopForm::BlockPerRow;
     case KernelKind::Transpose:

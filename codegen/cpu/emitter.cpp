@@ -68,6 +68,13 @@ void CpuKernelEmitter::emit(mlir::func::FuncOp func) {
     case ir::LoopForm::SplitReduction: loop(begin, end, 1, [&](mlir::Value chunk) { emit_split_chunk(chunk); }); break;
     case ir::LoopForm::BlockedMatmul: emit_matmul_blocked(begin, end); break;
     case ir::LoopForm::MatmulRows: emit_matmul(begin, end); break;
+    case ir::LoopForm::ScanRows: {
+      DType t = k_.body.node(k_.body.outputs.at(0).node).dtype;
+      loop(begin, end, 1, [&](mlir::Value row) {
+        scan_row(row, [&](mlir::Value at, mlir::Value v) { store(output_slot_[0], t, at, v, 1); });
+      });
+      break;
+    }
     default:
       throw ir::Error(fail_text("kernel " + k_.name + " has loop form " + std::string(ir::loop_form_name(k_.schedule.form)) +
                                 ", which is not a CPU form"));

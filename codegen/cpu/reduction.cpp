@@ -85,8 +85,22 @@ void CpuKernelEmitter::emit_reduction_row(mlir::Value row) {
       }
     groups.back().push_back(id);
   }
-  RowStash stash = row_stash(groups.back(), lanes);
+  // argmax/argmin fold apart, in order: their (value, index) pair is no SIMD accumulator.
+  std::vector<std::vector<NodeId>> arg_groups(groups.size());
   for (size_t g = 0; g < groups.size(); ++g) {
+    auto args = std::stable_partition(groups[g].begin(), groups[g].end(), [&](NodeId id) {
+      ir::ReduceKind r = k_.body.node(id).as<ir::ReduceAttrs>().kind;
+      return r != ir::ReduceKind::ArgMax && r != ir::ReduceKind::ArgMin;
+    });
+    arg_groups[g].assign(args, groups[g].end());
+    groups[g].erase(args, groups[g].end());
+  }
+  RowStash stash = groups.back().empty() ? RowStash{} : row_stash(groups.back(), lanes);
+  for (size_t g = 0; g < groups.size(); ++g) {
+    for (NodeId id : arg_groups[g])
+      reduced_[id] = fold_arg(id, i64(0), dim(row_length), i64(1), [&](mlir::Value j) {
+        return general_value(k_.body.node(id).inputs[0], full_index(kept, delinearize(j, reduced_dims())));
+      }).second;
     if (groups[g].empty()) continue;
     bool last = g + 1 == groups.size();
     std::vector<mlir::Value> accs =

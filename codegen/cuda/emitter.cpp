@@ -29,6 +29,7 @@ void CudaKernelEmitter::emit(mlir::gpu::GPUModuleOp module) {
     case ir::LoopForm::TwoStage: emit_two_stage(); break;
     case ir::LoopForm::SharedTileMatmul: emit_matmul(); break;
     case ir::LoopForm::PerElement: emit_per_element(); break;
+    case ir::LoopForm::ScanRows: emit_scan_rows(); break;
     default:
       throw ir::Error(fail_text("kernel " + k_.name + " has loop form " + std::string(ir::loop_form_name(k_.schedule.form)) +
                                 ", which is not a CUDA form"));

@@ -188,6 +188,9 @@ class CudaKernelEmitter : public KernelEmitterBase {
   // warp in shared memory, read by every thread in warp order. Ends with a barrier, so the
   // slots can be reused at once.
   mlir::Value block_reduce(NodeId id, mlir::Value acc, int threads);
+  // The same for argmax/argmin `id`'s (value, index) partials (arg_pick combines them): the
+  // block's index.
+  mlir::Value block_arg_reduce(NodeId id, std::pair<mlir::Value, mlir::Value> acc, int threads);
   mlir::Value linear_thread_id();
   // ---- ordered reductions (user combiners: never reordered; chunked only when they regroup) ----
   // [from, to) cut into `parts` contiguous chunks of ceil(n / parts) (at least 1) elements:
@@ -259,6 +262,10 @@ class CudaKernelEmitter : public KernelEmitterBase {
   // read by another one is folded again for each of its elements). Slow, but it takes any
   // view after a reduction or matmul; the kernels the passes make rarely need it.
   void emit_per_element();
+  // ---- ScanRows (codegen/cuda/scan.cpp) ----
+  // A thread per row along the scan axis (grid-stride over the rows), each folding its row in
+  // order: no block scan yet, so a long 1-D scan runs on one thread.
+  void emit_scan_rows();
   // Reduce node `id` at index `idx` of its shape, folded by this thread.
   mlir::Value reduce_here(NodeId id, const std::vector<mlir::Value>& idx);
   // Matmul node `id` at index `idx` of its shape, one dot product in k order, in f64 or i64.

@@ -81,6 +81,27 @@ mlir::Value CudaKernelEmitter::block_reduce(NodeId id, mlir::Value acc, int thre
   return total;
 }
 
+mlir::Value CudaKernelEmitter::block_arg_reduce(NodeId id, std::pair<mlir::Value, mlir::Value> acc, int threads) {
+  for (int mask = kWarp / 2; mask >= 1; mask /= 2)
+    acc = arg_pick(id, acc, {shuffle_xor(acc.first, mask), shuffle_xor(acc.second, mask)});
+  int warps = std::max(1, threads / kWarp);
+  if (warps == 1) return acc.second;
+  DType in = k_.body.node(k_.body.node(id).inputs[0]).dtype;
+  DType t = ir::is_float(in) ? in : DType::I64;  // fold_arg's value type
+  mlir::Value values = shared_array("arg_values", i64_type(), kWarp), indices = shared_array("arg_indices", i64_type(), kWarp);
+  mlir::Value tid = linear_thread_id();
+  if_then(eq(rem(tid, i64(kWarp)), i64(0)), [&] {
+    shared_store(values, i64_type(), div(tid, i64(kWarp)), to_slot(t, acc.first));
+    shared_store(indices, i64_type(), div(tid, i64(kWarp)), acc.second);
+  });
+  barrier();
+  std::pair<mlir::Value, mlir::Value> total = {from_slot(t, shared_load(values, i64_type(), i64(0))), shared_load(indices, i64_type(), i64(0))};
+  for (int w = 1; w < warps; ++w)
+    total = arg_pick(id, total, {from_slot(t, shared_load(values, i64_type(), i64(w))), shared_load(indices, i64_type(), i64(w))});
+  barrier();
+  return total.second;
+}
+
 mlir::Value CudaKernelEmitter::linear_thread_id() {
   using mlir::gpu::Dimension;
   return add(mul(thread_id(Dimension::y), block_dim(Dimension::x)), thread_id(Dimension::x));
@@ -193,6 +214,7 @@ void CudaKernelEmitter::emit_block_per_row() {
   mlir::Value length = dim(ir::num_elements(reduced_dims()));
   bool built_in = true;
   for (NodeId id : reduce_nodes()) built_in = built_in && k_.body.node(id).as<ir::ReduceAttrs>().kind != ir::ReduceKind::Custom;
+  built_in = built_in && !ir::has_arg_reduction(k_);  // (value, index) pairs: row_by_loops
   int per_thread = elements_per_thread();
   loop(block_id(Dimension::x), dim(ir::num_elements(kept_shape)), grid_dim(Dimension::x), [&](mlir::Value row) {
     std::vector<mlir::Value> kept = delinearize(row, kept_shape);
@@ -218,6 +240,14 @@ void CudaKernelEmitter::row_by_loops(const std::vector<mlir::Value>& kept, mlir:
   for (NodeId id : reduce_nodes()) {
     if (k_.body.node(id).as<ir::ReduceAttrs>().kind == ir::ReduceKind::Custom) {
       reduced_[id] = finish(id, ordered_row_reduce(id, kept, row, row_length, threads), row_length);
+      continue;
+    }
+    ir::ReduceKind kind = k_.body.node(id).as<ir::ReduceAttrs>().kind;
+    if (kind == ir::ReduceKind::ArgMax || kind == ir::ReduceKind::ArgMin) {
+      auto partial = fold_arg(id, tid, length, step, [&](mlir::Value j) {
+        return general_value(k_.body.node(id).inputs[0], element_index(kept, row, j));
+      });
+      reduced_[id] = block_arg_reduce(id, partial, threads);
       continue;
     }
     auto fold = b_.create<mlir::scf::ForOp>(loc_, tid, length, step, mlir::ValueRange{accumulator_identity(id)});
@@ -442,12 +472,9 @@ mlir::Value CudaKernelEmitter::reduce_here(NodeId id, const std::vector<mlir::Va
   ir::Shape reduced_shape;
   for (int a : r.axes) reduced_shape.push_back(in_shape[static_cast<size_t>(a)]);
   ir::Dim length = ir::num_elements(reduced_shape);
-  auto fold = b_.create<mlir::scf::ForOp>(loc_, i64(0), dim(length), i64(1), mlir::ValueRange{accumulator_identity(id)});
-  {
-    mlir::OpBuilder::InsertionGuard guard(b_);
-    b_.setInsertionPointToStart(fold.getBody());
-    clear_caches();
-    std::vector<mlir::Value> reduced = delinearize(fold.getInductionVar(), reduced_shape), in_idx;
+  // The input's index for position j of the reduced axes (row-major) at this output index.
+  auto input_index = [&](mlir::Value j) {
+    std::vector<mlir::Value> reduced = delinearize(j, reduced_shape), in_idx;
     size_t next_kept = 0, next_reduced = 0;
     for (size_t d = 0; d < in_shape.size(); ++d) {
       bool is_reduced = std::find(r.axes.begin(), r.axes.end(), static_cast<int>(d)) != r.axes.end();
@@ -458,7 +485,17 @@ mlir::Value CudaKernelEmitter::reduce_here(NodeId id, const std::vector<mlir::Va
         in_idx.push_back(idx[next_kept++]);
       }
     }
-    mlir::Value x = to_accumulator(id, general_value(n.inputs[0], in_idx));
+    return in_idx;
+  };
+  if (r.kind == ir::ReduceKind::ArgMax || r.kind == ir::ReduceKind::ArgMin)
+    return fold_arg(id, i64(0), dim(length), i64(1), [&](mlir::Value j) { return general_value(n.inputs[0], input_index(j)); })
+        .second;
+  auto fold = b_.create<mlir::scf::ForOp>(loc_, i64(0), dim(length), i64(1), mlir::ValueRange{accumulator_identity(id)});
+  {
+    mlir::OpBuilder::InsertionGuard guard(b_);
+    b_.setInsertionPointToStart(fold.getBody());
+    clear_caches();
+    mlir::Value x = to_accumulator(id, general_value(n.inputs[0], input_index(fold.getInductionVar())));
     b_.create<mlir::scf::YieldOp>(loc_, combine(id, fold.getRegionIterArgs()[0], x));
     clear_caches();
   }

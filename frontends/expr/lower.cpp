@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <functional>
 #include <limits>
+#include <optional>
 #include <map>
 #include <set>
 
@@ -62,10 +63,11 @@ Global global(GlobalKind kind, Value value = {}) {
 
 enum class BuiltinKind {
   // scalar: allowed in fn bodies
-  Constant, Unary, Binary, Where, Cast,
+  Constant, Unary, Binary, Where, Clip, Cast,
   // tensor only
   Reduce, CustomReduce, Matmul, Transpose, Reshape, BroadcastTo, ExpandDims, Squeeze, Arange, Rand,
   Grad,
+  Scan,
 };
 
 struct Builtin {
@@ -96,11 +98,12 @@ const std::vector<Builtin>& builtins() {
       else t.push_back({info.name, K::Binary, {"a", "b"}, 2, op});
     }
     t.push_back({"where", K::Where, {"cond", "a", "b"}, 3});
+    t.push_back({"clip", K::Clip, {"x", "lo", "hi"}, 3});
     for (DType d : ir::kAllDTypes) t.push_back({ir::dtype_name(d), K::Cast, {"x"}, 1, {}, d});
     const std::pair<std::string_view, ir::ReduceKind> reductions[] = {
         {"sum", ir::ReduceKind::Sum}, {"prod", ir::ReduceKind::Prod}, {"max", ir::ReduceKind::Max},
         {"min", ir::ReduceKind::Min}, {"mean", ir::ReduceKind::Mean}, {"any", ir::ReduceKind::Any},
-        {"all", ir::ReduceKind::All}};
+        {"all", ir::ReduceKind::All}, {"argmax", ir::ReduceKind::ArgMax}, {"argmin", ir::ReduceKind::ArgMin}};
     for (auto [name, kind] : reductions)
       t.push_back({name, K::Reduce, {"x", "axis", "keepdims"}, 1, {}, {}, kind});
     t.push_back({"reduce", K::CustomReduce, {"fn", "x", "init", "axis", "keepdims"}, 3});
@@ -113,6 +116,8 @@ const std::vector<Builtin>& builtins() {
     t.push_back({"arange", K::Arange, {"n"}, 1});
     t.push_back({"rand", K::Rand, {"shape", "seed"}, 1});
     t.push_back({"grad", K::Grad, {"y", "x", "cotangent"}, 2});
+    t.push_back({"cumsum", K::Scan, {"x", "axis"}, 1, {}, {}, ir::ReduceKind::Sum});
+    t.push_back({"cumprod", K::Scan, {"x", "axis"}, 1, {}, {}, ir::ReduceKind::Prod});
     return t;
   }();
   return table;
@@ -589,6 +594,8 @@ class Lowerer {
       case BuiltinKind::Unary: return b.unary(f.op, args[0]);
       case BuiltinKind::Binary: return b.binary(f.op, args[0], args[1]);
       case BuiltinKind::Where: return b.select(args[0], args[1], args[2]);
+      case BuiltinKind::Clip:  // np.clip: NaN propagates through maximum and minimum
+        return b.binary(ScalarOp::Minimum, b.binary(ScalarOp::Maximum, args[0], args[1]), args[2]);
       default: return b.cast(args[0], f.dtype);
     }
   }
@@ -810,6 +817,15 @@ class Lowerer {
       case BuiltinKind::ExpandDims: {
         int64_t axis = static_int(*a[1], "'axis'");
         return make_node(e.pos, [&] { return ir::add_expand_dims(graph_, x, axis, l); });
+      }
+      case BuiltinKind::Scan: {
+        // Without an axis, NumPy scans the flattened tensor.
+        std::optional<int64_t> axis;
+        if (a[1]) axis = static_int(*a[1], "'axis'");
+        return make_node(e.pos, [&] {
+          NodeId in = axis ? x : ir::add_reshape(graph_, x, {ir::num_elements(graph_.node(x).shape)}, l);
+          return ir::add_scan(graph_, in, f->reduce, axis.value_or(0), l);
+        });
       }
       default: {
         std::vector<int64_t> axes = static_ints(*a[1], "'axis'");
