@@ -146,6 +146,7 @@ int view_operand_axis(const Graph& body, const Node& n, int axis) {
       return -1;
     }
     case OpKind::Reshape: return static_cast<int>(from.size()) - 1;
+    case OpKind::Slice: return axis;  // np-views: each axis maps to itself
     default: return -1;
   }
 }
@@ -183,6 +184,13 @@ InnerAccess KernelAccess::inner_uncached(NodeId id, int axis) const {
         return inner(n.inputs[0], static_cast<int>(from.size()) - 1);
       return InnerAccess::Unsupported;
     case OpKind::Matmul: return axis + 1 == static_cast<int>(n.shape.size()) ? InnerAccess::Unit : InnerAccess::Unsupported;
+    case OpKind::Slice: {
+      // np-views: a step of 1 keeps unit stride (offset by the start); other steps are strides.
+      InnerAccess operand = inner(n.inputs[0], axis);
+      if (operand == InnerAccess::Constant || n.as<SliceAttrs>().steps[axis] == 1) return operand;
+      return std::max(operand, InnerAccess::Strided);
+    }
+    // np-views: Pad and Concatenate branch per element (Unsupported: element by element).
     default: return InnerAccess::Unsupported;
   }
 }
