@@ -198,8 +198,13 @@ struct Index {
 };
 /// Python's start:stop:step (step != 0).
 ir::IndexItem slice(Bound start = {}, Bound stop = {}, int64_t step = 1);
-inline const ir::IndexItem new_axis{ir::IndexItem::Kind::NewAxis};
-inline const ir::IndexItem ellipsis{ir::IndexItem::Kind::Ellipsis};
+inline ir::IndexItem index_item(ir::IndexItem::Kind kind) {
+  ir::IndexItem item;
+  item.kind = kind;
+  return item;
+}
+inline const ir::IndexItem new_axis = index_item(ir::IndexItem::Kind::NewAxis);
+inline const ir::IndexItem ellipsis = index_item(ir::IndexItem::Kind::Ellipsis);
 /// x[items] with NumPy's basic indexing: index(x, {slice(1, -1)}) is x[1:-1],
 /// index(x, {ellipsis, 0}) is x[..., 0], index(x, {new_axis, slice()}) is x[None, :].
 Tensor index(TensorArg x, const std::vector<Index>& items);

@@ -498,7 +498,8 @@ class Parser {
       parts.push_back(expression());
       which |= 4;
     }
-    ExprPtr slice = make(ExprKind::Slice, which & 1 ? parts[0]->pos : colon, std::move(parts));
+    Pos pos = which & 1 ? parts[0]->pos : colon;
+    ExprPtr slice = make(ExprKind::Slice, pos, std::move(parts));
     slice->int_value = which;
     return slice;
   }
