@@ -560,7 +560,7 @@ NodeId add_pad(Graph& g, NodeId x, std::vector<Dim> before, std::vector<Dim> aft
     bool padded = !(before[k] == Dim(0) && after[k] == Dim(0));
     if (mode != PadMode::Constant && padded) {
       std::string what = "pad: mode \"" + std::string(pad_mode_name(mode)) + "\" cannot extend axis " +
-                         std::to_string(k) + " of size " + in.shape[k].str() + " (it is empty)";
+                         std::to_string(k) + ": it is empty (size " + in.shape[k].str() + ")";
       if (auto known = in.shape[k].constant()) {
         if (*known == 0) throw Error(what + " (shape " + shape_str(in.shape) + ")", loc);
       } else {

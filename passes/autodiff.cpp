@@ -444,7 +444,7 @@ class Backward {
   // negative step reverses first; then zeros before and after.
   NodeId slice_vjp(const Node& n, NodeId ct, const SourceLoc& loc) {
     const ir::SliceAttrs& a = n.as<ir::SliceAttrs>();
-    const Shape& in = g_.node(n.inputs[0]).shape;
+    const Shape in = g_.node(n.inputs[0]).shape;  // a copy: adding nodes may move the vector
     NodeId r = ct;
     for (int axis = 0; axis < static_cast<int>(in.size()); ++axis) {
       ir::Dim count = n.shape[axis], size = in[axis];
@@ -482,7 +482,7 @@ class Backward {
   // each padded element to the element it mirrors (a 0/1 matrix, for known sizes).
   NodeId pad_vjp(const Node& n, NodeId ct, const SourceLoc& loc) {
     const ir::PadAttrs& a = n.as<ir::PadAttrs>();
-    const Shape& in = g_.node(n.inputs[0]).shape;
+    const Shape in = g_.node(n.inputs[0]).shape;  // a copy: adding nodes may move the vector
     NodeId r = ct;
     for (int axis = 0; axis < static_cast<int>(in.size()); ++axis) {
       const ir::Dim &before = a.before[axis], &after = a.after[axis], &size = in[axis];
