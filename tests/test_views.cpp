@@ -16,7 +16,9 @@
 #include "ir/printer.h"
 #include "passes/autodiff.h"
 #include "passes/pipeline.h"
+#include "runtime/bundle.h"
 #include "runtime/cuda_driver.h"
+#include "runtime/cuda_executable.h"
 #include "tests/ptxas.h"
 #include "tests/random_graph.h"
 
@@ -266,4 +268,35 @@ TEST_CASE("grad of slices, concatenate, stack and pad matches finite differences
   check_grad("input x: f64[3, 4]\noutput y = pad(x, [[1, 2], [3, 0]], mode=\"reflect\") * pad(x, [[2, 1], [2, 1]], mode=\"edge\")\n",
              {3, 4});
   check_grad("input x: f64[N, M]\noutput y = x[None, 1:, ::-2] * 2\n", {3, 5});
+}
+
+TEST_CASE("a CUDA bundle keeps the run-time index checks", "[views][cuda][bundle]") {
+  ir::Graph g = expr_graph("input x: f32[N]\noutput y = x[-4] * x\n");
+  passes::PipelineOptions options;
+  options.target = ir::Target::cuda(0, 80);
+  ir::Program program = passes::run_pipeline(g, options).program;
+  codegen::CudaModule m = codegen::compile_cuda(program);
+  runtime::CudaProgram p = runtime::make_cuda_program(program, m.plan, m.ptx);
+  REQUIRE(p.size_checks.size() == 1);
+  std::string dir = std::string(FUSE_BINARY_DIR) + "/test_views_bundle";
+  runtime::write_bundle(dir, p);
+  runtime::CudaProgram back = runtime::read_bundle(dir);
+  CHECK(back.size_checks == p.size_checks);
+  CHECK_THROWS_WITH(runtime::bind_cuda_inputs(back, {{"x", {DType::F32, {3}}}}),
+                    Contains("views.expr:2:") && Contains("index -4 is out of range for axis 0 of size N (N = 3)"));
+  CHECK_NOTHROW(runtime::bind_cuda_inputs(back, {{"x", {DType::F32, {4}}}}));
+}
+
+TEST_CASE("a slice of a slice folds into one slice", "[views][simplify]") {
+  ir::Graph g = expr_graph("input x: f32[N]\noutput y = x[::-1][1:][::2] * 2\n");
+  passes::PipelineResult r = passes::run_pipeline(g);
+  REQUIRE(r.program.kernels.size() == 1);
+  int slices = 0;
+  for (const ir::Node& n : r.program.kernels[0].body.nodes) slices += n.kind == ir::OpKind::Slice;
+  CHECK(slices == 1);
+  runtime::Executable exe = compile(g);
+  for (int64_t n : {1, 2, 7, 1023}) {
+    ir::TensorMap inputs = testing::random_inputs(g, {{"N", n}}, 9);
+    CHECK(testing::compare_outputs(ir::interpret_with_bounds(g, inputs), exe.run(inputs)) == "");
+  }
 }
