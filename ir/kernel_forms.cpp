@@ -196,7 +196,7 @@ InnerAccess KernelAccess::inner_uncached(NodeId id, int axis) const {
 }
 
 InnerAccess KernelAccess::kernel_inner() const {
-  if (k_.space.size() < 2) return InnerAccess::Unsupported;
+  if (k_.space.empty()) return InnerAccess::Unsupported;  // np-views: a 1-D space is one row (x[1:] + x[:-1])
   InnerAccess worst = InnerAccess::Constant;
   for (const GraphOutput& o : k_.body.outputs) {
     if (!(k_.body.node(o.node).shape == k_.space)) return InnerAccess::Unsupported;
