@@ -131,7 +131,7 @@ std::string_view pad_mode_name(PadMode m);
 ///   Constant: `value` (in the node's dtype) when any axis is outside;
 ///   Edge:     the index clamped to [0, n - 1] (the edge element repeats);
 ///   Reflect:  mirrored about the edges without repeating them, repeatedly when the padding is
-///             wider than n - 1 (NumPy's "reflect": [1 2 3] padded by 4 before is 3 2 1 2 | 1 2 3).
+///             wider than n - 1 (NumPy's "reflect": [1 2 3] padded by 4 before is 1 2 3 2 | 1 2 3).
 ///             n == 1 repeats the element (as NumPy).
 /// Edge and reflect of an empty axis with non-zero padding is an error (NumPy's too): at compile
 /// time for a known size, else by a run-time `check`.
