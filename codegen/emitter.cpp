@@ -171,7 +171,10 @@ mlir::Value KernelEmitterBase::general_value(NodeId id, const std::vector<mlir::
     case OpKind::Permute:
     case OpKind::ExpandDims:
     case OpKind::Squeeze:
+    case OpKind::Slice:  // np-views
     case OpKind::Reshape: v = general_value(n.inputs[0], operand_index(n, idx)); break;
+    case OpKind::Pad: v = pad_value(n, idx); break;  // np-views
+    case OpKind::Concatenate: v = concatenate_value(n, idx, 0, ir::Dim(0)); break;  // np-views
     case OpKind::Reduce:
     case OpKind::Matmul: v = result_at(id, idx); break;
     case OpKind::Arange: v = idx[0]; break;
@@ -184,9 +187,86 @@ mlir::Value KernelEmitterBase::general_value(NodeId id, const std::vector<mlir::
 
 std::vector<mlir::Value> KernelEmitterBase::operand_index(const Node& n, const std::vector<mlir::Value>& idx) {
   const ir::Shape& from = k_.body.node(n.inputs[0]).shape;
+  if (n.kind == OpKind::Slice) {  // np-views: in = start + step * out, per axis
+    const ir::SliceAttrs& a = n.as<ir::SliceAttrs>();
+    std::vector<mlir::Value> in_idx;
+    for (size_t d = 0; d < idx.size(); ++d)
+      in_idx.push_back(a.steps[d] == 1 ? add(dim(a.starts[d]), idx[d]) : add(dim(a.starts[d]), mul(idx[d], i64(a.steps[d]))));
+    return in_idx;
+  }
   return scalar_.view_operand_index(n, from, idx, [&](const std::vector<mlir::Value>& i) {
     return delinearize(linearize(i, n.shape), from);
   });
+}
+
+// ---- np-views
+
+mlir::Value KernelEmitterBase::if_else(mlir::Value condition, mlir::Type type, const std::function<mlir::Value()>& then_value,
+                                       const std::function<mlir::Value()>& else_value) {
+  auto branch = b_.create<mlir::scf::IfOp>(loc_, mlir::TypeRange{type}, condition, /*withElseRegion=*/true);
+  mlir::OpBuilder::InsertionGuard guard(b_);
+  {
+    CacheScope scope(*this);
+    b_.setInsertionPointToStart(&branch.getThenRegion().front());
+    b_.create<mlir::scf::YieldOp>(loc_, then_value());
+  }
+  {
+    CacheScope scope(*this);
+    b_.setInsertionPointToStart(&branch.getElseRegion().front());
+    b_.create<mlir::scf::YieldOp>(loc_, else_value());
+  }
+  return branch.getResult(0);
+}
+
+mlir::Value KernelEmitterBase::pad_value(const Node& n, const std::vector<mlir::Value>& idx) {
+  const ir::PadAttrs& a = n.as<ir::PadAttrs>();
+  const Node& in = k_.body.node(n.inputs[0]);
+  std::vector<mlir::Value> in_idx;
+  mlir::Value inside;
+  for (size_t d = 0; d < idx.size(); ++d) {
+    mlir::Value j = sub(idx[d], dim(a.before[d]));
+    mlir::Value size = dim(in.shape[d]);
+    if (a.before[d] == ir::Dim(0) && a.after[d] == ir::Dim(0)) {
+      in_idx.push_back(j);
+      continue;
+    }
+    switch (a.mode) {
+      case ir::PadMode::Constant: {
+        mlir::Value here = b_.create<mlir::arith::AndIOp>(loc_, cmpi(mlir::arith::CmpIPredicate::sge, j, i64(0)),
+                                                          cmpi(mlir::arith::CmpIPredicate::slt, j, size));
+        inside = inside ? b_.create<mlir::arith::AndIOp>(loc_, inside, here).getResult() : here;
+        in_idx.push_back(j);
+        break;
+      }
+      case ir::PadMode::Edge: in_idx.push_back(min_i64(max_i64(j, i64(0)), sub(size, i64(1)))); break;
+      case ir::PadMode::Reflect: {
+        // Mirror without repeating the edges: period 2(n - 1) (1 when n is 1: every index is 0).
+        mlir::Value period = max_i64(mul(sub(size, i64(1)), i64(2)), i64(1));
+        mlir::Value m = rem(add(rem(j, period), period), period);
+        in_idx.push_back(select(cmpi(mlir::arith::CmpIPredicate::slt, m, size), m, sub(period, m)));
+        break;
+      }
+    }
+  }
+  if (!inside) return general_value(n.inputs[0], in_idx);
+  return if_else(
+      inside, scalar_type(n.dtype), [&] { return general_value(n.inputs[0], in_idx); },
+      [&] { return constant(n.dtype, a.value.f, a.value.i, 1); });
+}
+
+mlir::Value KernelEmitterBase::concatenate_value(const Node& n, const std::vector<mlir::Value>& idx, size_t first,
+                                                 const ir::Dim& offset) {
+  int axis = n.as<ir::ConcatenateAttrs>().axis;
+  auto operand_at = [&](size_t k, const ir::Dim& at) {
+    std::vector<mlir::Value> in_idx = idx;
+    if (!(at == ir::Dim(0))) in_idx[axis] = sub(idx[axis], dim(at));
+    return general_value(n.inputs[k], in_idx);
+  };
+  if (first + 1 == n.inputs.size()) return operand_at(first, offset);
+  ir::Dim end = offset + k_.body.node(n.inputs[first]).shape[axis];
+  return if_else(
+      cmpi(mlir::arith::CmpIPredicate::slt, idx[axis], dim(end)), scalar_type(n.dtype), [&] { return operand_at(first, offset); },
+      [&] { return concatenate_value(n, idx, first + 1, end); });
 }
 
 KernelEmitterBase::CacheScope::CacheScope(KernelEmitterBase& e)

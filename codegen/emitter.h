@@ -106,6 +106,16 @@ class KernelEmitterBase {
   mlir::Value general_value(NodeId id, const std::vector<mlir::Value>& idx);
   /// A view's operand index for its own index `idx`.
   std::vector<mlir::Value> operand_index(const Node& n, const std::vector<mlir::Value>& idx);
+  // ---- np-views: index maps with more than one case ----
+  /// np.pad at `idx`: the operand at the mapped index (edge: clamped; reflect: mirrored), or
+  /// for mode constant the value outside (branching, so nothing out of bounds is read).
+  mlir::Value pad_value(const Node& n, const std::vector<mlir::Value>& idx);
+  /// np.concatenate at `idx`: the operand whose range along the axis holds idx[axis], from
+  /// `first` on (a chain of branches).
+  mlir::Value concatenate_value(const Node& n, const std::vector<mlir::Value>& idx, size_t first, const ir::Dim& offset);
+  /// then_value() if `condition` else else_value(), each in its own region (own caches).
+  mlir::Value if_else(mlir::Value condition, mlir::Type type, const std::function<mlir::Value()>& then_value,
+                      const std::function<mlir::Value()>& else_value);
 
   // ---- reductions ----
   // An accumulator has the interpreter's accumulation type: floats (and every mean) in f64

@@ -211,6 +211,63 @@ Tensor expand_dims(TensorArg x, int64_t axis) {
   return {&g, ir::add_expand_dims(g.ir(), x.tensor.id(), axis, x.loc)};
 }
 
+// ---- np-views
+
+ir::IndexItem slice(Bound start, Bound stop, int64_t step) {
+  ir::IndexItem item;
+  item.kind = ir::IndexItem::Kind::Slice;
+  item.start_int = start.integer;
+  item.start = start.dim;
+  item.stop_int = stop.integer;
+  item.stop = stop.dim;
+  item.step = step;
+  return item;
+}
+
+Tensor index(TensorArg x, const std::vector<Index>& items) {
+  Graph& g = graph_of(x.tensor, "index", x.loc);
+  std::vector<ir::IndexItem> list;
+  for (const Index& i : items) list.push_back(i.item);
+  return {&g, ir::add_index(g.ir(), x.tensor.id(), list, x.loc)};
+}
+
+static std::vector<ir::NodeId> ids_of(const std::vector<Tensor>& xs, const std::string& op, const ir::SourceLoc& loc,
+                                      Graph*& graph) {
+  if (xs.empty()) throw Error(op + ": needs at least one array", loc);
+  std::vector<ir::NodeId> ids;
+  for (const Tensor& t : xs) {
+    Graph& g = graph_of(t, op, loc);
+    if (graph && graph != &g) throw Error(op + ": operands belong to different graphs", loc);
+    graph = &g;
+    ids.push_back(t.id());
+  }
+  return ids;
+}
+
+Tensor concatenate(const std::vector<Tensor>& xs, int64_t axis, std::source_location where) {
+  ir::SourceLoc loc = Operand::to_loc(where);
+  Graph* g = nullptr;
+  std::vector<ir::NodeId> ids = ids_of(xs, "concatenate", loc, g);
+  return {g, ir::add_concatenate(g->ir(), ids, axis, loc)};
+}
+
+Tensor stack(const std::vector<Tensor>& xs, int64_t axis, std::source_location where) {
+  ir::SourceLoc loc = Operand::to_loc(where);
+  Graph* g = nullptr;
+  std::vector<ir::NodeId> ids = ids_of(xs, "stack", loc, g);
+  return {g, ir::add_stack(g->ir(), ids, axis, loc)};
+}
+
+Tensor pad(TensorArg x, const std::vector<std::pair<Dim, Dim>>& widths, ir::PadMode mode, double value) {
+  Graph& g = graph_of(x.tensor, "pad", x.loc);
+  std::vector<Dim> before, after;
+  for (const auto& [b, a] : widths) {
+    before.push_back(b);
+    after.push_back(a);
+  }
+  return {&g, ir::add_pad(g.ir(), x.tensor.id(), before, after, mode, value, x.loc)};
+}
+
 Tensor squeeze(TensorArg x, Axes axes) {
   Graph& g = graph_of(x.tensor, "squeeze", x.loc);
   return {&g, ir::add_squeeze(g.ir(), x.tensor.id(), axes.list, x.loc)};

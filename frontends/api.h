@@ -189,6 +189,44 @@ Tensor cumsum(TensorArg x, std::optional<int64_t> axis = std::nullopt);
 Tensor cumprod(TensorArg x, std::optional<int64_t> axis = std::nullopt);
 /// np.clip: minimum(maximum(x, lo), hi), broadcasting; a NaN operand gives NaN; lo > hi gives hi.
 Tensor clip(Operand x, Operand lo, Operand hi);
+// ---- np-views: basic indexing, concatenate, stack, pad (index maps: they fuse into readers) ----
+
+/// A slice bound: an integer (negative counts from the end), a non-negative Dim (`floor_div(n,
+/// 2)`), or none (omitted).
+struct Bound {
+  std::optional<int64_t> integer;
+  std::optional<Dim> dim;
+  Bound() = default;
+  Bound(int v) : integer(v) {}      // NOLINT
+  Bound(int64_t v) : integer(v) {}  // NOLINT
+  Bound(Dim d) : dim(std::move(d)) {}  // NOLINT
+};
+/// One item of an index: an integer, slice(a, b, s), new_axis (None) or ellipsis (`...`).
+struct Index {
+  ir::IndexItem item;
+  Index(int v) { item.kind = ir::IndexItem::Kind::Integer; item.index = v; }      // NOLINT
+  Index(int64_t v) { item.kind = ir::IndexItem::Kind::Integer; item.index = v; }  // NOLINT
+  Index(ir::IndexItem i) : item(std::move(i)) {}                                  // NOLINT
+};
+/// Python's start:stop:step (step != 0).
+ir::IndexItem slice(Bound start = {}, Bound stop = {}, int64_t step = 1);
+inline ir::IndexItem index_item(ir::IndexItem::Kind kind) {
+  ir::IndexItem item;
+  item.kind = kind;
+  return item;
+}
+inline const ir::IndexItem new_axis = index_item(ir::IndexItem::Kind::NewAxis);
+inline const ir::IndexItem ellipsis = index_item(ir::IndexItem::Kind::Ellipsis);
+/// x[items] with NumPy's basic indexing: index(x, {slice(1, -1)}) is x[1:-1],
+/// index(x, {ellipsis, 0}) is x[..., 0], index(x, {new_axis, slice()}) is x[None, :].
+Tensor index(TensorArg x, const std::vector<Index>& items);
+Tensor concatenate(const std::vector<Tensor>& xs, int64_t axis = 0,
+                   std::source_location where = std::source_location::current());
+Tensor stack(const std::vector<Tensor>& xs, int64_t axis = 0,
+             std::source_location where = std::source_location::current());
+/// np.pad with one (before, after) pair per axis; `value` for PadMode::Constant.
+Tensor pad(TensorArg x, const std::vector<std::pair<Dim, Dim>>& widths, ir::PadMode mode = ir::PadMode::Constant,
+           double value = 0);
 
 // ---- Reverse-mode autodiff (passes/autodiff.h: the rules per op, the conventions at kinks) ----
 

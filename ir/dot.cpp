@@ -2,6 +2,8 @@
 
 #include <sstream>
 
+#include "ir/printer.h"
+
 namespace fuse::ir {
 
 namespace {
@@ -63,6 +65,10 @@ std::vector<std::string> op_lines(const Node& n) {
     }
     case OpKind::Arange:
     case OpKind::Matmul: return {kind};
+    // ---- np-views
+    case OpKind::Slice: return {kind + " " + slice_str(n.as<SliceAttrs>())};
+    case OpKind::Pad: return {kind + " " + pad_str(n.as<PadAttrs>(), n.dtype)};
+    case OpKind::Concatenate: return {kind + " axis=" + std::to_string(n.as<ConcatenateAttrs>().axis)};
   }
   return {kind};
 }

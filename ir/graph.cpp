@@ -20,13 +20,25 @@ std::string_view op_kind_name(OpKind k) {
     case OpKind::ExpandDims: return "expand_dims";
     case OpKind::Squeeze: return "squeeze";
     case OpKind::Scan: return "scan";
+    case OpKind::Slice: return "slice";
+    case OpKind::Pad: return "pad";
+    case OpKind::Concatenate: return "concatenate";
+  }
+  return "?";
+}
+
+std::string_view pad_mode_name(PadMode m) {
+  switch (m) {
+    case PadMode::Constant: return "constant";
+    case PadMode::Edge: return "edge";
+    case PadMode::Reflect: return "reflect";
   }
   return "?";
 }
 
 bool is_view(OpKind k) {
   return k == OpKind::BroadcastTo || k == OpKind::Reshape || k == OpKind::Permute ||
-         k == OpKind::ExpandDims || k == OpKind::Squeeze;
+         k == OpKind::ExpandDims || k == OpKind::Squeeze || k == OpKind::Slice;
 }
 
 std::string_view reduce_kind_name(ReduceKind k) {
@@ -416,6 +428,238 @@ std::vector<bool> computed_from(const Graph& g, NodeId source) {
         break;
       }
   return from;
+}
+
+// ---------------------------------------------------------------- np-views
+
+NodeId add_slice(Graph& g, NodeId x, std::vector<Dim> starts, std::vector<int64_t> steps, Shape shape,
+                 std::vector<SizeCheck> checks, SourceLoc loc) {
+  const Node& in = checked(g, x, "slice", loc);
+  if (static_cast<int>(starts.size()) != in.rank() || static_cast<int>(steps.size()) != in.rank() ||
+      static_cast<int>(shape.size()) != in.rank())
+    throw Error("slice: starts, steps and shape need one entry per axis of " + shape_str(in.shape), loc);
+  for (int64_t s : steps)
+    if (s == 0) throw Error("slice: a step must not be zero", loc);
+  check_dims_non_negative(shape, "slice", loc);
+  SliceAttrs attrs{std::move(starts), std::move(steps), std::move(checks)};
+  return add_node(g, OpKind::Slice, in.dtype, std::move(shape), {x}, std::move(attrs), std::move(loc));
+}
+
+namespace {
+
+// Whether `d` is non-negative for every binding (sizes are): positive coefficients over symbols,
+// floor divisions, mins and maxes of such. Then max(d, 0) is just d (x[::-1] of N has N elements).
+bool known_non_negative(const Dim& d) {
+  for (const DimTerm& t : d.terms) {
+    if (t.coef < 0) return false;
+    for (const DimAtom& a : t.atoms)
+      for (const Dim& arg : a.args)
+        if (!known_non_negative(arg)) return false;
+  }
+  return true;
+}
+
+// Whether d <= n for every binding, from the form alone: n - d non-negative, floor(a / c) with
+// a <= n, or a min with such an argument (x[:N // 2] of N has N // 2 elements, not min(N // 2, N)).
+bool known_at_most(const Dim& d, const Dim& n) {
+  if (known_non_negative(n - d)) return true;
+  if (d.terms.size() != 1 || d.terms[0].coef != 1 || d.terms[0].atoms.size() != 1) return false;
+  const DimAtom& a = d.terms[0].atoms[0];
+  if (a.kind == DimAtom::Kind::FloorDiv) return known_non_negative(a.args[0]) && known_at_most(a.args[0], n);
+  if (a.kind == DimAtom::Kind::Min)
+    for (const Dim& arg : a.args)
+      if (known_at_most(arg, n)) return true;
+  return false;
+}
+
+Dim non_negative(const Dim& d) { return known_non_negative(d) ? d : dim_max(d, Dim(0)); }
+
+// One Python slice of an axis of size n as (start, count): see the derivation in add_index.
+std::pair<Dim, Dim> slice_axis(const IndexItem& item, const Dim& n) {
+  int64_t step = item.step;
+  // A bound as written: an integer (negative from the end) or a non-negative dim.
+  auto raw = [&](const std::optional<int64_t>& i, const std::optional<Dim>& d) -> std::optional<Dim> {
+    if (i) return *i < 0 ? n + Dim(*i) : Dim(*i);
+    return d;
+  };
+  std::optional<Dim> start = raw(item.start_int, item.start), stop = raw(item.stop_int, item.stop);
+  if (step > 0) {
+    // Python clamps both bounds to [0, n]; the count max(ceil((stop - start) / step), 0) is the
+    // same without the start's upper clamp and the stop's lower one (either makes it <= 0).
+    Dim first = start ? non_negative(*start) : Dim(0);
+    Dim end = !stop ? n : known_at_most(*stop, n) ? *stop : dim_min(*stop, n);
+    return {first, non_negative(ceil_div(end - first, step))};
+  }
+  // Backwards: bounds clamp to [-1, n - 1] (-1: before the first element), likewise trimmed.
+  Dim first = start ? dim_min(*start, n - Dim(1)) : n - Dim(1);
+  Dim end = stop ? dim_max(*stop, Dim(-1)) : Dim(-1);
+  return {first, non_negative(ceil_div(first - end, -step))};
+}
+
+}  // namespace
+
+NodeId add_index(Graph& g, NodeId x, const std::vector<IndexItem>& items, SourceLoc loc, const std::string& text) {
+  const Node& in = checked(g, x, "index", loc);
+  std::string op = text.empty() ? std::string("index") : text;
+  int consumed = 0, ellipses = 0;
+  for (const IndexItem& item : items) {
+    if (item.kind == IndexItem::Kind::Integer || item.kind == IndexItem::Kind::Slice) ++consumed;
+    if (item.kind == IndexItem::Kind::Ellipsis) ++ellipses;
+    if (item.kind == IndexItem::Kind::Slice && item.step == 0) throw Error(op + ": slice step cannot be zero", loc);
+  }
+  if (ellipses > 1) throw Error(op + ": an index can only have a single ellipsis ('...')", loc);
+  if (consumed > in.rank())
+    throw Error(op + ": too many indices for shape " + shape_str(in.shape) + ": " + std::to_string(in.rank()) +
+                    " axes but " + std::to_string(consumed) + " were indexed", loc);
+  // Spell the index out axis by axis: `...` (or the end) stands for full slices.
+  std::vector<IndexItem> full;
+  for (const IndexItem& item : items) {
+    if (item.kind == IndexItem::Kind::Ellipsis) {
+      for (int k = 0; k < in.rank() - consumed; ++k) full.push_back(IndexItem{});
+    } else {
+      full.push_back(item);
+    }
+  }
+  if (!ellipses)
+    for (int k = 0; k < in.rank() - consumed; ++k) full.push_back(IndexItem{});
+  std::vector<Dim> starts;
+  std::vector<int64_t> steps;
+  Shape shape;
+  std::vector<SizeCheck> checks;
+  std::vector<int64_t> squeezed, new_axes;
+  int axis = 0, out_axis = 0;
+  for (const IndexItem& item : full) {
+    if (item.kind == IndexItem::Kind::NewAxis) {
+      new_axes.push_back(out_axis++);
+      continue;
+    }
+    const Dim& n = in.shape[axis];
+    if (item.kind == IndexItem::Kind::Integer) {
+      int64_t i = item.index.value_or(0);
+      std::string what = op + ": index " + std::to_string(i) + " is out of range for axis " + std::to_string(axis) +
+                         " of size " + n.str();
+      if (auto known = n.constant()) {
+        if (i < -*known || i >= *known) throw Error(what + " (shape " + shape_str(in.shape) + ")", loc);
+      } else {
+        checks.push_back({n, i < 0 ? -i : i + 1, what, loc});
+      }
+      starts.push_back(i < 0 ? n + Dim(i) : Dim(i));
+      steps.push_back(1);
+      shape.push_back(Dim(1));
+      squeezed.push_back(axis);
+    } else {
+      auto [start, count] = slice_axis(item, n);
+      starts.push_back(start);
+      steps.push_back(item.step);
+      shape.push_back(count);
+      ++out_axis;
+    }
+    ++axis;
+  }
+  NodeId r = x;
+  bool identity = shape == in.shape && checks.empty();
+  for (size_t k = 0; k < starts.size(); ++k) identity = identity && starts[k] == Dim(0) && steps[k] == 1;
+  if (!identity) r = add_slice(g, x, std::move(starts), std::move(steps), std::move(shape), std::move(checks), loc);
+  if (!squeezed.empty()) r = add_squeeze(g, r, squeezed, loc);
+  for (int64_t a : new_axes) r = add_expand_dims(g, r, a, loc);
+  return r;
+}
+
+NodeId add_pad(Graph& g, NodeId x, std::vector<Dim> before, std::vector<Dim> after, PadMode mode, double value,
+               SourceLoc loc) {
+  const Node& in = checked(g, x, "pad", loc);
+  if (static_cast<int>(before.size()) != in.rank() || static_cast<int>(after.size()) != in.rank())
+    throw Error("pad: " + std::to_string(before.size()) + " (before, after) pairs for an operand of shape " +
+                    shape_str(in.shape) + ", which has " + std::to_string(in.rank()) + " axes", loc);
+  PadAttrs attrs;
+  Shape shape;
+  for (int k = 0; k < in.rank(); ++k) {
+    for (const Dim* w : {&before[k], &after[k]})
+      if (w->constant().value_or(0) < 0)
+        throw Error("pad: negative padding " + w->str() + " on axis " + std::to_string(k), loc);
+    bool padded = !(before[k] == Dim(0) && after[k] == Dim(0));
+    if (mode != PadMode::Constant && padded) {
+      std::string what = "pad: mode \"" + std::string(pad_mode_name(mode)) + "\" cannot extend axis " +
+                         std::to_string(k) + ": it is empty (size " + in.shape[k].str() + ")";
+      if (auto known = in.shape[k].constant()) {
+        if (*known == 0) throw Error(what + " (shape " + shape_str(in.shape) + ")", loc);
+      } else {
+        attrs.checks.push_back({in.shape[k], 1, what, loc});
+      }
+    }
+    shape.push_back(before[k] + in.shape[k] + after[k]);
+  }
+  attrs.before = std::move(before);
+  attrs.after = std::move(after);
+  attrs.mode = mode;
+  if (mode == PadMode::Constant) attrs.value = ScalarValue::of(value, in.dtype);
+  return add_node(g, OpKind::Pad, in.dtype, std::move(shape), {x}, std::move(attrs), std::move(loc));
+}
+
+NodeId add_concatenate(Graph& g, std::vector<NodeId> xs, int64_t axis, SourceLoc loc) {
+  if (xs.empty()) throw Error("concatenate: needs at least one array", loc);
+  const Node& first = checked(g, xs[0], "concatenate", loc);
+  if (first.rank() == 0) throw Error("concatenate: zero-dimensional arrays cannot be concatenated", loc);
+  auto a = normalize_axis(axis, first.rank());
+  if (!a)
+    throw Error("concatenate: axis " + std::to_string(axis) + " is out of range for shape " + shape_str(first.shape),
+                loc);
+  Shape shape = first.shape;
+  DType dtype = first.dtype;
+  Shape first_shape = first.shape;
+  for (size_t k = 1; k < xs.size(); ++k) {
+    const Node& n = checked(g, xs[k], "concatenate", loc);
+    std::string pair = shape_str(first_shape) + " and " + shape_str(n.shape);
+    if (n.dtype != dtype)
+      throw Error("concatenate: operands have dtypes " + std::string(dtype_name(dtype)) + " and " +
+                      std::string(dtype_name(n.dtype)) + " (cast them to one dtype first)", loc);
+    if (n.rank() != static_cast<int>(shape.size()))
+      throw Error("concatenate: operands of shapes " + pair + " have different numbers of axes", loc);
+    for (int d = 0; d < n.rank(); ++d)
+      if (d != *a && !(n.shape[d] == shape[d]))
+        throw Error("concatenate: shapes " + pair + " differ on axis " + std::to_string(d) +
+                        ", which is not the concatenation axis " + std::to_string(*a), loc);
+    shape[*a] = shape[*a] + n.shape[*a];
+  }
+  if (xs.size() == 1) return xs[0];
+  return add_node(g, OpKind::Concatenate, dtype, std::move(shape), std::move(xs), ConcatenateAttrs{*a}, std::move(loc));
+}
+
+NodeId add_stack(Graph& g, std::vector<NodeId> xs, int64_t axis, SourceLoc loc) {
+  if (xs.empty()) throw Error("stack: needs at least one array", loc);
+  const Node& first = checked(g, xs[0], "stack", loc);
+  Shape first_shape = first.shape;
+  auto a = normalize_axis(axis, first.rank() + 1);
+  if (!a)
+    throw Error("stack: axis " + std::to_string(axis) + " is out of range for shape " + shape_str(first_shape), loc);
+  std::vector<NodeId> expanded;
+  for (NodeId x : xs) {
+    const Node& n = checked(g, x, "stack", loc);
+    if (!(n.shape == first_shape))
+      throw Error("stack: all input arrays must have the same shape, not " + shape_str(first_shape) + " and " +
+                      shape_str(n.shape), loc);
+    expanded.push_back(add_expand_dims(g, x, *a, loc));
+  }
+  if (expanded.size() == 1) return expanded[0];
+  return add_concatenate(g, std::move(expanded), *a, std::move(loc));
+}
+
+std::vector<SizeCheck> size_checks(const Graph& g) {
+  std::vector<SizeCheck> all;
+  for (const Node& n : g.nodes) {
+    const std::vector<SizeCheck>* checks = n.kind == OpKind::Slice ? &n.as<SliceAttrs>().checks
+                                           : n.kind == OpKind::Pad ? &n.as<PadAttrs>().checks
+                                                                   : nullptr;
+    if (checks) all.insert(all.end(), checks->begin(), checks->end());
+  }
+  return all;
+}
+
+void check_sizes(const std::vector<SizeCheck>& checks, const SymbolBindings& symbols) {
+  for (const SizeCheck& c : checks) {
+    int64_t size = evaluate(c.size, symbols);
+    if (size < c.at_least) throw Error(c.what + " (" + c.size.str() + " = " + std::to_string(size) + ")", c.loc);
+  }
 }
 
 }  // namespace fuse::ir

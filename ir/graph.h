@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <variant>
 #include <vector>
@@ -39,10 +40,14 @@ enum class OpKind {
   ExpandDims,   // view: inserts a size-1 dim at `axis`
   Squeeze,      // view: removes the size-1 dims at `axes`
   Scan,         // inclusive scan along one axis: out[.., i, ..] = fold of in[.., 0..i, ..] (cumsum, cumprod)
+  // ---- np-views: basic indexing, pad, concatenate (index maps that fuse into their readers)
+  Slice,        // view: out[i0, i1, ...] = in[start0 + step0*i0, start1 + step1*i1, ...]
+  Pad,          // np.pad: in[i - before] inside, else the value (constant) or the edge / mirror index
+  Concatenate,  // np.concatenate: the operands one after another along `axis`
 };
 
 std::string_view op_kind_name(OpKind k);
-bool is_view(OpKind k);  // BroadcastTo, Reshape, Permute, ExpandDims, Squeeze
+bool is_view(OpKind k);  // BroadcastTo, Reshape, Permute, ExpandDims, Squeeze, Slice
 
 /// ArgMax/ArgMin (np.argmax/np.argmin): i64, the row-major position within the reduced axes of
 /// the first maximum (minimum); a NaN counts as the extreme, so the first NaN's position wins
@@ -116,8 +121,59 @@ struct ScanAttrs {
   bool operator==(const ScanAttrs&) const = default;
 };
 
+/// A condition on the symbol sizes that a shape cannot state: evaluate(size) >= at_least. An
+/// integer index into an axis of symbolic size N needs N >= index + 1 (or N >= -index). Checked
+/// once the inputs have bound the symbols, before anything runs (interpreter, CPU and CUDA
+/// executables alike), so a failure leaves the caller's buffers as they were. `what` names the
+/// op, index and size; the error appends the actual size.
+struct SizeCheck {
+  Dim size;
+  int64_t at_least = 0;
+  std::string what;
+  SourceLoc loc;
+  bool operator==(const SizeCheck& o) const {
+    return size == o.size && at_least == o.at_least && what == o.what && loc.str() == o.loc.str();
+  }
+};
+/// Slice: out.shape[k] elements along axis k from starts[k] by steps[k] (non-zero, negative
+/// walks backwards). A Python slice or integer index is normalized (negative indices count from
+/// the end, bounds clamp as Python's do) by add_slice before it gets here, so every index read is
+/// in range: starts[k] + steps[k] * i lies in [0, in.shape[k]) for i < out.shape[k]. `checks`
+/// are the integer indices' run-time range checks (for axes of symbolic size).
+struct SliceAttrs {
+  std::vector<Dim> starts;
+  std::vector<int64_t> steps;
+  std::vector<SizeCheck> checks;
+  bool operator==(const SliceAttrs&) const = default;
+};
+enum class PadMode { Constant, Edge, Reflect };
+std::string_view pad_mode_name(PadMode m);
+/// np.pad(x, [[before, after], ...], mode): out.shape[k] = before[k] + in.shape[k] + after[k];
+/// out[i] = in[i - before] where that is inside, and outside, per axis independently:
+///   Constant: `value` (in the node's dtype) when any axis is outside;
+///   Edge:     the index clamped to [0, n - 1] (the edge element repeats);
+///   Reflect:  mirrored about the edges without repeating them, repeatedly when the padding is
+///             wider than n - 1 (NumPy's "reflect": [1 2 3] padded by 4 before is 1 2 3 2 | 1 2 3).
+///             n == 1 repeats the element (as NumPy).
+/// Edge and reflect of an empty axis with non-zero padding is an error (NumPy's too): at compile
+/// time for a known size, else by a run-time `check`.
+struct PadAttrs {
+  std::vector<Dim> before, after;
+  PadMode mode = PadMode::Constant;
+  ScalarValue value;  // Constant only
+  std::vector<SizeCheck> checks;
+  bool operator==(const PadAttrs&) const = default;
+};
+/// np.concatenate(operands, axis): operands of one dtype and rank with equal dims except on
+/// `axis` (non-negative), which adds up. Unlike NumPy, mixed dtypes are an error (cast first).
+struct ConcatenateAttrs {
+  int axis = 0;
+  bool operator==(const ConcatenateAttrs&) const = default;
+};
+
 using NodeAttrs = std::variant<NoAttrs, InputAttrs, ConstantAttrs, RandAttrs, ElementwiseAttrs,
-                               ReduceAttrs, PermuteAttrs, ExpandDimsAttrs, SqueezeAttrs, ScanAttrs>;
+                               ReduceAttrs, PermuteAttrs, ExpandDimsAttrs, SqueezeAttrs,
+                               ScanAttrs, SliceAttrs, PadAttrs, ConcatenateAttrs>;
 
 struct Node {
   OpKind kind = OpKind::Input;
@@ -174,6 +230,38 @@ NodeId add_squeeze(Graph& g, NodeId x, std::vector<int64_t> axes, SourceLoc loc 
 void add_output(Graph& g, std::string name, NodeId node, SourceLoc loc = {});
 /// Inclusive scan (ScanAttrs) of x along `axis` (may be negative); kind Sum (cumsum) or Prod (cumprod).
 NodeId add_scan(Graph& g, NodeId x, ReduceKind kind, int64_t axis, SourceLoc loc = {});
+
+// ---- np-views: basic indexing, pad, concatenate, stack ----
+
+/// One axis of a NumPy basic index. A bound is an integer (negative counts from the end) or a
+/// non-negative dim expression (`N // 2`); nullopt is omitted.
+struct IndexItem {
+  enum class Kind { Integer, Slice, NewAxis, Ellipsis };
+  Kind kind = Kind::Slice;
+  std::optional<int64_t> index;            // Integer (or the integer form of a bound below)
+  std::optional<Dim> start, stop;          // Slice: dim bounds (non-negative expressions)
+  std::optional<int64_t> start_int, stop_int;  // Slice: integer bounds (may be negative)
+  int64_t step = 1;                        // Slice: non-zero
+};
+/// x[items] with NumPy's basic indexing rules: integers drop the axis (a compile error when out
+/// of range for a known size, else a run-time SizeCheck), slices clamp like Python's, None
+/// inserts a size-1 axis, one `...` stands for the axes not named. A Slice view, then
+/// expand_dims / squeeze. `text` (the index as written) names the op in messages.
+NodeId add_index(Graph& g, NodeId x, const std::vector<IndexItem>& items, SourceLoc loc = {},
+                 const std::string& text = "");
+/// The Slice view itself (already normalized: see SliceAttrs).
+NodeId add_slice(Graph& g, NodeId x, std::vector<Dim> starts, std::vector<int64_t> steps, Shape shape,
+                 std::vector<SizeCheck> checks = {}, SourceLoc loc = {});
+NodeId add_pad(Graph& g, NodeId x, std::vector<Dim> before, std::vector<Dim> after, PadMode mode,
+               double value = 0, SourceLoc loc = {});
+/// axis may be negative.
+NodeId add_concatenate(Graph& g, std::vector<NodeId> xs, int64_t axis, SourceLoc loc = {});
+/// np.stack: concatenate of expand_dims(x, axis) of each (shapes must be equal).
+NodeId add_stack(Graph& g, std::vector<NodeId> xs, int64_t axis, SourceLoc loc = {});
+/// Every SizeCheck of the graph's nodes, in node order.
+std::vector<SizeCheck> size_checks(const Graph& g);
+/// Throws Error at the check's location for the first check that fails under `symbols`.
+void check_sizes(const std::vector<SizeCheck>& checks, const SymbolBindings& symbols);
 
 /// Sentinel for "every axis" in add_reduce.
 inline const std::vector<int64_t> kAllAxes = {};

@@ -423,6 +423,100 @@ HostArray eval_permute(const Node& n, const HostArray& in, const ConcreteShape& 
   return gather(in, shape, strides);
 }
 
+// ---- np-views: slice, pad and concatenate as per-axis index maps
+
+// out[i0, i1, ...] = in[maps[0][i0], maps[1][i1], ...]; any entry -1 gives `fill` instead.
+HostArray gather_axes(const HostArray& in, const ConcreteShape& shape, const std::vector<std::vector<int64_t>>& maps,
+                      const ScalarValue& fill) {
+  HostArray out(in.dtype, shape);
+  if (out.size() == 0) return out;
+  size_t width = dtype_size(in.dtype);
+  std::vector<int64_t> in_strides = row_major_strides(in.shape);
+  std::vector<int64_t> idx(shape.size(), 0);
+  for (int64_t i = 0; i < out.size(); ++i) {
+    int64_t offset = 0;
+    bool inside = true;
+    for (size_t k = 0; k < shape.size(); ++k) {
+      int64_t j = maps[k][idx[k]];
+      inside = inside && j >= 0;
+      offset += j * in_strides[k];
+    }
+    if (inside) std::memcpy(out.bytes.data() + i * width, in.bytes.data() + offset * width, width);
+    else store(out, i, fill);
+    for (size_t k = shape.size(); k-- > 0;) {
+      if (++idx[k] < shape[k]) break;
+      idx[k] = 0;
+    }
+  }
+  return out;
+}
+
+HostArray eval_slice(const Node& n, const HostArray& in, const ConcreteShape& shape, const SymbolBindings& symbols) {
+  const SliceAttrs& a = n.as<SliceAttrs>();
+  if (in.shape.size() != shape.size()) fail(n, "operand shape " + shape_str(in.shape) + " has another rank");
+  std::vector<std::vector<int64_t>> maps(shape.size());
+  for (size_t k = 0; k < shape.size(); ++k) {
+    int64_t start = shape[k] > 0 ? evaluate(a.starts[k], symbols) : 0;
+    for (int64_t i = 0; i < shape[k]; ++i) {
+      int64_t j = start + a.steps[k] * i;
+      if (j < 0 || j >= in.shape[k])
+        fail(n, "index " + std::to_string(j) + " of axis " + std::to_string(k) + " is outside operand shape " +
+                    shape_str(in.shape));
+      maps[k].push_back(j);
+    }
+  }
+  return gather_axes(in, shape, maps, ScalarValue{});
+}
+
+}  // namespace
+
+int64_t pad_source_index(PadMode mode, int64_t i, int64_t n) {
+  if (i >= 0 && i < n) return i;
+  if (mode == PadMode::Constant || n == 0) return -1;
+  if (mode == PadMode::Edge || n == 1) return i < 0 ? 0 : n - 1;
+  int64_t period = 2 * (n - 1);
+  int64_t m = ((i % period) + period) % period;
+  return m < n ? m : period - m;
+}
+
+namespace {
+
+HostArray eval_pad(const Node& n, const HostArray& in, const ConcreteShape& shape, const SymbolBindings& symbols) {
+  const PadAttrs& a = n.as<PadAttrs>();
+  std::vector<std::vector<int64_t>> maps(shape.size());
+  for (size_t k = 0; k < shape.size(); ++k) {
+    int64_t before = evaluate(a.before[k], symbols);
+    if (before + in.shape[k] + evaluate(a.after[k], symbols) != shape[k])
+      fail(n, "operand shape " + shape_str(in.shape) + " does not pad to " + shape_str(shape));
+    for (int64_t i = 0; i < shape[k]; ++i) {
+      int64_t j = pad_source_index(a.mode, i - before, in.shape[k]);
+      if (j < 0 && a.mode != PadMode::Constant) fail(n, "cannot extend the empty axis " + std::to_string(k));
+      maps[k].push_back(j);
+    }
+  }
+  return gather_axes(in, shape, maps, a.value);
+}
+
+HostArray eval_concatenate(const Node& n, const std::vector<const HostArray*>& operands, const ConcreteShape& shape) {
+  int axis = n.as<ConcatenateAttrs>().axis;
+  HostArray out(n.dtype, shape);
+  size_t width = dtype_size(n.dtype);
+  // Row-major: the output is outer blocks, each the operands' blocks one after another.
+  int64_t outer = 1;
+  for (int k = 0; k < axis; ++k) outer *= shape[k];
+  int64_t out_block = outer == 0 ? 0 : out.size() / std::max<int64_t>(outer, 1);
+  int64_t at = 0;
+  for (const HostArray* op : operands) {
+    if (op->shape.size() != shape.size()) fail(n, "operand shape " + shape_str(op->shape) + " has another rank");
+    int64_t block = outer == 0 ? 0 : op->size() / outer;
+    for (int64_t o = 0; o < outer; ++o)
+      std::memcpy(out.bytes.data() + (o * out_block + at) * width, op->bytes.data() + o * block * width, block * width);
+    at += block;
+  }
+  if (at != out_block) fail(n, "operands do not add up to shape " + shape_str(shape));
+  return out;
+}
+
 HostArray eval_rand(uint64_t seed, const ConcreteShape& shape) {
   HostArray out(DType::F32, shape);
   float* data = out.as<float>();
@@ -437,14 +531,15 @@ HostArray evaluate_node(const Node& n, const std::vector<const HostArray*>& oper
     fail(n, "'" + n.as<InputAttrs>().name + "' has no operands: its value comes from the graph's inputs");
   size_t arity = n.kind == OpKind::Elementwise ? n.inputs.size()
                  : n.kind == OpKind::Matmul       ? 2
-                 : n.kind == OpKind::Reduce || n.kind == OpKind::Scan || is_view(n.kind) ? 1
+                 : n.kind == OpKind::Concatenate  ? n.inputs.size()
+                 : n.kind == OpKind::Reduce || n.kind == OpKind::Scan || is_view(n.kind) || n.kind == OpKind::Pad ? 1
                                                                : 0;
   if (n.inputs.size() != arity || operands.size() != arity)
     fail(n, "takes " + std::to_string(arity) + " operands but " + std::to_string(operands.size()) +
                 " were given");
   for (const HostArray* op : operands) {
     if (!op) fail(n, "an operand has no value");
-    if (is_view(n.kind) && op->dtype != n.dtype)
+    if ((is_view(n.kind) || n.kind == OpKind::Pad || n.kind == OpKind::Concatenate) && op->dtype != n.dtype)
       fail(n, "operand is " + std::string(dtype_name(op->dtype)) + " but the node is " +
                   std::string(dtype_name(n.dtype)));
   }
@@ -478,6 +573,9 @@ HostArray evaluate_node(const Node& n, const std::vector<const HostArray*>& oper
       out.shape = shape;
       return out;
     }
+    case OpKind::Slice: return eval_slice(n, *operands[0], shape, symbols);
+    case OpKind::Pad: return eval_pad(n, *operands[0], shape, symbols);
+    case OpKind::Concatenate: return eval_concatenate(n, operands, shape);
   }
   fail(n, "unknown op");
 }
@@ -549,6 +647,7 @@ std::vector<size_t> last_uses(const Graph& g) {
 
 TensorMap interpret(const Graph& g, const TensorMap& inputs, const SymbolBindings& known) {
   SymbolBindings symbols = bind_inputs(g, inputs, known);
+  check_sizes(size_checks(g), symbols);  // np-views: index range checks before anything runs
   size_t count = g.nodes.size();
   std::vector<size_t> last_use = last_uses(g);
   std::vector<HostArray> owned(count);

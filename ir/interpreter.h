@@ -63,6 +63,10 @@ std::vector<size_t> last_uses(const Graph& g);
 ///    squeeze (same elements in row-major order, new shape), permute
 ///    (out.shape[k] = in.shape[perm[k]], out[i_0, ..] = in[j] with j[perm[k]] = i_k).
 /// Throws Error when the operands do not fit the node (count, dtype or shape).
+/// np.pad's source index along one axis of size n for padded position i (relative to the
+/// operand: i < 0 is before it): i itself inside; outside, -1 for Constant (or an empty axis),
+/// the nearest edge for Edge, the mirror image (repeated, edges not repeated) for Reflect.
+int64_t pad_source_index(PadMode mode, int64_t i, int64_t n);
 HostArray evaluate_node(const Node& n, const std::vector<const HostArray*>& operands,
                         const SymbolBindings& symbols);
 

@@ -154,6 +154,7 @@ int view_operand_axis(const Graph& body, const Node& n, int axis) {
       return -1;
     }
     case OpKind::Reshape: return static_cast<int>(from.size()) - 1;
+    case OpKind::Slice: return axis;  // np-views: each axis maps to itself
     default: return -1;
   }
 }
@@ -191,12 +192,19 @@ InnerAccess KernelAccess::inner_uncached(NodeId id, int axis) const {
         return inner(n.inputs[0], static_cast<int>(from.size()) - 1);
       return InnerAccess::Unsupported;
     case OpKind::Matmul: return axis + 1 == static_cast<int>(n.shape.size()) ? InnerAccess::Unit : InnerAccess::Unsupported;
+    case OpKind::Slice: {
+      // np-views: a step of 1 keeps unit stride (offset by the start); other steps are strides.
+      InnerAccess operand = inner(n.inputs[0], axis);
+      if (operand == InnerAccess::Constant || n.as<SliceAttrs>().steps[axis] == 1) return operand;
+      return std::max(operand, InnerAccess::Strided);
+    }
+    // np-views: Pad and Concatenate branch per element (Unsupported: element by element).
     default: return InnerAccess::Unsupported;
   }
 }
 
 InnerAccess KernelAccess::kernel_inner() const {
-  if (k_.space.size() < 2) return InnerAccess::Unsupported;
+  if (k_.space.empty()) return InnerAccess::Unsupported;  // np-views: a 1-D space is one row (x[1:] + x[:-1])
   InnerAccess worst = InnerAccess::Constant;
   for (const GraphOutput& o : k_.body.outputs) {
     if (!(k_.body.node(o.node).shape == k_.space)) return InnerAccess::Unsupported;

@@ -74,7 +74,7 @@ class KernelAccess {
   /// its shape (-1: it does not reach this node).
   InnerAccess inner(NodeId id, int axis) const;
   /// The worst access of the outputs along the space's innermost dim; Unsupported when the
-  /// rows form does not apply (rank < 2, outputs shaped unlike the space).
+  /// rows form does not apply (rank 0, outputs shaped unlike the space).
   InnerAccess kernel_inner() const;
   /// Whether node `id` reads the result of node `source` (directly or through others).
   bool depends_on(NodeId id, NodeId source) const;

@@ -53,9 +53,33 @@ std::string print_node(const Graph& g, NodeId id) {
     case OpKind::ExpandDims: s += " axis=" + std::to_string(n.as<ExpandDimsAttrs>().axis); break;
     case OpKind::Squeeze: s += " axes=" + list_str(n.as<SqueezeAttrs>().axes); break;
     case OpKind::Scan: s += " axis=" + std::to_string(n.as<ScanAttrs>().axis); break;
+    // ---- np-views
+    case OpKind::Slice: s += " " + slice_str(n.as<SliceAttrs>()); break;
+    case OpKind::Pad: s += " " + pad_str(n.as<PadAttrs>(), n.dtype); break;
+    case OpKind::Concatenate: s += " axis=" + std::to_string(n.as<ConcatenateAttrs>().axis); break;
     default: break;
   }
   return s + " : " + std::string(dtype_name(n.dtype)) + shape_str(n.shape);
+}
+
+static std::string dims_str(const std::vector<Dim>& dims) {
+  std::string s = "[";
+  for (size_t i = 0; i < dims.size(); ++i) s += (i ? ", " : "") + dims[i].str();
+  return s + "]";
+}
+
+std::string slice_str(const SliceAttrs& a) { return "starts=" + dims_str(a.starts) + " steps=" + list_str(a.steps); }
+
+std::string pad_str(const PadAttrs& a, DType t) {
+  std::string s = "before=" + dims_str(a.before) + " after=" + dims_str(a.after) + " mode=" +
+                  std::string(pad_mode_name(a.mode));
+  if (a.mode == PadMode::Constant) {
+    double v = a.value.as_double(t);
+    std::string text = std::to_string(v);
+    if (v == static_cast<double>(static_cast<int64_t>(v))) text = std::to_string(static_cast<int64_t>(v));
+    s += " value=" + text;
+  }
+  return s;
 }
 
 std::string print_graph(const Graph& g) {

@@ -14,5 +14,8 @@ namespace fuse::ir {
 std::string print_node(const Graph& g, NodeId id);
 /// Every node as `%id = ...`, then the outputs, inside `graph { ... }`.
 std::string print_graph(const Graph& g);
+/// np-views attrs as text: "starts=[0, N - 1] steps=[1, -1]", "before=[1] after=[2] mode=edge".
+std::string slice_str(const SliceAttrs& a);
+std::string pad_str(const PadAttrs& a, DType t);
 
 }  // namespace fuse::ir

@@ -258,7 +258,9 @@ SymbolBindings bind_program_inputs(const Program& p, const TensorMap& inputs) {
     const Buffer& b = p.buffers[in.buffer];
     add_input(interface, in.name, b.dtype, b.shape);
   }
-  return bind_inputs(interface, inputs);
+  SymbolBindings symbols = bind_inputs(interface, inputs);
+  for (const Kernel& k : p.kernels) check_sizes(size_checks(k.body), symbols);  // np-views: index checks
+  return symbols;
 }
 
 TensorMap interpret_program(const Program& p, const TensorMap& inputs) {

@@ -391,6 +391,15 @@ HostArray node_error_bound(const Node& n, const std::vector<const HostArray*>& o
       view.dtype = DType::F64;
       return evaluate_node(view, {bounds[0]}, symbols);
     }
+    // np-views: index maps move the bounds with the values; a pad's constant is exact.
+    case OpKind::Slice:
+    case OpKind::Pad:
+    case OpKind::Concatenate: {
+      Node view = n;
+      view.dtype = DType::F64;
+      if (n.kind == OpKind::Pad) std::get<PadAttrs>(view.attrs).value = ScalarValue{};
+      return evaluate_node(view, bounds, symbols);
+    }
   }
   throw Error(std::string(op_kind_name(n.kind)) + ": no rounding rule", n.loc);
 }

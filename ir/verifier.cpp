@@ -43,6 +43,7 @@ static int expected_arity(OpKind k) {
     case OpKind::Input: case OpKind::Constant: case OpKind::Arange: case OpKind::Rand: return 0;
     case OpKind::Elementwise: return -1;  // one or more
     case OpKind::Matmul: return 2;
+    case OpKind::Concatenate: return -1;  // one or more
     default: return 1;
   }
 }
@@ -58,6 +59,9 @@ static bool attrs_match(const Node& n) {
     case OpKind::ExpandDims: return std::holds_alternative<ExpandDimsAttrs>(n.attrs);
     case OpKind::Squeeze: return std::holds_alternative<SqueezeAttrs>(n.attrs);
     case OpKind::Scan: return std::holds_alternative<ScanAttrs>(n.attrs);
+    case OpKind::Slice: return std::holds_alternative<SliceAttrs>(n.attrs);
+    case OpKind::Pad: return std::holds_alternative<PadAttrs>(n.attrs);
+    case OpKind::Concatenate: return std::holds_alternative<ConcatenateAttrs>(n.attrs);
     default: return std::holds_alternative<NoAttrs>(n.attrs);
   }
 }
@@ -182,6 +186,46 @@ static void check_types(const Graph& g, const Node& n, VerifyOptions options, st
       for (int a : axes)
         if (a < 0 || a >= in(0).rank() || !(in(0).shape[a] == Dim(1))) { out.push_back("squeezed axis is not of size 1"); return; }
       expect_shape(reduced_shape(in(0).shape, axes, false));
+      break;
+    }
+    // ---- np-views
+    case OpKind::Slice: {
+      expect_dtype(in(0).dtype);
+      const SliceAttrs& a = n.as<SliceAttrs>();
+      if (static_cast<int>(a.starts.size()) != in(0).rank() || static_cast<int>(a.steps.size()) != in(0).rank() ||
+          n.rank() != in(0).rank()) {
+        out.push_back("slice needs one start, step and dim per operand axis");
+        break;
+      }
+      for (int64_t step : a.steps)
+        if (step == 0) out.push_back("slice step is zero");
+      break;
+    }
+    case OpKind::Pad: {
+      expect_dtype(in(0).dtype);
+      const PadAttrs& a = n.as<PadAttrs>();
+      if (static_cast<int>(a.before.size()) != in(0).rank() || static_cast<int>(a.after.size()) != in(0).rank()) {
+        out.push_back("pad needs one (before, after) pair per operand axis");
+        break;
+      }
+      Shape s;
+      for (int k = 0; k < in(0).rank(); ++k) s.push_back(a.before[k] + in(0).shape[k] + a.after[k]);
+      expect_shape(s);
+      break;
+    }
+    case OpKind::Concatenate: {
+      int axis = n.as<ConcatenateAttrs>().axis;
+      if (axis < 0 || axis >= in(0).rank()) { out.push_back("axis out of range"); break; }
+      Shape s = in(0).shape;
+      s[axis] = Dim(0);
+      for (size_t i = 0; i < n.inputs.size(); ++i) {
+        if (in(i).dtype != n.dtype) out.push_back("operand " + std::to_string(i) + " has another dtype");
+        if (in(i).rank() != in(0).rank()) { out.push_back("operands differ in rank"); return; }
+        for (int d = 0; d < in(0).rank(); ++d)
+          if (d != axis && !(in(i).shape[d] == in(0).shape[d])) out.push_back("operands differ off the axis");
+        s[axis] = s[axis] + in(i).shape[axis];
+      }
+      expect_shape(s);
       break;
     }
     case OpKind::Input: break;

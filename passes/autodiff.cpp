@@ -1,5 +1,7 @@
 #include "passes/autodiff.h"
 
+#include "ir/interpreter.h"
+
 #include <algorithm>
 #include <functional>
 #include <numeric>
@@ -424,7 +426,131 @@ class Backward {
         accumulate(n.inputs[0], r);
         return;
       }
+      // ---- np-views
+      case OpKind::Slice: accumulate(n.inputs[0], slice_vjp(n, ct, loc)); return;
+      case OpKind::Pad: accumulate(n.inputs[0], pad_vjp(n, ct, loc)); return;
+      case OpKind::Concatenate: {
+        int axis = n.as<ir::ConcatenateAttrs>().axis;
+        ir::Dim offset(0);
+        for (NodeId in : n.inputs) {
+          ir::Dim size = g_.node(in).shape[axis];
+          if (needed_[in]) accumulate(in, axis_slice(ct, axis, offset, size, loc));
+          offset = offset + size;
+        }
+        return;
+      }
     }
+  }
+
+  // ---- np-views: the cotangents of index maps
+
+  // x[start : start + count] along `axis` (step 1).
+  NodeId axis_slice(NodeId x, int axis, const ir::Dim& start, const ir::Dim& count, const SourceLoc& loc) {
+    Shape shape = g_.node(x).shape;
+    std::vector<ir::Dim> starts(shape.size(), ir::Dim(0));
+    starts[axis] = start;
+    shape[axis] = count;
+    return ir::add_slice(g_, x, starts, std::vector<int64_t>(shape.size(), 1), shape, {}, loc);
+  }
+
+  // Zeros before and after along `axis` (pad, mode constant 0).
+  NodeId axis_zeros_around(NodeId x, int axis, const ir::Dim& before, const ir::Dim& after, const SourceLoc& loc) {
+    size_t rank = g_.node(x).shape.size();
+    std::vector<ir::Dim> b(rank, ir::Dim(0)), a(rank, ir::Dim(0));
+    b[axis] = before;
+    a[axis] = after;
+    return ir::add_pad(g_, x, b, a, ir::PadMode::Constant, 0, loc);
+  }
+
+  // The slice's cotangent scattered into zeros of the operand's shape, axis by axis: a step s
+  // puts each element s apart (s - 1 zeros after each, through a new axis and a reshape), a
+  // negative step reverses first; then zeros before and after.
+  NodeId slice_vjp(const Node& n, NodeId ct, const SourceLoc& loc) {
+    const ir::SliceAttrs& a = n.as<ir::SliceAttrs>();
+    const Shape in = g_.node(n.inputs[0]).shape;  // a copy: adding nodes may move the vector
+    NodeId r = ct;
+    for (int axis = 0; axis < static_cast<int>(in.size()); ++axis) {
+      ir::Dim count = n.shape[axis], size = in[axis];
+      int64_t step = a.steps[axis];
+      if (step == 1 && a.starts[axis] == ir::Dim(0) && count == size) continue;
+      ir::Dim low = a.starts[axis];
+      if (step < 0) {  // walk it forwards: the lowest index read is start + step * (count - 1)
+        Shape shape = g_.node(r).shape;
+        std::vector<ir::Dim> starts(shape.size(), ir::Dim(0));
+        std::vector<int64_t> steps(shape.size(), 1);
+        starts[axis] = count - ir::Dim(1);
+        steps[axis] = -1;
+        r = ir::add_slice(g_, r, starts, steps, shape, {}, loc);
+        low = a.starts[axis] + ir::Dim(step) * (count - ir::Dim(1));
+        step = -step;
+      }
+      ir::Dim span = count;  // elements from the lowest index read to the highest, inclusive
+      if (step > 1) {
+        Shape shape = g_.node(r).shape;
+        r = ir::add_expand_dims(g_, r, axis + 1, loc);
+        r = axis_zeros_around(r, axis + 1, ir::Dim(0), ir::Dim(step - 1), loc);
+        shape[axis] = count * ir::Dim(step);
+        r = ir::add_reshape(g_, r, shape, loc);
+        span = ir::dim_max(count * ir::Dim(step) - ir::Dim(step - 1), ir::Dim(0));
+        r = axis_slice(r, axis, ir::Dim(0), span, loc);
+      }
+      // (With count 0 the start can lie anywhere: clamped so the padding stays non-negative.)
+      ir::Dim before = ir::dim_min(ir::dim_max(low, ir::Dim(0)), size);
+      r = axis_zeros_around(r, axis, before, size - before - span, loc);
+    }
+    return r;
+  }
+
+  // Pad's cotangent: the middle; edge adds each side's sum to the edge element; reflect adds
+  // each padded element to the element it mirrors (a 0/1 matrix, for known sizes).
+  NodeId pad_vjp(const Node& n, NodeId ct, const SourceLoc& loc) {
+    const ir::PadAttrs& a = n.as<ir::PadAttrs>();
+    const Shape in = g_.node(n.inputs[0]).shape;  // a copy: adding nodes may move the vector
+    NodeId r = ct;
+    for (int axis = 0; axis < static_cast<int>(in.size()); ++axis) {
+      const ir::Dim &before = a.before[axis], &after = a.after[axis], &size = in[axis];
+      if (before == ir::Dim(0) && after == ir::Dim(0)) continue;
+      if (a.mode == ir::PadMode::Reflect) {
+        r = reflect_vjp_axis(r, axis, a, size, loc);
+        continue;
+      }
+      NodeId middle = axis_slice(r, axis, before, size, loc);
+      if (a.mode == ir::PadMode::Edge) {
+        // (edge needs size >= 1 whenever it pads: the op's own check)
+        if (!(before == ir::Dim(0))) {
+          NodeId side = ir::add_reduce(g_, axis_slice(r, axis, ir::Dim(0), before, loc), ir::ReduceKind::Sum, {axis}, true, loc);
+          side = axis_zeros_around(side, axis, ir::Dim(0), size - ir::Dim(1), loc);
+          middle = ir::add_scalar_op(g_, ScalarOp::Add, {middle, side}, loc);
+        }
+        if (!(after == ir::Dim(0))) {
+          NodeId side = ir::add_reduce(g_, axis_slice(r, axis, before + size, after, loc), ir::ReduceKind::Sum, {axis}, true, loc);
+          side = axis_zeros_around(side, axis, size - ir::Dim(1), ir::Dim(0), loc);
+          middle = ir::add_scalar_op(g_, ScalarOp::Add, {middle, side}, loc);
+        }
+      }
+      r = middle;
+    }
+    return r;
+  }
+
+  NodeId reflect_vjp_axis(NodeId r, int axis, const ir::PadAttrs& a, const ir::Dim& size, const SourceLoc& loc) {
+    std::optional<int64_t> n = size.constant(), before = a.before[axis].constant(), after = a.after[axis].constant();
+    if (!n || !before || !after)
+      throw Error("grad: pad mode \"reflect\" has a gradient only for known sizes and padding (axis " +
+                      std::to_string(axis) + " has size " + size.str() + ")", loc);
+    int64_t out = *before + *n + *after;
+    DType t = g_.node(r).dtype;
+    ir::HostArray m(DType::F64, {out, *n});
+    for (int64_t i = 0; i < out; ++i) m.as<double>()[i * *n + ir::pad_source_index(ir::PadMode::Reflect, i - *before, *n)] = 1;
+    NodeId matrix = ir::add_constant(g_, m.cast(t), loc);
+    int rank = g_.node(r).rank();
+    std::vector<int64_t> to_last, back(rank);
+    for (int k = 0; k < rank; ++k)
+      if (k != axis) to_last.push_back(k);
+    to_last.push_back(axis);
+    for (int k = 0; k < rank; ++k) back[to_last[k]] = k;
+    NodeId moved = ir::add_permute(g_, r, to_last, loc);
+    return ir::add_permute(g_, ir::add_matmul(g_, moved, matrix, loc), back, loc);
   }
 
   Graph& g_;

@@ -15,7 +15,8 @@ using ir::Shape;
 
 static bool is_generator(OpKind k) { return k == OpKind::Constant || k == OpKind::Arange || k == OpKind::Rand; }
 static bool is_elementwise_like(const Node& n) {
-  return n.kind == OpKind::Elementwise || ir::is_view(n.kind) || is_generator(n.kind);
+  return n.kind == OpKind::Elementwise || ir::is_view(n.kind) || is_generator(n.kind) ||
+         n.kind == OpKind::Pad || n.kind == OpKind::Concatenate;  // np-views: index maps
 }
 
 int node_cost(const Node& n) {

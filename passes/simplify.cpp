@@ -181,7 +181,8 @@ bool simplify_elementwise(const ir::Graph& g, Node& n, bool fast_math) {
 // ---------------------------------------------------------------- views and constants
 
 // Makes a view of a view one view of the inner view's operand: permute of permute, reshape of
-// any reshape-like view (reshape, expand_dims, squeeze), broadcast_to of broadcast_to.
+// any reshape-like view (reshape, expand_dims, squeeze), broadcast_to of broadcast_to, slice of
+// slice.
 // Returns whether `n` changed.
 bool fold_view_chain(const ir::Graph& g, Node& n) {
   const Node& in = g.node(n.inputs[0]);
@@ -190,6 +191,16 @@ bool fold_view_chain(const ir::Graph& g, Node& n) {
     // n's axis k is in's axis perm[k], which is the operand's axis inner[perm[k]].
     const std::vector<int>& inner = in.as<ir::PermuteAttrs>().perm;
     for (int& axis : std::get<ir::PermuteAttrs>(n.attrs).perm) axis = inner[axis];
+  } else if (n.kind == OpKind::Slice && in.kind == OpKind::Slice) {
+    // np-views: in[s + t * (s' + t' * i)] = in[(s + t * s') + (t * t') * i]; both checks stay.
+    ir::SliceAttrs& outer = std::get<ir::SliceAttrs>(n.attrs);
+    const ir::SliceAttrs& inner = in.as<ir::SliceAttrs>();
+    std::vector<int64_t> steps(outer.steps.size());
+    for (size_t k = 0; k < steps.size(); ++k)
+      if (__builtin_mul_overflow(outer.steps[k], inner.steps[k], &steps[k])) return false;
+    for (size_t k = 0; k < steps.size(); ++k) outer.starts[k] = inner.starts[k] + ir::Dim(inner.steps[k]) * outer.starts[k];
+    outer.steps = steps;
+    outer.checks.insert(outer.checks.begin(), inner.checks.begin(), inner.checks.end());
   } else if (!(n.kind == OpKind::Reshape && reshape_like) &&
              !(n.kind == OpKind::BroadcastTo && in.kind == OpKind::BroadcastTo)) {
     return false;
@@ -219,6 +230,13 @@ std::optional<NodeId> equivalent_node(const ir::Graph& g, const Node& n) {
     case OpKind::BroadcastTo:
       if (in.shape == n.shape) return n.inputs[0];
       return std::nullopt;
+    case OpKind::Slice: {  // np-views: all of every axis, forwards, and nothing to check
+      const ir::SliceAttrs& a = n.as<ir::SliceAttrs>();
+      if (!(in.shape == n.shape) || !a.checks.empty()) return std::nullopt;
+      for (size_t k = 0; k < a.steps.size(); ++k)
+        if (a.steps[k] != 1 || !(a.starts[k] == ir::Dim(0))) return std::nullopt;
+      return n.inputs[0];
+    }
     case OpKind::Elementwise: {
       const ScalarFn& body = n.as<ir::ElementwiseAttrs>().body;
       const ScalarNode& result = body.node(body.results[0]);

@@ -222,6 +222,20 @@ std::string bundle_plan_json(const CudaProgram& p) {
     launches.push(std::move(e));
   }
   root.set("launches", std::move(launches));
+  if (!p.size_checks.empty()) {  // np-views: the index checks (absent when there are none)
+    Json checks = Json::array();
+    for (const ir::SizeCheck& c : p.size_checks) {
+      Json e = Json::object();
+      e.set("size", c.size.str());
+      e.set("at_least", c.at_least);
+      e.set("what", c.what);
+      e.set("file", c.loc.file);
+      e.set("line", c.loc.line);
+      e.set("col", c.loc.col);
+      checks.push(std::move(e));
+    }
+    root.set("size_checks", std::move(checks));
+  }
   return root.dump();
 }
 
@@ -268,6 +282,20 @@ CudaProgram parse_bundle(const BundleFiles& files, const std::string& dir) {
     const std::vector<Json>& launches = root.at("launches", "plan").items("launches");
     for (size_t i = 0; i < launches.size(); ++i)
       p.plan.launches.push_back(launch_at(launches[i], "launches[" + std::to_string(i) + "]"));
+    if (root.has("size_checks")) {
+      const std::vector<Json>& checks = root.at("size_checks", "plan").items("size_checks");
+      for (size_t i = 0; i < checks.size(); ++i) {
+        std::string at = "size_checks[" + std::to_string(i) + "]";
+        ir::SizeCheck c;
+        c.size = ir::parse_dim(checks[i].at("size", at).as_string(at + ".size"));
+        c.at_least = checks[i].at("at_least", at).as_int(at + ".at_least");
+        c.what = checks[i].at("what", at).as_string(at + ".what");
+        c.loc.file = checks[i].at("file", at).as_string(at + ".file");
+        c.loc.line = to_int(checks[i].at("line", at).as_int(at + ".line"), at + ".line");
+        c.loc.col = to_int(checks[i].at("col", at).as_int(at + ".col"), at + ".col");
+        p.size_checks.push_back(std::move(c));
+      }
+    }
     const std::vector<Json>& constants = root.at("constants", "plan").items("constants");
     for (size_t i = 0; i < constants.size(); ++i) {
       const std::string& file = constants[i].as_string("constants[" + std::to_string(i) + "]");

@@ -12,8 +12,12 @@ using cuda::CUdeviceptr;
 using ir::Error;
 
 CudaProgram make_cuda_program(const ir::Program& program, ir::CudaPlan plan, std::string ptx) {
-  return CudaProgram{program.buffers, program.inputs, program.outputs, program.num_slots, std::move(plan),
-                     std::move(ptx)};
+  CudaProgram p{program.buffers, program.inputs, program.outputs, program.num_slots, std::move(plan), std::move(ptx)};
+  for (const ir::Kernel& k : program.kernels) {
+    std::vector<ir::SizeCheck> checks = ir::size_checks(k.body);
+    p.size_checks.insert(p.size_checks.end(), checks.begin(), checks.end());
+  }
+  return p;
 }
 
 void validate(const CudaProgram& p, const std::string& what) {
@@ -99,6 +103,7 @@ ir::SymbolBindings bind_cuda_inputs(const CudaProgram& p, const std::map<std::st
     bool known = std::any_of(p.inputs.begin(), p.inputs.end(), [&](const ir::ProgramIO& in) { return in.name == name; });
     if (!known) throw Error("'" + name + "' is not an input of the program");
   }
+  ir::check_sizes(p.size_checks, symbols);  // np-views: before anything is launched
   return symbols;
 }
 

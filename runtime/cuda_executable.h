@@ -25,6 +25,7 @@ struct CudaProgram {
   int num_slots = 0;
   ir::CudaPlan plan;
   std::string ptx;  // text; a trailing NUL is optional
+  std::vector<ir::SizeCheck> size_checks;  // np-views: index range checks, made before any launch
 };
 
 /// The parts of `program` a CudaProgram keeps, with what codegen::compile_cuda returned for it.

@@ -379,7 +379,9 @@ const BadProgram kBadPrograms[] = {
     {"input x: f32[N]\noutput y = 1 < x < 2\n", "bad.expr:2:18: error: comparisons cannot be chained; write 'a < b and b < c'"},
     {"input x: f32[N]\nx = 3\n", "bad.expr:2:1: error: expected a statement; to define 'x' write 'let x = ...'"},
     {"input x: f32[N]\noutput y = x.foo\n", "bad.expr:2:14: error: expected 'T' after '.' (x.T is the transpose), found name 'foo'"},
-    {"input x: f32[N]\noutput y = x[0]\n", "bad.expr:2:13: error: indexing is not supported; use reshape, transpose or a reduction"},
+    {"input x: f32[N]\noutput y = x[]\n", "bad.expr:2:13: error: empty index: write x[:] for all of x"},  // np-views
+    {"input x: f32[N]\noutput y = x[..]\n", "bad.expr:2:16: error: expected '...' (an ellipsis), found ']'"},
+    {"input x: f32[N]\noutput y = pad(x, 1, mode=\"edge)\n", "bad.expr:2:27: error: unterminated string (it must end on its line)"},
     {"input x: f32[N] x\n", "bad.expr:1:17: error: expected end of line after the statement, found name 'x'"},
     {"input x f32[N]\n", "bad.expr:1:9: error: expected ':' and a type after the input name, found name 'f32'"},
     {"fn f(a) {\n  return a\ninput x: f32[N]\n", "bad.expr:1:9: error: '{' of fn 'f' was never closed"},

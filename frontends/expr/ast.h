@@ -19,6 +19,12 @@ enum class ExprKind {
   Transpose,         // operands[0].T
   List,              // [operands...]: axes, dims, permutations
   Tuple,             // (operands...): only in `return (a, b)`
+  // np-views
+  Index,             // operands[0][operands[1], ...]: NumPy basic indexing
+  Slice,             // start:stop:step inside an Index: operands are the parts written, in that
+                     // order; int_value's bits say which (1 start, 2 stop, 4 step)
+  Ellipsis,          // `...` inside an Index
+  String,            // "edge": name holds the text without the quotes (pad's mode)
 };
 
 enum class Operator {

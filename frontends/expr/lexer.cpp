@@ -44,8 +44,8 @@ std::string unexpected_character_message(char c) {
     case '!': return "unexpected character '!'; use 'not' for logical negation";
     case '&': return "unexpected character '&'; use 'and'";
     case '|': return "unexpected character '|'; use 'or'";
-    case '\'':
-    case '"': return "strings are not part of the language";
+    case '\'': return "strings are written in double quotes (\"edge\")";
+    case '"': return "unterminated string (it must end on its line)";
   }
   unsigned char u = static_cast<unsigned char>(c);
   if (u >= 0x80) return "unexpected non-ASCII character";
@@ -77,6 +77,8 @@ class Lexer {
         number();
       } else if (is_ident_start(c)) {
         identifier();
+      } else if (c == '"') {
+        string_literal();
       } else {
         punctuation();
       }
@@ -108,6 +110,15 @@ class Lexer {
     for (const Keyword& k : kKeywords)
       if (k.text == text) kind = k.kind;
     push(kind, begin, i_ - begin);
+  }
+
+  // "text" on one line, no escapes (pad's mode names need none).
+  void string_literal() {
+    size_t begin = i_++;
+    while (i_ < src_.size() && src_[i_] != '"' && src_[i_] != '\n') ++i_;
+    if (i_ >= src_.size() || src_[i_] != '"') return invalid(begin, unexpected_character_message('"'));
+    ++i_;
+    push(TokenKind::String, begin, i_ - begin);
   }
 
   void digits() {
@@ -191,6 +202,7 @@ std::string describe(const Token& t) {
     case TokenKind::Ident: return "name '" + std::string(t.text) + "'";
     case TokenKind::Int:
     case TokenKind::Float: return "number '" + std::string(t.text) + "'";
+    case TokenKind::String: return "string " + std::string(t.text);
     default: return "'" + std::string(t.text) + "'";
   }
 }

@@ -13,6 +13,7 @@ namespace fuse::expr {
 
 enum class TokenKind {
   End, Newline, Ident, Int, Float, Invalid,
+  String,  // "edge": only as an argument (pad's mode); text keeps the quotes
   // keywords
   Const, Fn, Input, Let, Output, Return, And, Or, Not, True, False,
   // punctuation

@@ -68,6 +68,7 @@ enum class BuiltinKind {
   Reduce, CustomReduce, Matmul, Transpose, Reshape, BroadcastTo, ExpandDims, Squeeze, Arange, Rand,
   Grad,
   Scan,
+  Concatenate, Stack, Pad,  // np-views
 };
 
 struct Builtin {
@@ -118,6 +119,10 @@ const std::vector<Builtin>& builtins() {
     t.push_back({"grad", K::Grad, {"y", "x", "cotangent"}, 2});
     t.push_back({"cumsum", K::Scan, {"x", "axis"}, 1, {}, {}, ir::ReduceKind::Sum});
     t.push_back({"cumprod", K::Scan, {"x", "axis"}, 1, {}, {}, ir::ReduceKind::Prod});
+    // np-views
+    t.push_back({"concatenate", K::Concatenate, {"arrays", "axis"}, 1});
+    t.push_back({"stack", K::Stack, {"arrays", "axis"}, 1});
+    t.push_back({"pad", K::Pad, {"x", "pad_width", "mode", "value"}, 2});
     return t;
   }();
   return table;
@@ -504,6 +509,11 @@ class Lowerer {
       case ExprKind::List: throw not_scalar("a list");
       case ExprKind::Tuple: throw CompileError{e.pos, "a tuple (a, b) can only be returned: 'return (a, b)'"};
       case ExprKind::Call: break;
+      // np-views
+      case ExprKind::Index: throw not_scalar("indexing x[...]");
+      case ExprKind::Slice:
+      case ExprKind::Ellipsis: throw CompileError{e.pos, "a slice or '...' can only be an index: x[1:], x[..., 0]"};
+      case ExprKind::String: throw not_scalar("a string");
     }
     if (e.name == fn) throw CompileError{e.pos, "fn '" + fn + "' calls itself: recursion is not supported"};
     Callee target = callee(e, &c.scope);
@@ -711,8 +721,149 @@ class Lowerer {
         throw CompileError{e.pos, "a list [...] is only allowed as a shape, axis or permutation argument"};
       case ExprKind::Tuple:
         throw CompileError{e.pos, "a tuple (a, b) is only allowed after 'return' in a fn"};
+      // np-views
+      case ExprKind::Index: return index(e);
+      case ExprKind::Slice:
+      case ExprKind::Ellipsis: throw CompileError{e.pos, "a slice or '...' can only be an index: x[1:], x[..., 0]"};
+      case ExprKind::String:
+        throw CompileError{e.pos, "a string is only allowed as pad's mode: \"constant\", \"edge\" or \"reflect\""};
     }
     return {};
+  }
+
+  // ---- np-views: basic indexing, concatenate, stack, pad ----
+
+  // Whether `e` mentions a dimension symbol (then it is a dim expression, not an integer).
+  bool mentions_symbol(const Expr& e) const {
+    if (e.kind == ExprKind::Name) {
+      const Global* g = find_global(e.name);
+      return g && g->kind == GlobalKind::Symbol;
+    }
+    for (const ExprPtr& o : e.operands)
+      if (mentions_symbol(*o)) return true;
+    return false;
+  }
+
+  static std::string index_text(const Expr& e) {
+    std::string text = "index";
+    if (e.operands[0]->kind == ExprKind::Name) text = e.operands[0]->name + "[...]";
+    return text;
+  }
+
+  Value index(const Expr& e) {
+    NodeId x = to_tensor(lower(*e.operands[0]), e.operands[0]->pos);
+    std::vector<ir::IndexItem> items;
+    for (size_t k = 1; k < e.operands.size(); ++k) {
+      const Expr& item = *e.operands[k];
+      ir::IndexItem it;
+      if (item.kind == ExprKind::Ellipsis) {
+        it.kind = ir::IndexItem::Kind::Ellipsis;
+      } else if (item.kind == ExprKind::Name && item.name == "None" && !find_global("None")) {
+        it.kind = ir::IndexItem::Kind::NewAxis;
+      } else if (item.kind == ExprKind::Slice) {
+        size_t part = 0;
+        auto bound = [&](std::optional<int64_t>& as_int, std::optional<ir::Dim>& as_dim) {
+          const Expr& b = *item.operands[part++];
+          if (mentions_symbol(b)) as_dim = dim(b, DimUse::Refer);
+          else as_int = index_int(b, "a slice bound");
+        };
+        if (item.int_value & 1) bound(it.start_int, it.start);
+        if (item.int_value & 2) bound(it.stop_int, it.stop);
+        if (item.int_value & 4) {
+          const Expr& step = *item.operands[part++];
+          it.step = index_int(step, "a slice step");
+          if (it.step == 0) throw CompileError{step.pos, "slice step cannot be zero"};
+        }
+      } else {
+        it.kind = ir::IndexItem::Kind::Integer;
+        it.index = index_int(item, "an index");
+      }
+      items.push_back(std::move(it));
+    }
+    return make_node(e.pos, [&] { return ir::add_index(graph_, x, items, loc(e.pos), index_text(e)); });
+  }
+
+  int64_t index_int(const Expr& e, const std::string& what) {
+    if (e.kind != ExprKind::List && !mentions_symbol(e)) {
+      Value v = lower(e);
+      if (!v.is_tensor && !ir::is_float(v.literal.dtype) && v.literal.dtype != DType::Bool) return v.literal.value.i;
+      if (v.is_tensor)
+        throw CompileError{e.pos, what + " must be an integer known at compile time, not a tensor " + describe(v) +
+                                      " (gather with take(x, indices) instead)"};
+    }
+    if (mentions_symbol(e))
+      throw CompileError{e.pos, what + " must be an integer; a dimension can only be a slice bound (x[:N // 2])"};
+    throw CompileError{e.pos, what + " must be an integer, a slice (a:b:s), None or '...'"};
+  }
+
+  std::vector<NodeId> tensor_list(const Expr& e, const std::string& op) {
+    if (e.kind != ExprKind::List || e.operands.empty())
+      throw CompileError{e.pos, op + ": expected a non-empty list of arrays like [a, b]"};
+    std::vector<NodeId> xs;
+    for (const ExprPtr& item : e.operands) xs.push_back(to_tensor(lower(*item), item->pos));
+    return xs;
+  }
+
+  Value views_call(const Expr& e, const Builtin& f, const std::vector<const Expr*>& a) {
+    ir::SourceLoc l = loc(e.pos);
+    if (f.kind == BuiltinKind::Concatenate || f.kind == BuiltinKind::Stack) {
+      std::vector<NodeId> xs = tensor_list(*a[0], e.name);
+      int64_t axis = a[1] ? static_int(*a[1], "'axis'") : 0;
+      if (f.kind == BuiltinKind::Stack) return make_node(e.pos, [&] { return ir::add_stack(graph_, xs, axis, l); });
+      return make_node(e.pos, [&] { return ir::add_concatenate(graph_, xs, axis, l); });
+    }
+    NodeId x = to_tensor(lower(*a[0]), a[0]->pos);
+    int rank = graph_.node(x).rank();
+    ir::PadMode mode = ir::PadMode::Constant;
+    if (a[2]) {
+      const Expr& m = *a[2];
+      bool known = m.kind == ExprKind::String && (m.name == "constant" || m.name == "edge" || m.name == "reflect");
+      if (!known)
+        throw CompileError{m.pos, "pad: 'mode' must be \"constant\", \"edge\" or \"reflect\"" +
+                                      (m.kind == ExprKind::String ? ", not \"" + m.name + "\"" : std::string())};
+      mode = m.name == "edge" ? ir::PadMode::Edge : m.name == "reflect" ? ir::PadMode::Reflect : ir::PadMode::Constant;
+    }
+    double value = 0;
+    if (a[3]) {
+      if (mode != ir::PadMode::Constant) throw CompileError{a[3]->pos, "pad: 'value' is only for mode \"constant\""};
+      Value v = lower(*a[3]);
+      if (v.is_tensor) throw CompileError{a[3]->pos, "pad: 'value' must be a number"};
+      value = ir::is_float(v.literal.dtype) ? v.literal.value.f : static_cast<double>(v.literal.value.i);
+    }
+    // pad_width: n (every side), [before, after] (every axis) or [[before, after], ...] per axis.
+    const Expr& w = *a[1];
+    const std::string kWidth = "pad: 'pad_width' must be an integer, a pair [before, after] or one pair per axis "
+                               "[[before, after], ...]";
+    std::vector<ir::Dim> before, after;
+    auto pair = [&](const Expr& p) {
+      if (p.kind != ExprKind::List || p.operands.size() != 2) throw CompileError{p.pos, kWidth};
+      before.push_back(pad_dim(*p.operands[0]));
+      after.push_back(pad_dim(*p.operands[1]));
+    };
+    if (w.kind != ExprKind::List) {
+      ir::Dim n = pad_dim(w);
+      before.assign(rank, n);
+      after.assign(rank, n);
+    } else if (!w.operands.empty() && w.operands[0]->kind == ExprKind::List) {
+      for (const ExprPtr& p : w.operands) pair(*p);
+      if (before.size() == 1 && rank != 1) {
+        before.assign(rank, before[0]);
+        after.assign(rank, after[0]);
+      }
+    } else {
+      pair(w);
+      before.assign(rank, before[0]);
+      after.assign(rank, after[0]);
+    }
+    if (static_cast<int>(before.size()) != rank)
+      throw CompileError{w.pos, "pad: " + std::to_string(before.size()) + " (before, after) pairs for an array of shape " +
+                                    ir::shape_str(graph_.node(x).shape) + ", which has " + std::to_string(rank) + " axes"};
+    return make_node(e.pos, [&] { return ir::add_pad(graph_, x, before, after, mode, value, l); });
+  }
+
+  ir::Dim pad_dim(const Expr& e) {
+    if (e.kind == ExprKind::Unary && e.op == Operator::Neg) throw CompileError{e.pos, "pad: padding cannot be negative"};
+    return dim(e, DimUse::Refer);
   }
 
   Value name_value(const Expr& e) {
@@ -793,6 +944,7 @@ class Lowerer {
       return grads[0];
     }
     if (f->kind == BuiltinKind::Matmul) return matmul(*a[0], *a[1], e.pos);
+    if (f->kind >= BuiltinKind::Concatenate) return views_call(e, *f, a);  // np-views
     NodeId x = to_tensor(lower(*a[0]), a[0]->pos);
     ir::SourceLoc l = loc(e.pos);
     switch (f->kind) {

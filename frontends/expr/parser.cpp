@@ -447,16 +447,71 @@ class Parser {
       } else if (t.kind == TokenKind::LParen) {
         fail(t, "only a fn or builtin name can be called");
       } else if (t.kind == TokenKind::LBracket) {
-        fail(t, "indexing is not supported; use reshape, transpose or a reduction");
+        e = index(std::move(e));
       } else {
         return e;
       }
     }
   }
 
+  // np-views: base[item, ...] with items `i`, `a:b:s` (any part omitted), `None`, `...`.
+  ExprPtr index(ExprPtr base) {
+    Pos opener = open(TokenKind::LBracket);
+    std::vector<ExprPtr> operands;
+    operands.push_back(std::move(base));
+    while (peek().kind != TokenKind::RBracket) {
+      operands.push_back(index_item());
+      if (!accept(TokenKind::Comma)) break;
+    }
+    close();
+    if (operands.size() == 1) throw CompileError{opener, "empty index: write x[:] for all of x"};
+    return make(ExprKind::Index, opener, std::move(operands));
+  }
+
+  ExprPtr index_item() {
+    const Token& t = peek();
+    if (t.kind == TokenKind::Dot) {
+      for (int k = 0; k < 3; ++k)
+        if (!accept(TokenKind::Dot)) fail(peek(), "expected '...' (an ellipsis), found " + describe(peek()));
+      return make(ExprKind::Ellipsis, t.pos);
+    }
+    auto ends_part = [&] {
+      TokenKind k = peek().kind;
+      return k == TokenKind::Colon || k == TokenKind::Comma || k == TokenKind::RBracket;
+    };
+    std::vector<ExprPtr> parts;
+    int which = 0;
+    if (!ends_part()) {
+      parts.push_back(expression());
+      which |= 1;
+    }
+    if (peek().kind != TokenKind::Colon) {
+      if (parts.empty()) fail_expected("an index");
+      return std::move(parts[0]);
+    }
+    Pos colon = next().pos;
+    if (!ends_part()) {
+      parts.push_back(expression());
+      which |= 2;
+    }
+    if (accept(TokenKind::Colon) && !ends_part()) {
+      parts.push_back(expression());
+      which |= 4;
+    }
+    Pos pos = which & 1 ? parts[0]->pos : colon;
+    ExprPtr slice = make(ExprKind::Slice, pos, std::move(parts));
+    slice->int_value = which;
+    return slice;
+  }
+
   ExprPtr primary() {
     const Token& t = peek();
     switch (t.kind) {
+      case TokenKind::String: {
+        ExprPtr e = make(ExprKind::String, next().pos);
+        e->name = std::string(t.text.substr(1, t.text.size() - 2));
+        return e;
+      }
       case TokenKind::Int: {
         ExprPtr e = make(ExprKind::Int, next().pos);
         e->int_value = t.int_value;
