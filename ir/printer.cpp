@@ -51,6 +51,15 @@ std::string print_node(const Graph& g, NodeId id) {
     case OpKind::Permute: s += " perm=" + list_str(n.as<PermuteAttrs>().perm); break;
     case OpKind::ExpandDims: s += " axis=" + std::to_string(n.as<ExpandDimsAttrs>().axis); break;
     case OpKind::Squeeze: s += " axes=" + list_str(n.as<SqueezeAttrs>().axes); break;
+    // gather/scatter (issue 16)
+    case OpKind::Take:
+    case OpKind::TakeAlongAxis:
+    case OpKind::IndexAdd: s += " axis=" + std::to_string(n.as<GatherAttrs>().axis); break;
+    case OpKind::Histogram: {
+      const HistogramAttrs& h = n.as<HistogramAttrs>();
+      s += " range=[" + std::to_string(h.lo) + ", " + std::to_string(h.hi) + "]";
+      break;
+    }
     default: break;
   }
   return s + " : " + std::string(dtype_name(n.dtype)) + shape_str(n.shape);

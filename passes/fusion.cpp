@@ -205,6 +205,12 @@ class Partitioner {
       return "is an output of shape " + ir::shape_str(n.shape) + ", outside the kernel's iteration space " +
              ir::shape_str(G.space);
 
+    // gather/scatter (issue 16): not fused yet; each runs in a kernel of its own.
+    for (NodeId m : gs.members)
+      if (ir::is_gather_scatter(node(m).kind))
+        return std::string("feeds a ") + std::string(ir::op_kind_name(node(m).kind)) +
+               ", which runs in a kernel of its own (gather/scatter ops are not fused yet)";
+
     if (is_elementwise_like(n)) {
       int cost = node_cost(n);
       if (cost > kCheapCost && is_expanded(id, gs))

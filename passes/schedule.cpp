@@ -74,6 +74,9 @@ static ir::CudaSchedule cuda_schedule(const Kernel& k, const ir::Target&) {
 static ir::LoopForm cpu_form(const Kernel& k, const ir::CpuSchedule& s) {
   using ir::LoopForm;
   if (!ir::results_in_row_order(k)) return LoopForm::Interpreted;
+  // gather/scatter (issue 16): no CPU code yet; the reference interpreter runs these kernels.
+  for (const ir::Node& n : k.body.nodes)
+    if (ir::is_gather_scatter(n.kind)) return LoopForm::Interpreted;
   ir::KernelAccess access(k);
   switch (k.kind) {
     case KernelKind::Matmul: {
