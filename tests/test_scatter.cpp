@@ -325,7 +325,7 @@ TEST_CASE("gradients of take, take_along_axis and index_add match finite differe
     Tensor x = g.input("x", DType::F64, {3, 2});
     Tensor i = g.input("i", DType::I64, {4});
     Tensor v = g.input("v", DType::F64, {4, 2});
-    g.output("y", exp(index_add(x, i, v * v, 0)));
+    g.output("y", sin(index_add(x, i, v * v, 0)));  // sin: bounded, so finite differences stay exact enough
     ir::HostArray is(DType::I64, {4});
     int64_t iv[] = {2, -1, 0, 2};
     for (int k = 0; k < 4; ++k) is.set_i64(k, iv[k]);
