@@ -261,6 +261,9 @@ class Partitioner {
       updated = {KernelKind::Matmul, {}, n.shape, {}};
       return "";
     }
+    if (ir::is_gather_scatter(n.kind))
+      return "is a " + std::string(ir::op_kind_name(n.kind)) +
+             ", which runs in a kernel of its own (gather/scatter ops are not fused yet)";
     return "is not fusible";
   }
 
