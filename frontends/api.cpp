@@ -273,6 +273,38 @@ Tensor squeeze(TensorArg x, Axes axes) {
   return {&g, ir::add_squeeze(g.ir(), x.tensor.id(), axes.list, x.loc)};
 }
 
+// ---- gather/scatter (issue 16)
+
+Tensor take(TensorArg x, TensorArg indices, int64_t axis) {
+  Graph& g = common_graph({operand_of(x), operand_of(indices)}, "take");
+  return {&g, ir::add_take(g.ir(), x.tensor.id(), indices.tensor.id(), axis, x.loc)};
+}
+
+Tensor take_along_axis(TensorArg x, TensorArg indices, int64_t axis) {
+  Graph& g = common_graph({operand_of(x), operand_of(indices)}, "take_along_axis");
+  return {&g, ir::add_take_along_axis(g.ir(), x.tensor.id(), indices.tensor.id(), axis, x.loc)};
+}
+
+Tensor index_add(TensorArg x, TensorArg indices, TensorArg values, int64_t axis) {
+  Graph& g = common_graph({operand_of(x), operand_of(indices), operand_of(values)}, "index_add");
+  return {&g, ir::add_index_add(g.ir(), x.tensor.id(), indices.tensor.id(), values.tensor.id(), axis, x.loc)};
+}
+
+Tensor bincount(TensorArg x, Dim length) {
+  Graph& g = graph_of(x.tensor, "bincount", x.loc);
+  return {&g, ir::add_bincount(g.ir(), x.tensor.id(), std::move(length), -1, x.loc)};
+}
+
+Tensor bincount(TensorArg x, Dim length, TensorArg weights) {
+  Graph& g = common_graph({operand_of(x), operand_of(weights)}, "bincount");
+  return {&g, ir::add_bincount(g.ir(), x.tensor.id(), std::move(length), weights.tensor.id(), x.loc)};
+}
+
+Tensor histogram(TensorArg x, int64_t bins, double lo, double hi) {
+  Graph& g = graph_of(x.tensor, "histogram", x.loc);
+  return {&g, ir::add_histogram(g.ir(), x.tensor.id(), bins, lo, hi, x.loc)};
+}
+
 // ---------------------------------------------------------------- scalar tracing
 
 static thread_local ir::ScalarBuilder* current_builder = nullptr;

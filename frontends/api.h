@@ -227,6 +227,24 @@ Tensor stack(const std::vector<Tensor>& xs, int64_t axis = 0,
 /// np.pad with one (before, after) pair per axis; `value` for PadMode::Constant.
 Tensor pad(TensorArg x, const std::vector<std::pair<Dim, Dim>>& widths, ir::PadMode mode = ir::PadMode::Constant,
            double value = 0);
+// ---- Gather/scatter (issue 16): NumPy semantics at ir::GatherAttrs and ir::HistogramAttrs. An
+// index outside [-size, size) (a bincount value outside [0, length)) is a run-time Error naming
+// the op, the caller's line, the index and the size. ----
+
+/// np.take(x, indices, axis): indices i32 or i64 of any shape; negative ones count from the end.
+Tensor take(TensorArg x, TensorArg indices, int64_t axis = 0);
+/// np.take_along_axis(x, indices, axis): indices of x's rank, other axes broadcasting.
+Tensor take_along_axis(TensorArg x, TensorArg indices, int64_t axis);
+/// A copy of x with values[.., j, ..] added at x[.., indices[j], ..] along axis; repeated indices
+/// accumulate (np.add.at on a copy, PyTorch's index_add).
+Tensor index_add(TensorArg x, TensorArg indices, TensorArg values, int64_t axis = 0);
+/// np.bincount(x, minlength=length) of exactly `length` bins: i64 counts.
+Tensor bincount(TensorArg x, Dim length);
+/// Weighted: sums of the weights in the weights' dtype (NumPy gives f64).
+Tensor bincount(TensorArg x, Dim length, TensorArg weights);
+/// np.histogram(x, bins, range=(lo, hi))[0]: i64[bins], the last bin closed, NaN and values
+/// outside the range ignored.
+Tensor histogram(TensorArg x, int64_t bins, double lo, double hi);
 
 // ---- Reverse-mode autodiff (passes/autodiff.h: the rules per op, the conventions at kinks) ----
 

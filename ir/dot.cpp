@@ -69,6 +69,15 @@ std::vector<std::string> op_lines(const Node& n) {
     case OpKind::Slice: return {kind + " " + slice_str(n.as<SliceAttrs>())};
     case OpKind::Pad: return {kind + " " + pad_str(n.as<PadAttrs>(), n.dtype)};
     case OpKind::Concatenate: return {kind + " axis=" + std::to_string(n.as<ConcatenateAttrs>().axis)};
+    // gather/scatter (issue 16)
+    case OpKind::Take:
+    case OpKind::TakeAlongAxis:
+    case OpKind::IndexAdd: return {kind + " axis=" + std::to_string(n.as<GatherAttrs>().axis)};
+    case OpKind::Bincount: return {kind + " " + shape_str(n.shape) + (n.inputs.size() == 2 ? " weighted" : "")};
+    case OpKind::Histogram: {
+      const HistogramAttrs& h = n.as<HistogramAttrs>();
+      return {kind + " bins=" + shape_str(n.shape) + " range=[" + number(h.lo) + ", " + number(h.hi) + "]"};
+    }
   }
   return {kind};
 }

@@ -1,6 +1,7 @@
 #include "ir/graph.h"
 
 #include <algorithm>
+#include <cmath>
 #include <set>
 
 namespace fuse::ir {
@@ -23,6 +24,12 @@ std::string_view op_kind_name(OpKind k) {
     case OpKind::Slice: return "slice";
     case OpKind::Pad: return "pad";
     case OpKind::Concatenate: return "concatenate";
+    // gather/scatter (issue 16)
+    case OpKind::Take: return "take";
+    case OpKind::TakeAlongAxis: return "take_along_axis";
+    case OpKind::IndexAdd: return "index_add";
+    case OpKind::Bincount: return "bincount";
+    case OpKind::Histogram: return "histogram";
   }
   return "?";
 }
@@ -39,6 +46,11 @@ std::string_view pad_mode_name(PadMode m) {
 bool is_view(OpKind k) {
   return k == OpKind::BroadcastTo || k == OpKind::Reshape || k == OpKind::Permute ||
          k == OpKind::ExpandDims || k == OpKind::Squeeze || k == OpKind::Slice;
+}
+
+bool is_gather_scatter(OpKind k) {
+  return k == OpKind::Take || k == OpKind::TakeAlongAxis || k == OpKind::IndexAdd || k == OpKind::Bincount ||
+         k == OpKind::Histogram;
 }
 
 std::string_view reduce_kind_name(ReduceKind k) {
@@ -415,6 +427,127 @@ void add_output(Graph& g, std::string name, NodeId node, SourceLoc loc) {
   for (const GraphOutput& o : g.outputs)
     if (o.name == name) throw Error("output: '" + name + "' is already an output", loc);
   g.outputs.push_back({std::move(name), node});
+}
+
+// ---------------------------------------------------------------- gather/scatter (issue 16)
+
+static bool is_index_dtype(DType t) { return t == DType::I32 || t == DType::I64; }
+
+static void check_index_operand(const Node& idx, const std::string& op, const std::string& what,
+                                const SourceLoc& loc) {
+  if (!is_index_dtype(idx.dtype))
+    throw Error(op + ": " + what + " must be i32 or i64, not " + std::string(dtype_name(idx.dtype)) +
+                    shape_str(idx.shape), loc);
+}
+
+static int indexed_axis(int64_t axis, const Node& x, const std::string& op, const SourceLoc& loc) {
+  auto a = normalize_axis(axis, x.rank());
+  if (!a)
+    throw Error(op + ": axis " + std::to_string(axis) + " is out of range for shape " + shape_str(x.shape) +
+                    " (rank " + std::to_string(x.rank()) + ")", loc);
+  return *a;
+}
+
+Shape take_shape(const Shape& x, const Shape& idx, int axis) {
+  Shape shape(x.begin(), x.begin() + axis);
+  shape.insert(shape.end(), idx.begin(), idx.end());
+  shape.insert(shape.end(), x.begin() + axis + 1, x.end());
+  return shape;
+}
+
+Shape take_along_axis_shape(const Shape& x, const Shape& idx, int axis, const SourceLoc& loc) {
+  auto bad = [&](const std::string& why) {
+    return Error("take_along_axis: x " + shape_str(x) + " and indices " + shape_str(idx) + " " + why, loc);
+  };
+  if (x.size() != idx.size()) throw bad("must have the same rank");
+  Shape shape;
+  for (size_t k = 0; k < x.size(); ++k) {
+    if (static_cast<int>(k) == axis) shape.push_back(idx[k]);
+    else if (x[k] == idx[k] || idx[k] == Dim(1)) shape.push_back(x[k]);
+    else if (x[k] == Dim(1)) shape.push_back(idx[k]);
+    else throw bad("do not broadcast (dim " + std::to_string(k) + ": " + x[k].str() + " vs " + idx[k].str() + ")");
+  }
+  return shape;
+}
+
+NodeId add_take(Graph& g, NodeId x, NodeId idx, int64_t axis, SourceLoc loc) {
+  const Node& in = checked(g, x, "take", loc);
+  const Node& index = checked(g, idx, "take", loc);
+  check_index_operand(index, "take", "indices", loc);
+  if (in.rank() == 0) throw Error("take: x must have at least 1 dim, not shape " + shape_str(in.shape), loc);
+  int a = indexed_axis(axis, in, "take", loc);
+  Shape shape = take_shape(in.shape, index.shape, a);
+  return add_node(g, OpKind::Take, in.dtype, std::move(shape), {x, idx}, GatherAttrs{a}, std::move(loc));
+}
+
+NodeId add_take_along_axis(Graph& g, NodeId x, NodeId idx, int64_t axis, SourceLoc loc) {
+  const Node& in = checked(g, x, "take_along_axis", loc);
+  const Node& index = checked(g, idx, "take_along_axis", loc);
+  check_index_operand(index, "take_along_axis", "indices", loc);
+  if (in.rank() == 0)
+    throw Error("take_along_axis: x must have at least 1 dim, not shape " + shape_str(in.shape), loc);
+  int a = indexed_axis(axis, in, "take_along_axis", loc);
+  Shape shape = take_along_axis_shape(in.shape, index.shape, a, loc);
+  return add_node(g, OpKind::TakeAlongAxis, in.dtype, std::move(shape), {x, idx}, GatherAttrs{a}, std::move(loc));
+}
+
+NodeId add_index_add(Graph& g, NodeId x, NodeId idx, NodeId values, int64_t axis, SourceLoc loc) {
+  const Node& in = checked(g, x, "index_add", loc);
+  const Node& index = checked(g, idx, "index_add", loc);
+  const Node& vals = checked(g, values, "index_add", loc);
+  check_index_operand(index, "index_add", "indices", loc);
+  if (in.rank() == 0) throw Error("index_add: x must have at least 1 dim, not shape " + shape_str(in.shape), loc);
+  if (index.rank() != 1)
+    throw Error("index_add: indices must be 1-D, not " + std::string(dtype_name(index.dtype)) + shape_str(index.shape), loc);
+  if (in.dtype == DType::Bool) throw Error("index_add: x must be numeric, not bool", loc);
+  int a = indexed_axis(axis, in, "index_add", loc);
+  Shape expected = in.shape;
+  expected[a] = index.shape[0];
+  if (!(vals.shape == expected))
+    throw Error("index_add: values have shape " + shape_str(vals.shape) + " but x " + shape_str(in.shape) +
+                    " with indices " + shape_str(index.shape) + " along axis " + std::to_string(a) + " needs " +
+                    shape_str(expected), loc);
+  if (vals.dtype != in.dtype)
+    throw Error("index_add: values are " + std::string(dtype_name(vals.dtype)) + " but x is " +
+                    std::string(dtype_name(in.dtype)) + " (cast one of them)", loc);
+  return add_node(g, OpKind::IndexAdd, in.dtype, in.shape, {x, idx, values}, GatherAttrs{a}, std::move(loc));
+}
+
+NodeId add_bincount(Graph& g, NodeId x, Dim length, NodeId weights, SourceLoc loc) {
+  const Node& in = checked(g, x, "bincount", loc);
+  if (!is_index_dtype(in.dtype) || in.rank() != 1)
+    throw Error("bincount: x must be a 1-D i32 or i64 tensor, not " + std::string(dtype_name(in.dtype)) +
+                    shape_str(in.shape), loc);
+  if (length.constant().value_or(1) < 0)
+    throw Error("bincount: minlength must not be negative, not " + length.str(), loc);
+  std::vector<NodeId> inputs = {x};
+  DType dtype = DType::I64;
+  if (weights >= 0) {
+    const Node& w = checked(g, weights, "bincount", loc);
+    if (w.dtype == DType::Bool) throw Error("bincount: weights must be numeric, not bool", loc);
+    if (!(w.shape == in.shape))
+      throw Error("bincount: weights have shape " + shape_str(w.shape) + " but x has shape " + shape_str(in.shape),
+                  loc);
+    dtype = w.dtype;
+    inputs.push_back(weights);
+  }
+  return add_node(g, OpKind::Bincount, dtype, {length}, std::move(inputs), NoAttrs{}, std::move(loc));
+}
+
+NodeId add_histogram(Graph& g, NodeId x, int64_t bins, double lo, double hi, SourceLoc loc) {
+  const Node& in = checked(g, x, "histogram", loc);
+  if (in.dtype == DType::Bool) throw Error("histogram: x must be numeric, not bool", loc);
+  if (bins < 1) throw Error("histogram: bins must be a positive integer, not " + std::to_string(bins), loc);
+  if (!std::isfinite(lo) || !std::isfinite(hi))
+    throw Error("histogram: range [" + std::to_string(lo) + ", " + std::to_string(hi) + "] must be finite", loc);
+  if (lo > hi)
+    throw Error("histogram: range [" + std::to_string(lo) + ", " + std::to_string(hi) +
+                    "]: the upper bound must not be below the lower", loc);
+  if (lo == hi) {  // as NumPy: an empty range widens to one unit around it
+    lo -= 0.5;
+    hi += 0.5;
+  }
+  return add_node(g, OpKind::Histogram, DType::I64, {Dim(bins)}, {x}, HistogramAttrs{lo, hi}, std::move(loc));
 }
 
 std::vector<bool> computed_from(const Graph& g, NodeId source) {

@@ -44,10 +44,17 @@ enum class OpKind {
   Slice,        // view: out[i0, i1, ...] = in[start0 + step0*i0, start1 + step1*i1, ...]
   Pad,          // np.pad: in[i - before] inside, else the value (constant) or the edge / mirror index
   Concatenate,  // np.concatenate: the operands one after another along `axis`
+  // ---- gather/scatter (issue 16): data-dependent indices, exact semantics at GatherAttrs ----
+  Take,           // np.take(x, idx, axis): x's `axis` replaced by idx's dims, indexed by idx
+  TakeAlongAxis,  // np.take_along_axis(x, idx, axis): out[.., j, ..] = x[.., idx[.., j, ..], ..]
+  IndexAdd,       // copy of x with values added at idx along axis (np.add.at on a copy)
+  Bincount,       // np.bincount(x, weights, minlength=K) of length exactly K
+  Histogram,      // np.histogram(x, bins=B, range=(lo, hi))[0] as i64[B]
 };
 
 std::string_view op_kind_name(OpKind k);
 bool is_view(OpKind k);  // BroadcastTo, Reshape, Permute, ExpandDims, Squeeze, Slice
+bool is_gather_scatter(OpKind k);  // Take, TakeAlongAxis, IndexAdd, Bincount, Histogram
 
 /// ArgMax/ArgMin (np.argmax/np.argmin): i64, the row-major position within the reduced axes of
 /// the first maximum (minimum); a NaN counts as the extreme, so the first NaN's position wins
@@ -170,10 +177,45 @@ struct ConcatenateAttrs {
   int axis = 0;
   bool operator==(const ConcatenateAttrs&) const = default;
 };
+// ---- gather/scatter (issue 16) ----
+// Indices are i32 or i64 tensors whose values are only known at run time. A negative index i
+// means i + size (NumPy); an index outside [-size, size) is a run-time error naming the op, its
+// source location, the index and the size (never an out-of-bounds read or write).
+/// Take, TakeAlongAxis and IndexAdd: `axis` (non-negative) is the indexed axis of x.
+///  - Take(x, idx): np.take(x, idx, axis) (mode='raise'). out.shape = x.shape[:axis] + idx.shape +
+///    x.shape[axis+1:]; out[i.., j.., k..] = x[i.., idx[j..], k..]. Any x dtype.
+///  - TakeAlongAxis(x, idx): np.take_along_axis. idx has x's rank; its dims other than `axis`
+///    broadcast with x's (equal, or one of them 1); out.shape[axis] = idx.shape[axis];
+///    out[.., j, ..] = x[.., idx[.., j, ..], ..] (other axes broadcast).
+///  - IndexAdd(x, idx, values): idx is 1-D [M], values has x's dtype and shape x.shape with
+///    `axis` replaced by M. out = copy of x, then for j = 0..M-1 in order:
+///    out[.., idx[j], ..] += values[.., j, ..] (repeated indices accumulate; each add rounds to
+///    the dtype, integers wrap): np.add.at on a copy, PyTorch's index_add.
+struct GatherAttrs {
+  int axis = 0;
+  bool operator==(const GatherAttrs&) const = default;
+};
+/// Bincount(x) or Bincount(x, weights): x is 1-D i32/i64; out has shape [K] (K from the node's
+/// shape; fuse shapes do not depend on data, so a value < 0 or >= K is a run-time error, unlike
+/// NumPy, which grows the result). Unweighted: out[v] = count of v in x, i64. Weighted: weights
+/// has x's shape and a numeric non-bool dtype; out[v] = sum of weights[i] with x[i] == v, in the
+/// weights' dtype (NumPy gives f64), floats summed in f64 in index order and rounded once,
+/// integers wrapping. No attributes.
+/// Histogram(x): np.histogram(x, bins=B, range=(lo, hi))[0] as i64[B] (B = shape[0] >= 1).
+/// Bins are equal-width with edges e[i] = T(lo + i * ((hi - lo) / B)), e[B] = T(hi), where T is
+/// f32 for f32 x and f64 otherwise (NumPy's linspace of the edges in x's float type). x[i]
+/// counts in bin b when e[b] <= x[i] < e[b+1], the last bin also taking x[i] == e[B]; values
+/// outside [T(lo), T(hi)] and NaN are ignored (NumPy's float guess then edge correction gives
+/// exactly this). lo == hi widens to (lo - 0.5, hi + 0.5) as NumPy does; lo > hi or a
+/// non-finite bound is an error at construction. x: any numeric non-bool dtype.
+struct HistogramAttrs {
+  double lo = 0, hi = 1;
+  bool operator==(const HistogramAttrs&) const = default;
+};
 
 using NodeAttrs = std::variant<NoAttrs, InputAttrs, ConstantAttrs, RandAttrs, ElementwiseAttrs,
                                ReduceAttrs, PermuteAttrs, ExpandDimsAttrs, SqueezeAttrs,
-                               ScanAttrs, SliceAttrs, PadAttrs, ConcatenateAttrs>;
+                               ScanAttrs, SliceAttrs, PadAttrs, ConcatenateAttrs, GatherAttrs, HistogramAttrs>;
 
 struct Node {
   OpKind kind = OpKind::Input;
@@ -262,6 +304,20 @@ NodeId add_stack(Graph& g, std::vector<NodeId> xs, int64_t axis, SourceLoc loc =
 std::vector<SizeCheck> size_checks(const Graph& g);
 /// Throws Error at the check's location for the first check that fails under `symbols`.
 void check_sizes(const std::vector<SizeCheck>& checks, const SymbolBindings& symbols);
+
+// ---- gather/scatter (issue 16); semantics at GatherAttrs and HistogramAttrs. `axis` may be
+// negative. Errors name the op and the shapes involved. ----
+NodeId add_take(Graph& g, NodeId x, NodeId idx, int64_t axis = 0, SourceLoc loc = {});
+NodeId add_take_along_axis(Graph& g, NodeId x, NodeId idx, int64_t axis, SourceLoc loc = {});
+NodeId add_index_add(Graph& g, NodeId x, NodeId idx, NodeId values, int64_t axis = 0, SourceLoc loc = {});
+/// weights = -1: unweighted counts (i64).
+NodeId add_bincount(Graph& g, NodeId x, Dim length, NodeId weights = -1, SourceLoc loc = {});
+NodeId add_histogram(Graph& g, NodeId x, int64_t bins, double lo, double hi, SourceLoc loc = {});
+/// The shape of take(x, idx, axis) with a normalized axis: x.shape[:axis] + idx + x.shape[axis+1:].
+Shape take_shape(const Shape& x, const Shape& idx, int axis);
+/// The shape of take_along_axis(x, idx, axis); throws Error naming both shapes when the dims
+/// other than `axis` do not broadcast or the ranks differ.
+Shape take_along_axis_shape(const Shape& x, const Shape& idx, int axis, const SourceLoc& loc = {});
 
 /// Sentinel for "every axis" in add_reduce.
 inline const std::vector<int64_t> kAllAxes = {};

@@ -524,14 +524,161 @@ HostArray eval_rand(uint64_t seed, const ConcreteShape& shape) {
   return out;
 }
 
+// ---- gather/scatter (issue 16) ----
+
+// idx[i] normalized into [0, size) (negative counts from the end); throws index_error if outside.
+int64_t checked_index(const Node& n, int64_t index, int64_t size, int axis) {
+  int64_t v = index < 0 ? index + size : index;
+  if (v < 0 || v >= size) throw index_error(n.kind, index, size, axis, n.loc);
+  return v;
+}
+
+// x's shape split around `axis`: the elements before it (outer), its size, the ones after it.
+struct AxisSplit {
+  int64_t outer = 1, size = 1, inner = 1;
+};
+AxisSplit split_at(const ConcreteShape& shape, int axis) {
+  AxisSplit s;
+  for (int k = 0; k < axis; ++k) s.outer *= shape[k];
+  s.size = shape[axis];
+  for (size_t k = axis + 1; k < shape.size(); ++k) s.inner *= shape[k];
+  return s;
+}
+
+HostArray eval_take(const Node& n, const HostArray& x, const HostArray& idx, const ConcreteShape& shape) {
+  int axis = n.as<GatherAttrs>().axis;
+  if (axis < 0 || axis >= x.rank()) fail(n, "axis out of range for operand shape " + shape_str(x.shape));
+  AxisSplit s = split_at(x.shape, axis);
+  HostArray out(n.dtype, shape);
+  if (s.outer * idx.size() * s.inner != out.size()) fail(n, "operand shapes do not give " + shape_str(shape));
+  size_t width = dtype_size(x.dtype);
+  std::vector<int64_t> rows(idx.size());
+  for (int64_t j = 0; j < idx.size(); ++j) rows[j] = checked_index(n, idx.get_i64(j), s.size, axis);
+  uint8_t* dst = out.bytes.data();
+  for (int64_t o = 0; o < s.outer; ++o)
+    for (int64_t j = 0; j < idx.size(); ++j) {
+      const uint8_t* src = x.bytes.data() + ((o * s.size + rows[j]) * s.inner) * width;
+      std::memcpy(dst, src, s.inner * width);
+      dst += s.inner * width;
+    }
+  return out;
+}
+
+HostArray eval_take_along_axis(const Node& n, const HostArray& x, const HostArray& idx, const ConcreteShape& shape) {
+  int axis = n.as<GatherAttrs>().axis;
+  int rank = x.rank();
+  if (axis < 0 || axis >= rank || idx.rank() != rank || static_cast<int>(shape.size()) != rank)
+    fail(n, "operand shapes " + shape_str(x.shape) + " and " + shape_str(idx.shape) + " do not fit axis " +
+                std::to_string(axis));
+  // Broadcast strides of x (its `axis` read through the index) and of idx over the result.
+  std::vector<int64_t> xs = row_major_strides(x.shape), is = row_major_strides(idx.shape);
+  std::vector<int64_t> x_strides(rank, 0), idx_strides(rank, 0);
+  for (int k = 0; k < rank; ++k) {
+    if (k != axis && x.shape[k] != 1 && x.shape[k] != shape[k]) fail(n, "x does not broadcast to " + shape_str(shape));
+    if (idx.shape[k] != 1 && idx.shape[k] != shape[k]) fail(n, "indices do not broadcast to " + shape_str(shape));
+    if (k != axis && x.shape[k] != 1) x_strides[k] = xs[k];
+    if (idx.shape[k] != 1) idx_strides[k] = is[k];
+  }
+  HostArray out(n.dtype, shape);
+  size_t width = dtype_size(x.dtype);
+  std::vector<int64_t> x_base(out.size());
+  for_each_offset(shape, x_strides, 0, out.size(), [&](int64_t i, int64_t offset) { x_base[i] = offset; });
+  for_each_offset(shape, idx_strides, 0, out.size(), [&](int64_t i, int64_t offset) {
+    int64_t v = checked_index(n, idx.get_i64(offset), x.shape[axis], axis);
+    std::memcpy(out.bytes.data() + i * width, x.bytes.data() + (x_base[i] + v * xs[axis]) * width, width);
+  });
+  return out;
+}
+
+HostArray eval_index_add(const Node& n, const HostArray& x, const HostArray& idx, const HostArray& values,
+                         const ConcreteShape& shape) {
+  int axis = n.as<GatherAttrs>().axis;
+  if (axis < 0 || axis >= x.rank() || idx.rank() != 1 || values.dtype != x.dtype || shape != x.shape)
+    fail(n, "operands do not fit x " + shape_str(x.shape) + " along axis " + std::to_string(axis));
+  ConcreteShape expected = x.shape;
+  expected[axis] = idx.size();
+  if (values.shape != expected)
+    fail(n, "values have shape " + shape_str(values.shape) + ", not " + shape_str(expected));
+  AxisSplit s = split_at(x.shape, axis);
+  std::vector<int64_t> rows(idx.size());
+  for (int64_t j = 0; j < idx.size(); ++j) rows[j] = checked_index(n, idx.get_i64(j), s.size, axis);
+  HostArray out = x;
+  bool floats = is_float(x.dtype);
+  for (int64_t o = 0; o < s.outer; ++o)
+    for (int64_t j = 0; j < idx.size(); ++j)
+      for (int64_t i = 0; i < s.inner; ++i) {
+        int64_t to = (o * s.size + rows[j]) * s.inner + i, from = (o * idx.size() + j) * s.inner + i;
+        if (floats) out.set_f64(to, out.get_f64(to) + values.get_f64(from));  // rounds once per add
+        else out.set_i64(to, static_cast<int64_t>(static_cast<uint64_t>(out.get_i64(to)) +
+                                                  static_cast<uint64_t>(values.get_i64(from))));
+      }
+  return out;
+}
+
+HostArray eval_bincount(const Node& n, const std::vector<const HostArray*>& ops, const ConcreteShape& shape) {
+  const HostArray& x = *ops[0];
+  const HostArray* weights = ops.size() == 2 ? ops[1] : nullptr;
+  if (x.rank() != 1 || shape.size() != 1 || (weights && weights->shape != x.shape))
+    fail(n, "operands do not fit: x " + shape_str(x.shape));
+  int64_t length = shape[0];
+  HostArray out(n.dtype, shape);
+  bool floats = weights && is_float(weights->dtype);
+  std::vector<double> sums(floats ? length : 0, 0.0);
+  std::vector<uint64_t> counts(floats ? 0 : length, 0);  // wrapping, as integer sums do
+  for (int64_t i = 0; i < x.size(); ++i) {
+    int64_t v = x.get_i64(i);
+    if (v < 0 || v >= length) throw index_error(n.kind, v, length, 0, n.loc);
+    if (floats) sums[v] += weights->get_f64(i);
+    else counts[v] += weights ? static_cast<uint64_t>(weights->get_i64(i)) : 1;
+  }
+  for (int64_t b = 0; b < length; ++b) {
+    if (floats) out.set_f64(b, sums[b]);
+    else out.set_i64(b, static_cast<int64_t>(counts[b]));
+  }
+  return out;
+}
+
+// The edges in x's float type T (f32 for f32, else f64), as NumPy's linspace computes them.
+std::vector<double> histogram_edges(const HistogramAttrs& h, int64_t bins, bool f32) {
+  std::vector<double> edges(bins + 1);
+  double step = (h.hi - h.lo) / static_cast<double>(bins);
+  for (int64_t i = 0; i < bins; ++i) edges[i] = static_cast<double>(i) * step + h.lo;
+  edges[bins] = h.hi;
+  if (f32)
+    for (double& e : edges) e = static_cast<float>(e);
+  return edges;
+}
+
+HostArray eval_histogram(const Node& n, const HostArray& x, const ConcreteShape& shape) {
+  if (shape.size() != 1 || shape[0] < 1) fail(n, "the result must have shape [B] with B >= 1");
+  const HistogramAttrs& h = n.as<HistogramAttrs>();
+  int64_t bins = shape[0];
+  std::vector<double> edges = histogram_edges(h, bins, x.dtype == DType::F32);
+  HostArray out(DType::I64, shape);
+  int64_t* counts = out.as<int64_t>();
+  for (int64_t i = 0; i < x.size(); ++i) {
+    double v = is_float(x.dtype) ? x.get_f64(i) : static_cast<double>(x.get_i64(i));
+    if (!(v >= edges[0] && v <= edges[bins])) continue;  // outside the range, or NaN
+    // NumPy's float guess, then corrected against the edges until e[b] <= v < e[b+1].
+    double guess = std::floor((v - h.lo) / (h.hi - h.lo) * static_cast<double>(bins));
+    int64_t b = static_cast<int64_t>(std::clamp(guess, 0.0, static_cast<double>(bins - 1)));
+    while (b > 0 && v < edges[b]) --b;
+    while (b < bins - 1 && v >= edges[b + 1]) ++b;
+    ++counts[b];
+  }
+  return out;
+}
+
 }  // namespace
 
 HostArray evaluate_node(const Node& n, const std::vector<const HostArray*>& operands, const SymbolBindings& symbols) {
   if (n.kind == OpKind::Input)
     fail(n, "'" + n.as<InputAttrs>().name + "' has no operands: its value comes from the graph's inputs");
-  size_t arity = n.kind == OpKind::Elementwise ? n.inputs.size()
-                 : n.kind == OpKind::Matmul       ? 2
+  size_t arity = n.kind == OpKind::Elementwise || n.kind == OpKind::Bincount ? n.inputs.size()
                  : n.kind == OpKind::Concatenate  ? n.inputs.size()
+                 : n.kind == OpKind::Matmul || n.kind == OpKind::Take || n.kind == OpKind::TakeAlongAxis ? 2
+                 : n.kind == OpKind::IndexAdd ? 3
+                 : n.kind == OpKind::Histogram ? 1
                  : n.kind == OpKind::Reduce || n.kind == OpKind::Scan || is_view(n.kind) || n.kind == OpKind::Pad ? 1
                                                                : 0;
   if (n.inputs.size() != arity || operands.size() != arity)
@@ -576,8 +723,23 @@ HostArray evaluate_node(const Node& n, const std::vector<const HostArray*>& oper
     case OpKind::Slice: return eval_slice(n, *operands[0], shape, symbols);
     case OpKind::Pad: return eval_pad(n, *operands[0], shape, symbols);
     case OpKind::Concatenate: return eval_concatenate(n, operands, shape);
+    // gather/scatter (issue 16)
+    case OpKind::Take: return eval_take(n, *operands[0], *operands[1], shape);
+    case OpKind::TakeAlongAxis: return eval_take_along_axis(n, *operands[0], *operands[1], shape);
+    case OpKind::IndexAdd: return eval_index_add(n, *operands[0], *operands[1], *operands[2], shape);
+    case OpKind::Bincount: return eval_bincount(n, operands, shape);
+    case OpKind::Histogram: return eval_histogram(n, *operands[0], shape);
   }
   fail(n, "unknown op");
+}
+
+Error index_error(OpKind op, int64_t index, int64_t size, int axis, const SourceLoc& loc) {
+  std::string name(op_kind_name(op));
+  if (op == OpKind::Bincount)
+    return Error(name + ": value " + std::to_string(index) + " is out of range for minlength " +
+                     std::to_string(size) + " (values must be in [0, " + std::to_string(size) + "))", loc);
+  return Error(name + ": index " + std::to_string(index) + " is out of range for axis " + std::to_string(axis) +
+                   " of size " + std::to_string(size), loc);
 }
 
 SymbolBindings bind_inputs(const Graph& g, const TensorMap& inputs, const SymbolBindings& known) {

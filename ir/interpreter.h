@@ -62,6 +62,9 @@ std::vector<size_t> last_uses(const Graph& g);
 ///  - Views produce copies: broadcast_to (as elementwise broadcasting), reshape / expand_dims /
 ///    squeeze (same elements in row-major order, new shape), permute
 ///    (out.shape[k] = in.shape[perm[k]], out[i_0, ..] = in[j] with j[perm[k]] = i_k).
+///  - Take, TakeAlongAxis, IndexAdd, Bincount, Histogram: as documented at GatherAttrs and
+///    HistogramAttrs in ir/graph.h. A bad data-dependent index (or bincount value) throws the
+///    run-time Error made by index_error, at the node's location; nothing is returned.
 /// Throws Error when the operands do not fit the node (count, dtype or shape).
 /// np.pad's source index along one axis of size n for padded position i (relative to the
 /// operand: i < 0 is before it): i itself inside; outside, -1 for Constant (or an empty axis),
@@ -69,5 +72,10 @@ std::vector<size_t> last_uses(const Graph& g);
 int64_t pad_source_index(PadMode mode, int64_t i, int64_t n);
 HostArray evaluate_node(const Node& n, const std::vector<const HostArray*>& operands,
                         const SymbolBindings& symbols);
+
+/// The run-time error of a bad data-dependent index, shared by the interpreter and the
+/// compiled executables so that all report it alike: "take: index 7 is out of range for axis 0
+/// of size 5" (bincount: "value 7 is out of range for minlength 5"), at `loc`.
+Error index_error(OpKind op, int64_t index, int64_t size, int axis, const SourceLoc& loc);
 
 }  // namespace fuse::ir

@@ -1,5 +1,7 @@
 #include "ir/printer.h"
 
+#include <cstdio>
+#include <cstdlib>
 #include <sstream>
 
 namespace fuse::ir {
@@ -23,6 +25,14 @@ static std::string constant_str(const HostArray& a) {
   }
   s << "]";
   return s.str();
+}
+
+// A double as text that reads back as the same double: 15 digits when they do (0.1), else 17.
+static std::string exact_number(double v) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.15g", v);
+  if (std::strtod(text, nullptr) != v) std::snprintf(text, sizeof text, "%.17g", v);
+  return text;
 }
 
 std::string print_node(const Graph& g, NodeId id) {
@@ -57,6 +67,15 @@ std::string print_node(const Graph& g, NodeId id) {
     case OpKind::Slice: s += " " + slice_str(n.as<SliceAttrs>()); break;
     case OpKind::Pad: s += " " + pad_str(n.as<PadAttrs>(), n.dtype); break;
     case OpKind::Concatenate: s += " axis=" + std::to_string(n.as<ConcatenateAttrs>().axis); break;
+    // gather/scatter (issue 16)
+    case OpKind::Take:
+    case OpKind::TakeAlongAxis:
+    case OpKind::IndexAdd: s += " axis=" + std::to_string(n.as<GatherAttrs>().axis); break;
+    case OpKind::Histogram: {
+      const HistogramAttrs& h = n.as<HistogramAttrs>();
+      s += " range=[" + exact_number(h.lo) + ", " + exact_number(h.hi) + "]";
+      break;
+    }
     default: break;
   }
   return s + " : " + std::string(dtype_name(n.dtype)) + shape_str(n.shape);

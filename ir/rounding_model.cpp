@@ -400,6 +400,34 @@ HostArray node_error_bound(const Node& n, const std::vector<const HostArray*>& o
       if (n.kind == OpKind::Pad) std::get<PadAttrs>(view.attrs).value = ScalarValue{};
       return evaluate_node(view, bounds, symbols);
     }
+    // gather/scatter (issue 16)
+    case OpKind::Take:
+    case OpKind::TakeAlongAxis: {  // δ moves with the gathered data
+      Node gather = n;
+      gather.dtype = DType::F64;
+      return evaluate_node(gather, {bounds[0], operands[1]}, symbols);
+    }
+    case OpKind::IndexAdd:    // out = x + Σ v_j: Σ δ + γ(M + 1)·Σ |terms| (sums in any order)
+    case OpKind::Bincount: {  // weighted: Σ δw + γ(count)·Σ |w|; counts are exact
+      if (n.kind == OpKind::Bincount && n.inputs.size() == 1) return HostArray(DType::F64, value.shape);
+      const HostArray& values = *operands.back();
+      const HostArray& dvalues = *bounds.back();
+      Node f64 = n;
+      f64.dtype = DType::F64;
+      std::vector<const HostArray*> delta_ops = {n.kind == OpKind::IndexAdd ? bounds[0] : operands[0]};
+      if (n.kind == OpKind::IndexAdd) delta_ops.push_back(operands[1]);
+      delta_ops.push_back(&dvalues);
+      HostArray x_abs = map_f64(*operands[0], std::fabs), v_abs = map_f64(values, std::fabs);
+      std::vector<const HostArray*> abs_ops = {n.kind == OpKind::IndexAdd ? &x_abs : operands[0]};
+      if (n.kind == OpKind::IndexAdd) abs_ops.push_back(operands[1]);
+      abs_ops.push_back(&v_abs);
+      HostArray delta = evaluate_node(f64, delta_ops, symbols), sums = evaluate_node(f64, abs_ops, symbols);
+      double u = unit_roundoff(n.dtype), terms = static_cast<double>(values.size()) + 1;
+      double gamma = terms * u < 1 ? terms * u / (1 - terms * u) : kInf;
+      for (int64_t i = 0; i < delta.size(); ++i) delta.set_f64(i, sane(delta.get_f64(i) + gamma * sums.get_f64(i)));
+      return delta;
+    }
+    case OpKind::Histogram: return HostArray(DType::F64, value.shape);  // counts are exact
   }
   throw Error(std::string(op_kind_name(n.kind)) + ": no rounding rule", n.loc);
 }

@@ -44,6 +44,10 @@ static int expected_arity(OpKind k) {
     case OpKind::Elementwise: return -1;  // one or more
     case OpKind::Matmul: return 2;
     case OpKind::Concatenate: return -1;  // one or more
+    // gather/scatter (issue 16)
+    case OpKind::Take: case OpKind::TakeAlongAxis: return 2;
+    case OpKind::IndexAdd: return 3;
+    case OpKind::Bincount: return -2;  // x, or x and weights
     default: return 1;
   }
 }
@@ -62,6 +66,10 @@ static bool attrs_match(const Node& n) {
     case OpKind::Slice: return std::holds_alternative<SliceAttrs>(n.attrs);
     case OpKind::Pad: return std::holds_alternative<PadAttrs>(n.attrs);
     case OpKind::Concatenate: return std::holds_alternative<ConcatenateAttrs>(n.attrs);
+    // gather/scatter (issue 16)
+    case OpKind::Take: case OpKind::TakeAlongAxis: case OpKind::IndexAdd:
+      return std::holds_alternative<GatherAttrs>(n.attrs);
+    case OpKind::Histogram: return std::holds_alternative<HistogramAttrs>(n.attrs);
     default: return std::holds_alternative<NoAttrs>(n.attrs);
   }
 }
@@ -229,6 +237,51 @@ static void check_types(const Graph& g, const Node& n, VerifyOptions options, st
       break;
     }
     case OpKind::Input: break;
+    // gather/scatter (issue 16)
+    case OpKind::Take:
+    case OpKind::TakeAlongAxis:
+    case OpKind::IndexAdd: {
+      expect_dtype(in(0).dtype);
+      int axis = n.as<GatherAttrs>().axis;
+      if (axis < 0 || axis >= in(0).rank()) { out.push_back("axis out of range"); break; }
+      if (in(1).dtype != DType::I32 && in(1).dtype != DType::I64) out.push_back("indices must be i32 or i64");
+      if (n.kind == OpKind::Take) {
+        expect_shape(take_shape(in(0).shape, in(1).shape, axis));
+      } else if (n.kind == OpKind::TakeAlongAxis) {
+        try {
+          expect_shape(take_along_axis_shape(in(0).shape, in(1).shape, axis));
+        } catch (const Error& e) {
+          out.push_back(e.message());
+        }
+      } else {
+        expect_shape(in(0).shape);
+        Shape values = in(0).shape;
+        if (in(1).rank() == 1) values[axis] = in(1).shape[0];
+        else out.push_back("indices must be 1-D");
+        if (!(in(2).shape == values) || in(2).dtype != in(0).dtype)
+          out.push_back("values must be " + std::string(dtype_name(in(0).dtype)) + shape_str(values));
+      }
+      break;
+    }
+    case OpKind::Bincount: {
+      if ((in(0).dtype != DType::I32 && in(0).dtype != DType::I64) || in(0).rank() != 1)
+        out.push_back("x must be 1-D i32 or i64");
+      if (n.rank() != 1) out.push_back("result must be 1-D");
+      if (n.inputs.size() == 2) {
+        expect_dtype(in(1).dtype);
+        if (!(in(1).shape == in(0).shape)) out.push_back("weights must have x's shape");
+      } else {
+        expect_dtype(DType::I64);
+      }
+      break;
+    }
+    case OpKind::Histogram: {
+      expect_dtype(DType::I64);
+      const HistogramAttrs& h = n.as<HistogramAttrs>();
+      if (n.rank() != 1 || n.shape[0].constant().value_or(0) < 1) out.push_back("result must be [B] with B >= 1");
+      if (!(h.lo < h.hi)) out.push_back("range must have lo < hi");
+      break;
+    }
   }
 }
 
@@ -239,7 +292,9 @@ std::vector<std::string> verify(const Graph& g, VerifyOptions options) {
     const Node& n = g.nodes[i];
     std::vector<std::string> local;
     int arity = expected_arity(n.kind);
-    bool operands_ok = arity < 0 ? !n.inputs.empty() : static_cast<int>(n.inputs.size()) == arity;
+    bool operands_ok = arity == -2   ? n.inputs.size() == 1 || n.inputs.size() == 2
+                       : arity < 0 ? !n.inputs.empty()
+                                   : static_cast<int>(n.inputs.size()) == arity;
     if (!operands_ok) local.push_back("wrong number of operands (" + std::to_string(n.inputs.size()) + ")");
     for (NodeId id : n.inputs)
       if (id < 0 || id >= static_cast<NodeId>(i)) {

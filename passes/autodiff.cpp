@@ -439,6 +439,57 @@ class Backward {
         }
         return;
       }
+      // ---- gather/scatter (issue 16)
+      case OpKind::Take: {  // scatter the cotangent back: index_add into zeros (repeats accumulate)
+        const NodeId x = n.inputs[0], idx = n.inputs[1];
+        if (!needed_[x]) return;
+        const int axis = n.as<ir::GatherAttrs>().axis;
+        const Shape x_shape = g_.node(x).shape;
+        const ir::Dim m = ir::num_elements(g_.node(idx).shape);
+        Shape values_shape = x_shape;
+        values_shape[axis] = m;
+        NodeId flat_idx = ir::add_reshape(g_, idx, {m}, loc);
+        NodeId values = ir::add_reshape(g_, ct, values_shape, loc);
+        NodeId zero = ir::add_constant(g_, ir::HostArray::scalar<double>(0.0).cast(n.dtype), loc);
+        NodeId zeros = ir::add_broadcast_to(g_, zero, x_shape, loc);
+        accumulate(x, ir::add_index_add(g_, zeros, flat_idx, values, axis, loc));
+        return;
+      }
+      case OpKind::TakeAlongAxis: {
+        // dx[.., p, ..] = sum over j of ct[.., j, ..] where idx[.., j, ..] points at p: a one-hot
+        // over a new axis after `axis`, summed over `axis`, then over x's broadcast dims.
+        const NodeId x = n.inputs[0], idx = n.inputs[1];
+        if (!needed_[x]) return;
+        const int axis = n.as<ir::GatherAttrs>().axis;
+        const Shape x_shape = g_.node(x).shape;
+        const int rank = static_cast<int>(x_shape.size());
+        NodeId positions = ir::add_arange(g_, x_shape[axis], loc);
+        NodeId one = ir::add_constant(g_, ir::HostArray::scalar<int64_t>(1), loc);
+        NodeId size = ir::add_reduce(g_, ir::add_broadcast_to(g_, one, {x_shape[axis]}, loc), ReduceKind::Sum,
+                                     ir::kAllAxes, false, loc);  // the axis size as a value (it may be symbolic)
+        for (int k = 0; k <= axis; ++k) positions = ir::add_expand_dims(g_, positions, 0, loc);
+        for (int k = axis + 1; k < rank; ++k) positions = ir::add_expand_dims(g_, positions, k + 1, loc);
+        NodeId idx_e = ir::add_expand_dims(g_, idx, axis + 1, loc);
+        NodeId ct_e = ir::add_expand_dims(g_, ct, axis + 1, loc);
+        NodeId hits = zip({idx_e, positions, size, ct_e}, loc, [&](ScalarBuilder& b, const auto& p) {
+          ScalarId i = b.cast(p[0], ir::DType::I64);
+          ScalarId normalized = b.select(b.binary(ScalarOp::Lt, i, b.literal(0)), b.binary(ScalarOp::Add, i, p[2]), i);
+          return b.select(b.binary(ScalarOp::Eq, normalized, p[1]), p[3], b.literal(0));
+        });
+        NodeId summed = ir::add_reduce(g_, hits, ReduceKind::Sum, {axis}, false, loc);
+        accumulate(x, unbroadcast(summed, x_shape, loc));
+        return;
+      }
+      case OpKind::IndexAdd: {  // identity for x; the cotangent taken at the indices for values
+        accumulate(n.inputs[0], ct);
+        if (needed_[n.inputs[2]])
+          accumulate(n.inputs[2], ir::add_take(g_, ct, n.inputs[1], n.as<ir::GatherAttrs>().axis, loc));
+        return;
+      }
+      case OpKind::Bincount:
+      case OpKind::Histogram:
+        throw Error("grad: " + std::string(ir::op_kind_name(n.kind)) +
+                        " is not differentiable (its result counts data-dependent positions)", loc);
     }
   }
 

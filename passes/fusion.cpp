@@ -213,6 +213,11 @@ class Partitioner {
       if (!is_elementwise_like(n)) return "only elementwise producers fuse into a scan";
       if (is_output_[id]) return "a scan kernel writes only its scan";
     }
+    // gather/scatter (issue 16): not fused yet; each runs in a kernel of its own.
+    for (NodeId m : gs.members)
+      if (ir::is_gather_scatter(node(m).kind))
+        return std::string("feeds a ") + std::string(ir::op_kind_name(node(m).kind)) +
+               ", which runs in a kernel of its own (gather/scatter ops are not fused yet)";
 
     if (is_elementwise_like(n)) {
       int cost = node_cost(n);
@@ -265,6 +270,9 @@ class Partitioner {
       updated = {KernelKind::Matmul, {}, n.shape, {}};
       return "";
     }
+    if (ir::is_gather_scatter(n.kind))
+      return "is a " + std::string(ir::op_kind_name(n.kind)) +
+             ", which runs in a kernel of its own (gather/scatter ops are not fused yet)";
     return "is not fusible";
   }
 

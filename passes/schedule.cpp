@@ -76,6 +76,9 @@ static ir::LoopForm cpu_form(const Kernel& k, const ir::CpuSchedule& s) {
   using ir::LoopForm;
   if (k.kind == KernelKind::Scan) return LoopForm::ScanRows;
   if (!ir::results_in_row_order(k)) return LoopForm::Interpreted;
+  // gather/scatter (issue 16): no CPU code yet; the reference interpreter runs these kernels.
+  for (const ir::Node& n : k.body.nodes)
+    if (ir::is_gather_scatter(n.kind)) return LoopForm::Interpreted;
   ir::KernelAccess access(k);
   switch (k.kind) {
     case KernelKind::Matmul: {

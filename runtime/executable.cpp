@@ -101,7 +101,16 @@ ir::TensorMap Executable::run(const ir::TensorMap& inputs) {
   return outputs;
 }
 
-void Executable::run(const ir::TensorMap& inputs, ir::TensorMap& outputs) {
+void Executable::run(const ir::TensorMap& inputs, ir::TensorMap& caller_outputs) {
+  // A program with gather/scatter ops can fail after some kernels ran (a bad data-dependent
+  // index): it writes into a map of its own and hands the outputs over only when every kernel
+  // succeeded, so that the error leaves the caller's arrays as they were. Other programs write
+  // in place (no allocation after the first run).
+  bool may_raise = false;
+  for (const ir::Kernel& k : program_.kernels)
+    for (const ir::Node& n : k.body.nodes) may_raise = may_raise || ir::is_gather_scatter(n.kind);
+  ir::TensorMap fresh;
+  ir::TensorMap& outputs = may_raise ? fresh : caller_outputs;
   ir::SymbolBindings symbols = ir::bind_program_inputs(program_, inputs);
   std::vector<const void*> input_data;
   for (const ir::ProgramIO& in : program_.inputs) input_data.push_back(inputs.at(in.name).data());
@@ -173,6 +182,8 @@ void Executable::run_bound(const ir::SymbolBindings& symbols, const std::vector<
     int first = io_index_[program_.outputs[i].buffer];
     if (first >= 0 && first != static_cast<int>(i)) *outputs[i] = *outputs[first];
   }
+  if (may_raise)
+    for (auto& [name, value] : fresh) caller_outputs[name] = std::move(value);
 }
 
 void Executable::launch(const ir::Kernel& k, const CpuKernelCode& code, std::vector<void*>& pointers,

@@ -54,7 +54,10 @@ class Executable {
   /// workspace (by memory-plan slot) reused by later runs.
   ir::TensorMap run(const ir::TensorMap& inputs);
   /// The same, writing into `outputs`: arrays already there with the right dtype and shape are
-  /// reused (like Numba's out=), so repeated runs allocate nothing.
+  /// reused (like Numba's out=), so repeated runs allocate nothing. Except with gather/scatter
+  /// ops (take, bincount, ...): their run-time index errors (fuse::ir::Error naming the op, its
+  /// source line, the index and the size) must leave `outputs` as it was, so such a program
+  /// computes into fresh arrays and moves them into `outputs` only once every kernel succeeded.
   void run(const ir::TensorMap& inputs, ir::TensorMap& outputs);
 
   /// One input of run_views: memory the caller owns, dense row-major and aligned to the dtype.

@@ -1,6 +1,8 @@
 #include "frontends/expr/lower.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <functional>
 #include <limits>
 #include <optional>
@@ -69,6 +71,8 @@ enum class BuiltinKind {
   Grad,
   Scan,
   Concatenate, Stack, Pad,  // np-views
+  // gather/scatter (issue 16)
+  Take, TakeAlongAxis, IndexAdd, Bincount, Histogram,
 };
 
 struct Builtin {
@@ -123,6 +127,12 @@ const std::vector<Builtin>& builtins() {
     t.push_back({"concatenate", K::Concatenate, {"arrays", "axis"}, 1});
     t.push_back({"stack", K::Stack, {"arrays", "axis"}, 1});
     t.push_back({"pad", K::Pad, {"x", "pad_width", "mode", "value"}, 2});
+    // gather/scatter (issue 16)
+    t.push_back({"take", K::Take, {"x", "indices", "axis"}, 2});
+    t.push_back({"take_along_axis", K::TakeAlongAxis, {"x", "indices", "axis"}, 3});
+    t.push_back({"index_add", K::IndexAdd, {"x", "indices", "values", "axis"}, 3});
+    t.push_back({"bincount", K::Bincount, {"x", "minlength", "weights"}, 1});
+    t.push_back({"histogram", K::Histogram, {"x", "bins", "range"}, 1});
     return t;
   }();
   return table;
@@ -944,6 +954,7 @@ class Lowerer {
       return grads[0];
     }
     if (f->kind == BuiltinKind::Matmul) return matmul(*a[0], *a[1], e.pos);
+    if (f->kind >= BuiltinKind::Take) return gather_scatter(e, *f, a);
     if (f->kind >= BuiltinKind::Concatenate) return views_call(e, *f, a);  // np-views
     NodeId x = to_tensor(lower(*a[0]), a[0]->pos);
     ir::SourceLoc l = loc(e.pos);
@@ -984,6 +995,70 @@ class Lowerer {
         return make_node(e.pos, [&] { return ir::add_squeeze(graph_, x, axes, l); });
       }
     }
+  }
+
+  // ---- gather/scatter (issue 16) ----
+
+  /// take, take_along_axis, index_add, bincount, histogram: their static arguments checked here
+  /// (shape rules in ir::add_*); bins, minlength and range are required since fuse shapes do not
+  /// depend on data.
+  Value gather_scatter(const Expr& e, const Builtin& f, const std::vector<const Expr*>& a) {
+    NodeId x = to_tensor(lower(*a[0]), a[0]->pos);
+    ir::SourceLoc l = loc(e.pos);
+    switch (f.kind) {
+      case BuiltinKind::Take:
+      case BuiltinKind::TakeAlongAxis: {
+        NodeId idx = to_tensor(lower(*a[1]), a[1]->pos);
+        int64_t axis = a[2] ? static_int(*a[2], "'axis'") : 0;
+        if (f.kind == BuiltinKind::Take) return make_node(e.pos, [&] { return ir::add_take(graph_, x, idx, axis, l); });
+        return make_node(e.pos, [&] { return ir::add_take_along_axis(graph_, x, idx, axis, l); });
+      }
+      case BuiltinKind::IndexAdd: {
+        NodeId idx = to_tensor(lower(*a[1]), a[1]->pos);
+        NodeId values = to_tensor(lower(*a[2]), a[2]->pos);
+        int64_t axis = a[3] ? static_int(*a[3], "'axis'") : 0;
+        return make_node(e.pos, [&] { return ir::add_index_add(graph_, x, idx, values, axis, l); });
+      }
+      case BuiltinKind::Bincount: {
+        if (!a[1])
+          throw CompileError{e.pos, "'bincount' needs minlength=K: the result has exactly K bins (fuse shapes "
+                                    "do not depend on data; a value outside [0, K) is a run-time error)"};
+        ir::Dim length = dim(*a[1], DimUse::Refer);
+        NodeId weights = a[2] ? to_tensor(lower(*a[2]), a[2]->pos) : -1;
+        return make_node(e.pos, [&] { return ir::add_bincount(graph_, x, length, weights, l); });
+      }
+      default: {
+        if (!a[1]) throw CompileError{e.pos, "'histogram' needs bins=B: a positive integer"};
+        if (!a[2]) throw CompileError{e.pos, "'histogram' needs range=[lo, hi]: fuse does not take it from the data"};
+        int64_t bins = static_int(*a[1], "'bins'");
+        if (bins < 1) throw CompileError{a[1]->pos, "'bins' must be a positive integer, not " + std::to_string(bins)};
+        if (a[2]->kind != ExprKind::List || a[2]->operands.size() != 2)
+          throw CompileError{a[2]->pos, "'range' must be a list of two numbers like [0.0, 1.0]"};
+        double lo = static_number(*a[2]->operands[0], "the lower bound of 'range'");
+        double hi = static_number(*a[2]->operands[1], "the upper bound of 'range'");
+        if (!(lo <= hi))  // NaN too
+          throw CompileError{a[2]->pos, "'range' must have lower bound <= upper bound, got [" + number_text(lo) +
+                                            ", " + number_text(hi) + "]"};
+        if (!std::isfinite(lo) || !std::isfinite(hi))
+          throw CompileError{a[2]->pos, "'range' must be finite, got [" + number_text(lo) + ", " + number_text(hi) + "]"};
+        return make_node(e.pos, [&] { return ir::add_histogram(graph_, x, bins, lo, hi, l); });
+      }
+    }
+  }
+
+  static std::string number_text(double v) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%g", v);
+    return text;
+  }
+
+  double static_number(const Expr& e, const std::string& what) {
+    if (e.kind != ExprKind::List) {
+      Value v = lower(e);
+      if (!v.is_tensor && v.literal.dtype != DType::Bool)
+        return ir::is_float(v.literal.dtype) ? v.literal.value.f : static_cast<double>(v.literal.value.i);
+    }
+    throw CompileError{e.pos, what + " must be a number"};
   }
 
   /// grad(y, x) or grad(y, [x1, x2, ...], cotangent=dy): the gradients of sum(y * dy) (dy ones
