@@ -12,7 +12,7 @@ using cuda::CUdeviceptr;
 using ir::Error;
 
 CudaProgram make_cuda_program(const ir::Program& program, ir::CudaPlan plan, std::string ptx) {
-  CudaProgram p{program.buffers, program.inputs, program.outputs, program.num_slots, std::move(plan), std::move(ptx)};
+  CudaProgram p{program.buffers, program.inputs, program.outputs, program.num_slots, std::move(plan), std::move(ptx), {}};
   for (const ir::Kernel& k : program.kernels) {
     std::vector<ir::SizeCheck> checks = ir::size_checks(k.body);
     p.size_checks.insert(p.size_checks.end(), checks.begin(), checks.end());

@@ -52,6 +52,10 @@ Executable::Executable(ir::Program program, CpuCode code)
   for (size_t i = program_.outputs.size(); i-- > 0;)
     if (program_.buffers[program_.outputs[i].buffer].role == ir::BufferRole::Output)
       io_index_[program_.outputs[i].buffer] = static_cast<int>(i);
+  for (const ir::Kernel& k : program_.kernels) {
+    for (ir::SizeCheck& c : ir::size_checks(k.body)) size_checks_.push_back(std::move(c));
+    for (const ir::Node& n : k.body.nodes) may_raise_ = may_raise_ || ir::is_gather_scatter(n.kind);
+  }
 }
 
 Executable::~Executable() = default;
@@ -106,17 +110,16 @@ void Executable::run(const ir::TensorMap& inputs, ir::TensorMap& caller_outputs)
   // index): it writes into a map of its own and hands the outputs over only when every kernel
   // succeeded, so that the error leaves the caller's arrays as they were. Other programs write
   // in place (no allocation after the first run).
-  bool may_raise = false;
-  for (const ir::Kernel& k : program_.kernels)
-    for (const ir::Node& n : k.body.nodes) may_raise = may_raise || ir::is_gather_scatter(n.kind);
   ir::TensorMap fresh;
-  ir::TensorMap& outputs = may_raise ? fresh : caller_outputs;
+  ir::TensorMap& outputs = may_raise_ ? fresh : caller_outputs;
   ir::SymbolBindings symbols = ir::bind_program_inputs(program_, inputs);
   std::vector<const void*> input_data;
   for (const ir::ProgramIO& in : program_.inputs) input_data.push_back(inputs.at(in.name).data());
   std::vector<ir::HostArray*> output_arrays;
   for (const ir::ProgramIO& o : program_.outputs) output_arrays.push_back(&outputs[o.name]);
   run_bound(symbols, input_data, output_arrays);
+  if (may_raise_)
+    for (auto& [name, value] : fresh) caller_outputs[name] = std::move(value);
 }
 
 void Executable::run_views(const std::vector<InputView>& inputs, std::vector<ir::HostArray>& outputs) {
@@ -147,10 +150,15 @@ void Executable::run_views(const std::vector<InputView>& inputs, std::vector<ir:
       throw ir::Error("input '" + program_.inputs[i].name + "' has shape " + ir::shape_str(shape) + " but " +
                       ir::shape_str(buf.shape) + " was declared");
   }
-  outputs.resize(program_.outputs.size());
+  ir::check_sizes(size_checks_, symbols);  // index range checks, before anything runs
+  // As run(): a program that can fail midway computes into arrays of its own, handed over after.
+  std::vector<ir::HostArray> fresh;
+  std::vector<ir::HostArray>& targets = may_raise_ ? fresh : outputs;
+  targets.resize(program_.outputs.size());
   std::vector<ir::HostArray*> output_arrays;
-  for (ir::HostArray& o : outputs) output_arrays.push_back(&o);
+  for (ir::HostArray& o : targets) output_arrays.push_back(&o);
   run_bound(symbols, input_data, output_arrays);
+  if (may_raise_) outputs = std::move(fresh);
 }
 
 void Executable::run_bound(const ir::SymbolBindings& symbols, const std::vector<const void*>& inputs,
@@ -182,8 +190,6 @@ void Executable::run_bound(const ir::SymbolBindings& symbols, const std::vector<
     int first = io_index_[program_.outputs[i].buffer];
     if (first >= 0 && first != static_cast<int>(i)) *outputs[i] = *outputs[first];
   }
-  if (may_raise)
-    for (auto& [name, value] : fresh) caller_outputs[name] = std::move(value);
 }
 
 void Executable::launch(const ir::Kernel& k, const CpuKernelCode& code, std::vector<void*>& pointers,

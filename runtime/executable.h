@@ -98,6 +98,10 @@ class Executable {
   // Per buffer: its index in program().inputs (inputs) or the first of program().outputs naming
   // it (outputs); -1 for intermediates.
   std::vector<int> io_index_;
+  // The index range checks of every kernel (checked before anything runs), and whether a kernel
+  // can fail after others ran (a gather/scatter op's data-dependent index).
+  std::vector<ir::SizeCheck> size_checks_;
+  bool may_raise_ = false;
 };
 
 }  // namespace fuse::runtime

@@ -191,6 +191,8 @@ const std::map<std::string, Reduction>& reductions() {
       {"mean", [](TensorArg x, Axes a, bool k) { return mean(x, a, k); }},
       {"any", [](TensorArg x, Axes a, bool k) { return any(x, a, k); }},
       {"all", [](TensorArg x, Axes a, bool k) { return all(x, a, k); }},
+      {"argmax", [](TensorArg x, Axes a, bool k) { return argmax(x, a, k); }},
+      {"argmin", [](TensorArg x, Axes a, bool k) { return argmin(x, a, k); }},
   };
   return ops;
 }
@@ -700,6 +702,96 @@ PYBIND11_MODULE(_fuse, m) {
     if (py::isinstance<py::int_>(axis)) axes = Axes(axis.cast<int64_t>());
     else if (!axis.is_none()) axes = Axes(axis.cast<std::vector<int64_t>>());
     return wrap(x.graph, fuse::squeeze(tensor_arg(x, loc_of(where)), axes));
+  });
+  // ---- scans, clip, indexing, concatenate/stack/pad, gather/scatter (the IR's builders, so that
+  // errors carry the Python caller's line) ----
+  m.def("scan", [](const std::string& kind, const PyTensor& x, const py::object& axis, std::pair<std::string, int> where) {
+    std::optional<int64_t> a;
+    if (!axis.is_none()) a = axis.cast<int64_t>();
+    TensorArg t = tensor_arg(x, loc_of(where));
+    return wrap(x.graph, kind == "cumprod" ? fuse::cumprod(t, a) : fuse::cumsum(t, a));
+  });
+  m.def("clip", [](const py::object& x, const py::object& lo, const py::object& hi, std::pair<std::string, int> where) {
+    std::shared_ptr<Graph> g;
+    Operand a = operand_of(x, loc_of(where), g), l = operand_of(lo, loc_of(where), g), h = operand_of(hi, loc_of(where), g);
+    if (!g) throw DTypeError("clip: expected a traced value");
+    return wrap(g, fuse::clip(a, l, h));
+  });
+  // items: ("int", i) | ("slice", start, stop, step) with None for omitted bounds | ("none",) | ("ellipsis",)
+  m.def("index", [](const PyTensor& x, const py::list& items, const std::string& text, std::pair<std::string, int> where) {
+    std::vector<ir::IndexItem> list;
+    for (py::handle h : items) {
+      py::tuple t = h.cast<py::tuple>();
+      std::string kind = t[0].cast<std::string>();
+      ir::IndexItem item;
+      if (kind == "int") {
+        item.kind = ir::IndexItem::Kind::Integer;
+        item.index = t[1].cast<int64_t>();
+      } else if (kind == "slice") {
+        item.kind = ir::IndexItem::Kind::Slice;
+        if (!t[1].is_none()) item.start_int = t[1].cast<int64_t>();
+        if (!t[2].is_none()) item.stop_int = t[2].cast<int64_t>();
+        if (!t[3].is_none()) item.step = t[3].cast<int64_t>();
+      } else {
+        item.kind = kind == "none" ? ir::IndexItem::Kind::NewAxis : ir::IndexItem::Kind::Ellipsis;
+      }
+      list.push_back(item);
+    }
+    return wrap(x.graph, Tensor(x.graph.get(), ir::add_index(x.graph->ir(), x.tensor.id(), list, loc_of(where), text)));
+  });
+  m.def("concatenate", [](const std::string& kind, const std::vector<PyTensor>& xs, int64_t axis,
+                          std::pair<std::string, int> where) {
+    if (xs.empty()) throw ir::Error(kind + ": needs at least one array", loc_of(where));
+    std::vector<ir::NodeId> ids;
+    for (const PyTensor& t : xs) {
+      if (t.graph != xs[0].graph) throw ir::Error(kind + ": operands come from different traced functions", loc_of(where));
+      ids.push_back(t.tensor.id());
+    }
+    ir::Graph& g = xs[0].graph->ir();
+    ir::NodeId id = kind == "stack" ? ir::add_stack(g, ids, axis, loc_of(where)) : ir::add_concatenate(g, ids, axis, loc_of(where));
+    return wrap(xs[0].graph, Tensor(xs[0].graph.get(), id));
+  });
+  m.def("pad", [](const PyTensor& x, const std::vector<std::pair<int64_t, int64_t>>& widths, const std::string& mode,
+                  double value, std::pair<std::string, int> where) {
+    static const std::map<std::string, ir::PadMode> modes = {
+        {"constant", ir::PadMode::Constant}, {"edge", ir::PadMode::Edge}, {"reflect", ir::PadMode::Reflect}};
+    auto it = modes.find(mode);
+    if (it == modes.end())
+      throw ir::Error("pad: mode must be \"constant\", \"edge\" or \"reflect\", not \"" + mode + "\"", loc_of(where));
+    std::vector<Dim> before, after;
+    for (const auto& [b, a] : widths) {
+      if (b < 0 || a < 0) throw ir::Error("pad: widths must be non-negative", loc_of(where));
+      before.push_back(Dim(b));
+      after.push_back(Dim(a));
+    }
+    return wrap(x.graph, Tensor(x.graph.get(), ir::add_pad(x.graph->ir(), x.tensor.id(), before, after, it->second, value,
+                                                           loc_of(where))));
+  });
+  m.def("gather", [](const std::string& kind, const PyTensor& x, const PyTensor& idx, const py::object& values,
+                     int64_t axis, std::pair<std::string, int> where) {
+    if (x.graph != idx.graph) throw ir::Error(kind + ": operands come from different traced functions", loc_of(where));
+    ir::Graph& g = x.graph->ir();
+    ir::NodeId id;
+    if (kind == "take") id = ir::add_take(g, x.tensor.id(), idx.tensor.id(), axis, loc_of(where));
+    else if (kind == "take_along_axis") id = ir::add_take_along_axis(g, x.tensor.id(), idx.tensor.id(), axis, loc_of(where));
+    else {
+      const PyTensor& v = values.cast<const PyTensor&>();
+      if (v.graph != x.graph) throw ir::Error(kind + ": operands come from different traced functions", loc_of(where));
+      id = ir::add_index_add(g, x.tensor.id(), idx.tensor.id(), v.tensor.id(), axis, loc_of(where));
+    }
+    return wrap(x.graph, Tensor(x.graph.get(), id));
+  });
+  m.def("bincount", [](const PyTensor& x, int64_t length, const py::object& weights, std::pair<std::string, int> where) {
+    ir::NodeId w = -1;
+    if (!weights.is_none()) {
+      const PyTensor& t = weights.cast<const PyTensor&>();
+      if (t.graph != x.graph) throw ir::Error("bincount: operands come from different traced functions", loc_of(where));
+      w = t.tensor.id();
+    }
+    return wrap(x.graph, Tensor(x.graph.get(), ir::add_bincount(x.graph->ir(), x.tensor.id(), Dim(length), w, loc_of(where))));
+  });
+  m.def("histogram", [](const PyTensor& x, int64_t bins, double lo, double hi, std::pair<std::string, int> where) {
+    return wrap(x.graph, Tensor(x.graph.get(), ir::add_histogram(x.graph->ir(), x.tensor.id(), bins, lo, hi, loc_of(where))));
   });
   m.def("cast", [](const PyTensor& x, const std::string& dtype, std::pair<std::string, int> where) {
     return wrap(x.graph, fuse::cast(tensor_arg(x, loc_of(where)), dtype_from(dtype)));

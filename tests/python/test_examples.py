@@ -49,7 +49,23 @@ def cases(n):
     mlp = dict(x=f32(n, 8), w1=f32(8, 16), b1=f32(16), w2=f32(16, 3), b2=f32(3))
     g, w = f32(n, low=0, high=255), f32(n, low=-2, high=2)
     mu, sigma = np.float32(0.25), np.float32(1.5)
+    sx = f32(n + 2)
+    hx = (rng.standard_normal(n) * 3).astype(np.float32)
+    qkv = [f32(n, 4) for _ in range(3)]
+    table, tokens = f32(9, 4), rng.integers(0, 9, n).astype(np.int64)
+    logits, labels = f32(n, 5), rng.integers(0, 5, n).astype(np.int64)
+    batch = f32(3, n)
+    count = np.arange(1, n + 1, dtype=np.float32)
     return {
+        "stencil": (dict(x=sx), dict(blur=(sx[:-2] + sx[1:-1] + sx[2:]) / 3)),
+        "histogram": (dict(x=hx), dict(counts=np.histogram(hx, bins=10, range=(-4.0, 4.0))[0])),
+        "attention": (dict(q=qkv[0], k=qkv[1], v=qkv[2]), dict(y=softmax(
+            qkv[0] @ qkv[1].T * 0.125 + np.where(np.arange(n)[None, :] > np.arange(n)[:, None], -np.inf, 0.0)) @ qkv[2])),
+        "embedding": (dict(table=table, tokens=tokens), dict(y=table[tokens].mean(axis=0))),
+        "cross_entropy": (dict(logits=logits, labels=labels), dict(loss=np.float32(np.mean(
+            np.log(np.exp(logits).sum(axis=1)) - logits[np.arange(n), labels])))),
+        "running_mean": (dict(x=sx[:n], batch=batch), dict(mean=np.cumsum(sx[:n]) / count,
+                                                           batch_mean=np.cumsum(batch, axis=1) / count)),
         "add": (dict(a=a, b=b), dict(c=a + b)),
         "batched_matmul": (dict(a=f32(3, n, 4), b=f32(4, 5)), None),
         "gaussian_pdf": (dict(x=x, mu=mu, sigma=sigma),

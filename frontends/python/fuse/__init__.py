@@ -206,8 +206,42 @@ class Tracer:
     def astype(self, dtype):
         return astype(self, dtype)
 
+    def argmax(self, axis=None, keepdims=False):
+        return _reduce("argmax", self, axis, keepdims)
+
+    def argmin(self, axis=None, keepdims=False):
+        return _reduce("argmin", self, axis, keepdims)
+
+    def cumsum(self, axis=None):
+        return cumsum(self, axis)
+
+    def cumprod(self, axis=None):
+        return cumprod(self, axis)
+
+    def clip(self, lo, hi):
+        return clip(self, lo, hi)
+
     def __getitem__(self, index):
-        raise NotImplementedError(_located("indexing traced values needs slicing in the C++ API (not merged yet)"))
+        """NumPy's basic indexing, as a view: integers, slices (negative bounds and steps), None
+        and `...`. Arrays as indices (advanced indexing) are not supported: use fuse.take."""
+        items = index if isinstance(index, tuple) else (index,)
+        spec = []
+        for item in items:
+            if item is None:
+                spec.append(("none",))
+            elif item is Ellipsis:
+                spec.append(("ellipsis",))
+            elif isinstance(item, slice):
+                for bound in (item.start, item.stop, item.step):
+                    if bound is not None and not _is_int(bound):
+                        raise TypeError(_located(f"slice bounds must be ints or None, not {type(bound).__name__}"))
+                spec.append(("slice", item.start, item.stop, item.step))
+            elif _is_int(item):
+                spec.append(("int", int(item)))
+            else:
+                raise TypeError(_located(f"a traced value is indexed by ints, slices, None and ..., not "
+                                         f"{type(item).__name__} (use fuse.take for arrays of indices)"))
+        return Tracer(_fuse.index(self._t, spec, repr(index), _where()))
 
 
 def _axis(axis):
@@ -330,16 +364,111 @@ def astype(x, dtype):
     return Tracer(_fuse.cast(_tensor(x, "astype"), _dtype_name(dtype), _where()))
 
 
-def argmax(x, axis=None):
-    raise NotImplementedError(_located("fuse.argmax needs argmax in the C++ API (not merged yet)"))
+def _is_int(v):
+    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
 
 
-def argmin(x, axis=None):
-    raise NotImplementedError(_located("fuse.argmin needs argmin in the C++ API (not merged yet)"))
+def argmax(x, axis=None, keepdims=False):
+    """np.argmax: int64 position of the first maximum (the first NaN wins); axis=None: of the
+    flattened array."""
+    return _reduce("argmax", x, axis, keepdims)
+
+
+def argmin(x, axis=None, keepdims=False):
+    """np.argmin: int64 position of the first minimum (the first NaN wins)."""
+    return _reduce("argmin", x, axis, keepdims)
+
+
+def cumsum(x, axis=None):
+    """np.cumsum along `axis` (None: of the flattened array); dtypes as fuse.sum."""
+    return Tracer(_fuse.scan("cumsum", _tensor(x, "fuse.cumsum"), axis, _where()))
+
+
+def cumprod(x, axis=None):
+    """np.cumprod along `axis` (None: of the flattened array); dtypes as fuse.prod."""
+    return Tracer(_fuse.scan("cumprod", _tensor(x, "fuse.cumprod"), axis, _where()))
+
+
+def clip(x, lo, hi):
+    """np.clip(x, lo, hi), broadcasting; NaN stays NaN."""
+    if not builtins.any(isinstance(v, Tracer) for v in (x, lo, hi)):
+        raise TypeError(_located("fuse.clip needs a traced value among its operands"))
+    return Tracer(_fuse.clip(_operand(x), _operand(lo), _operand(hi), _where()))
+
+
+def _tensors(arrays, what):
+    if not isinstance(arrays, (list, tuple)):
+        raise TypeError(_located(f"{what} takes a list or tuple of traced values"))
+    return [_tensor(a, what) for a in arrays]
 
 
 def concatenate(arrays, axis=0):
-    raise NotImplementedError(_located("fuse.concatenate needs concatenate in the C++ API (not merged yet)"))
+    """np.concatenate along `axis` (operands of one dtype: cast first)."""
+    return Tracer(_fuse.concatenate("concatenate", _tensors(arrays, "fuse.concatenate"), int(axis), _where()))
+
+
+def stack(arrays, axis=0):
+    """np.stack: the operands (of one shape) along a new axis."""
+    return Tracer(_fuse.concatenate("stack", _tensors(arrays, "fuse.stack"), int(axis), _where()))
+
+
+def pad(x, pad_width, mode="constant", constant_values=0):
+    """np.pad with one (before, after) pair per axis (or one pair / one int for every axis);
+    mode "constant", "edge" or "reflect"."""
+    t = _tensor(x, "fuse.pad")
+    rank = len(x.shape)
+    if _is_int(pad_width):
+        widths = [(int(pad_width), int(pad_width))] * rank
+    else:
+        pw = [tuple(p) if isinstance(p, (list, tuple)) else (p, p) for p in pad_width]
+        if len(pw) == 2 and builtins.all(_is_int(p) for p in pad_width):
+            widths = [(int(pad_width[0]), int(pad_width[1]))] * rank
+        elif len(pw) == 1:
+            widths = [tuple(int(v) for v in pw[0])] * rank
+        else:
+            widths = [tuple(int(v) for v in p) for p in pw]
+    if len(widths) != rank or builtins.any(len(w) != 2 for w in widths):
+        raise ValueError(_located(f"fuse.pad: pad_width needs one (before, after) pair for each of {rank} axes"))
+    return Tracer(_fuse.pad(t, widths, str(mode), float(constant_values), _where()))
+
+
+def take(x, indices, axis=0):
+    """np.take(x, indices, axis): negative indices count from the end; out of range is a run-time error."""
+    return Tracer(_fuse.gather("take", _tensor(x, "fuse.take"), _tensor(indices, "fuse.take"), None, int(axis), _where()))
+
+
+def take_along_axis(x, indices, axis):
+    """np.take_along_axis(x, indices, axis)."""
+    return Tracer(_fuse.gather("take_along_axis", _tensor(x, "fuse.take_along_axis"),
+                               _tensor(indices, "fuse.take_along_axis"), None, int(axis), _where()))
+
+
+def index_add(x, indices, values, axis=0):
+    """A copy of x with `values` added at `indices` along `axis`, repeats accumulating (np.add.at on a copy)."""
+    return Tracer(_fuse.gather("index_add", _tensor(x, "fuse.index_add"), _tensor(indices, "fuse.index_add"),
+                               _tensor(values, "fuse.index_add"), int(axis), _where()))
+
+
+def bincount(x, weights=None, minlength=None):
+    """np.bincount with exactly `minlength` bins (required: fuse shapes do not depend on data; a
+    value outside [0, minlength) is a run-time error). Counts are int64; weighted sums keep the
+    weights' dtype."""
+    if minlength is None or not _is_int(minlength) or minlength < 1:
+        raise TypeError(_located("fuse.bincount needs minlength=K (a positive int): the result has exactly K bins"))
+    w = None if weights is None else _tensor(weights, "fuse.bincount")
+    return Tracer(_fuse.bincount(_tensor(x, "fuse.bincount"), int(minlength), w, _where()))
+
+
+def histogram(x, bins, range):
+    """np.histogram(x, bins, range)[0]: int64 counts (the edges are not returned)."""
+    if not _is_int(bins):
+        raise TypeError(_located("fuse.histogram needs bins as an int"))
+    lo, hi = range
+    return Tracer(_fuse.histogram(_tensor(x, "fuse.histogram"), int(bins), float(lo), float(hi), _where()))
+
+
+__all__ += ["argmax", "argmin", "cumsum", "cumprod", "clip", "concatenate", "stack", "pad", "take",
+            "take_along_axis", "index_add", "bincount", "histogram"]
 
 
 def rand(*shape, seed=0):
