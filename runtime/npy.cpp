@@ -277,13 +277,6 @@ void write_npy(const std::string& path, const HostArray& array) {
 
 // ---- array_repr: a port of numpy/core/arrayprint.py (default options, NumPy >= 1.14) ----
 
-namespace {
-
-constexpr int kLineWidth = 75;
-constexpr int64_t kThreshold = 1000;  // more elements than this are summarized
-constexpr int64_t kEdgeItems = 3;
-constexpr int kPrecision = 8;
-
 std::string_view numpy_dtype_name(DType t) {
   switch (t) {
     case DType::Bool: return "bool";
@@ -294,6 +287,13 @@ std::string_view numpy_dtype_name(DType t) {
   }
   return "?";
 }
+
+namespace {
+
+constexpr int kLineWidth = 75;
+constexpr int64_t kThreshold = 1000;  // more elements than this are summarized
+constexpr int64_t kEdgeItems = 3;
+constexpr int kPrecision = 8;
 
 /// The digits of a float as NumPy's dragon4 prints them in unique mode with at most
 /// kPrecision fractional digits (positional) or mantissa digits (scientific).

@@ -16,6 +16,8 @@ namespace fuse::runtime {
 /// file, big-endian data, another dtype, a malformed header, truncated data - throws
 /// ir::Error naming the file and the problem.
 ir::HostArray read_npy(const std::string& path);
+/// NumPy's name of a dtype: "bool", "int32", "int64", "float32", "float64".
+std::string_view numpy_dtype_name(ir::DType t);
 
 /// The same from bytes already in memory; `what` names their origin in error messages.
 ir::HostArray parse_npy(std::string_view bytes, const std::string& what);

@@ -26,6 +26,7 @@
 #include "ir/dot.h"
 #include "ir/printer.h"
 #include "passes/fusion.h"
+#include "runtime/npy.h"
 
 namespace py = pybind11;
 
@@ -69,16 +70,7 @@ DType dtype_from(const std::string& name) {
   return it->second;
 }
 
-std::string numpy_name(DType d) {
-  switch (d) {
-    case DType::Bool: return "bool";
-    case DType::I32: return "int32";
-    case DType::I64: return "int64";
-    case DType::F32: return "float32";
-    case DType::F64: return "float64";
-  }
-  return "?";
-}
+std::string numpy_name(DType d) { return std::string(runtime::numpy_dtype_name(d)); }
 
 /// A Python int as int64 (what weakly typed integer literals hold); TypeError past its range.
 int64_t int64_of(const py::handle& value) {
