@@ -509,8 +509,9 @@ HostArray eval_concatenate(const Node& n, const std::vector<const HostArray*>& o
   for (const HostArray* op : operands) {
     if (op->shape.size() != shape.size()) fail(n, "operand shape " + shape_str(op->shape) + " has another rank");
     int64_t block = outer == 0 ? 0 : op->size() / outer;
-    for (int64_t o = 0; o < outer; ++o)
-      std::memcpy(out.bytes.data() + (o * out_block + at) * width, op->bytes.data() + o * block * width, block * width);
+    if (block > 0)  // an empty operand's bytes may have no storage at all (memcpy from null is UB)
+      for (int64_t o = 0; o < outer; ++o)
+        std::memcpy(out.bytes.data() + (o * out_block + at) * width, op->bytes.data() + o * block * width, block * width);
     at += block;
   }
   if (at != out_block) fail(n, "operands do not add up to shape " + shape_str(shape));
