@@ -15,7 +15,7 @@ runs=${2:-1000000}
 dir=${FUZZ_DIR:-build-fuzz}
 
 case "$name" in
-  expr) sources=(ir/*.cpp frontends/expr/*.cpp); max_len=4096 ;;
+  expr) sources=(ir/*.cpp frontends/expr/*.cpp passes/autodiff.cpp); max_len=4096 ;;  # grad(...) lowers through autodiff
   npy) sources=(ir/*.cpp runtime/npy.cpp); max_len=4096 ;;
   bundle) sources=(ir/*.cpp runtime/*.cpp); max_len=8192 ;;
   *) echo "run_fuzz.sh: unknown fuzzer '$name' (expr, npy or bundle)" >&2; exit 2 ;;
