@@ -784,6 +784,27 @@ std::vector<SizeCheck> size_checks(const Graph& g) {
                                            : n.kind == OpKind::Pad ? &n.as<PadAttrs>().checks
                                                                    : nullptr;
     if (checks) all.insert(all.end(), checks->begin(), checks->end());
+    if (n.kind == OpKind::Reduce) {
+      const auto& r = n.as<ReduceAttrs>();
+      if (r.kind != ReduceKind::ArgMax && r.kind != ReduceKind::ArgMin) continue;
+      // add_reduce rejects a reduced axis that is 0 at compile time; one that is 0 only at run
+      // time needs this check, or compiled code would return index 0. NumPy allows it when the
+      // result is empty too, so the condition is reduced >= 1 || results == 0.
+      const Shape& in = g.node(n.inputs[0]).shape;
+      Dim reduced = 1, results = 1;
+      for (size_t a = 0; a < in.size(); ++a) {
+        Dim& product = std::find(r.axes.begin(), r.axes.end(), static_cast<int>(a)) != r.axes.end() ? reduced : results;
+        product = product * in[a];
+      }
+      if (reduced.is_constant() || results == Dim(0)) continue;
+      std::string name(reduce_kind_name(r.kind)), axes;
+      for (int a : r.axes) axes += (axes.empty() ? "" : ", ") + std::to_string(a);
+      Dim condition = results.is_constant() ? reduced : reduced + (Dim(1) - dim_min(results, 1));
+      all.push_back({condition, 1,
+                     name + ": attempt to get " + name + " of an empty sequence (axes [" + axes + "]" +
+                         " of shape " + shape_str(in) + ")",
+                     n.loc});
+    }
   }
   return all;
 }
@@ -791,7 +812,14 @@ std::vector<SizeCheck> size_checks(const Graph& g) {
 void check_sizes(const std::vector<SizeCheck>& checks, const SymbolBindings& symbols) {
   for (const SizeCheck& c : checks) {
     int64_t size = evaluate(c.size, symbols);
-    if (size < c.at_least) throw Error(c.what + " (" + c.size.str() + " = " + std::to_string(size) + ")", c.loc);
+    if (size >= c.at_least) continue;
+    // The symbols' values, which the user knows from the inputs' shapes, rather than the value
+    // of a derived expression such as M + 1 - min(N, 1).
+    std::string values;
+    for (const std::string& name : c.size.symbol_names())
+      values += (values.empty() ? "" : ", ") + name + " = " + std::to_string(symbols.at(name));
+    if (values.empty()) values = c.size.str() + " = " + std::to_string(size);
+    throw Error(c.what + " (" + values + ")", c.loc);
   }
 }
 

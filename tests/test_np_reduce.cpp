@@ -331,6 +331,31 @@ TEST_CASE("misused argmax and scans give clear errors", "[np_reduce][errors]") {
   CHECK_THROWS_WITH(ir::interpret(s.ir(), {{"x", ir::HostArray(DType::F32, {0})}}), Contains("empty sequence"));
 }
 
+TEST_CASE("argmax over an axis that is empty only at run time fails in every backend", "[np_reduce][errors]") {
+  using Catch::Matchers::Contains;
+  Graph g;
+  Tensor x = g.input("x", DType::F32, {sym("N"), sym("M")});
+  g.output("i", argmax(x, 1));
+  g.output("j", argmin(x, 0, /*keepdims=*/true));
+  runtime::Executable cpu = compile(g);
+  std::unique_ptr<runtime::CudaExecutable> sim = compile_cuda(g, Target::cuda_sim());
+  ir::TensorMap empty_rows{{"x", ir::HostArray(DType::F32, {3, 0})}};
+  const char* message = "argmax: attempt to get argmax of an empty sequence";
+  CHECK_THROWS_WITH(ir::interpret(g.ir(), empty_rows), Contains(message));
+  CHECK_THROWS_WITH(cpu.run(empty_rows), Contains(message));
+  CHECK_THROWS_WITH(sim->run_host(empty_rows), Contains(message));
+  // argmin over axis 0 of [0, M]: the same error once M > 0.
+  ir::TensorMap no_rows{{"x", ir::HostArray(DType::F32, {0, 4})}};
+  CHECK_THROWS_WITH(cpu.run(no_rows), Contains("argmin: attempt to get argmin of an empty sequence"));
+  // NumPy allows it when the result is empty as well: [0, 0] gives two empty results.
+  Graph h;
+  h.output("i", argmax(h.input("x", DType::F32, {sym("N"), sym("M")}), 1));
+  ir::TensorMap both_empty{{"x", ir::HostArray(DType::F32, {0, 0})}};
+  ir::TensorMap result = compile(h).run(both_empty);
+  CHECK(result.at("i").shape == std::vector<int64_t>{0});
+  CHECK(testing::compare_outputs(ir::interpret(h.ir(), both_empty), result, 0, 0) == "");
+}
+
 TEST_CASE("misused argmax, scans and clip in .expr give file:line:col errors", "[np_reduce][errors]") {
   const std::string source =
       "input x: f32[N, M]\n"
