@@ -40,6 +40,9 @@ struct RandomGraphOptions {
   // identity; exact in floats): CUDA's reductions, which assume it as NumPy's reduce does.
   // The same random choices are made, so the graphs differ only in those combiners.
   bool associative_combiners = false;
+  // Issue 16's NumPy ops too: basic indexing, concatenate/stack, pad, argmax/argmin, cumsum/
+  // cumprod. Off by default so that the seeds of the older tests keep drawing the same graphs.
+  bool numpy_ops = false;
 };
 
 struct RandomCase {
@@ -422,7 +425,7 @@ class GraphGenerator {
   // ---------------------------------------------------------------- ops
 
   void random_op() {
-    std::vector<int> weights = {8, 10, 9, 6, 9, opt_.allow_matmul ? 4 : 0, 3, 2, 2, 1};
+    std::vector<int> weights = {8, 10, 9, 6, 9, opt_.allow_matmul ? 4 : 0, 3, 2, 2, 1, opt_.numpy_ops ? 30 : 0};
     switch (rng_.weighted(weights)) {
       case 0: elementwise({pick()}); break;
       case 1: zip(); break;
@@ -438,10 +441,108 @@ class GraphGenerator {
       }
       case 7: select(); break;
       case 8: cast(pick()); break;
+      case 10: numpy_op(pick()); break;
       default: {  // a copy of a node, for common-subexpression elimination to find
         NodeId x = pick([&](NodeId id) { return node(id).kind != ir::OpKind::Input; });
         g_.add(ir::Node(node(x)));
         notes_.push_back("duplicate");
+        break;
+      }
+    }
+  }
+
+  // ---------------------------------------------------------------- NumPy ops (issue 16)
+
+  int64_t size_now(const ir::Dim& d) const { return ir::evaluate(d, bindings_); }
+
+  // A random Python slice item for an axis of `n` elements now: bounds negative or not, omitted
+  // or not, steps of either sign; sometimes an integer index (in range at these bindings).
+  ir::IndexItem random_index_item(int64_t n) {
+    ir::IndexItem item;
+    if (n > 0 && rng_.chance(0.2)) {
+      item.kind = ir::IndexItem::Kind::Integer;
+      item.index = rng_.chance(0.5) ? rng_.range(0, n - 1) : -rng_.range(1, n);
+      return item;
+    }
+    item.step = rng_.pick(std::vector<int64_t>{1, 1, 1, 2, 3, -1, -2});
+    if (rng_.chance(0.6)) item.start_int = rng_.range(-4, 4);
+    if (rng_.chance(0.6)) item.stop_int = rng_.range(-4, 4);
+    return item;
+  }
+
+  void numpy_op(NodeId x) {
+    const Shape s = shape(x);
+    const int r = rank(x);
+    switch (rng_.below(6)) {
+      case 0: {  // basic indexing: a slice per axis, sometimes None or a leading ...
+        std::vector<ir::IndexItem> items;
+        if (rng_.chance(0.2)) items.push_back({ir::IndexItem::Kind::Ellipsis});
+        for (int k = items.empty() ? 0 : std::max(r - 1, 0); k < r; ++k) items.push_back(random_index_item(size_now(s[k])));
+        if (rng_.chance(0.2)) items.insert(items.begin() + rng_.below(static_cast<int>(items.size()) + 1),
+                                           ir::IndexItem{ir::IndexItem::Kind::NewAxis});
+        ir::add_index(g_, x, items);
+        notes_.push_back("index");
+        break;
+      }
+      case 1: {  // concatenate x with an elementwise function of itself, or stack
+        if (r == 0 && rng_.chance(0.5)) throw ir::Error("no axis to concatenate");
+        NodeId other = traced({x}, [&](ScalarBuilder& b, const std::vector<ScalarId>& p) { return unary(b, p[0]); });
+        if (dtype(other) != dtype(x)) other = ir::add_cast(g_, other, dtype(x));
+        bool stack = r == 0 || rng_.chance(0.3);
+        int64_t axis = rng_.range(-(r + (stack ? 1 : 0)), r - (stack ? 0 : 1));
+        std::vector<NodeId> parts = rng_.chance(0.5) ? std::vector{x, other} : std::vector{other, x, x};
+        stack ? ir::add_stack(g_, parts, axis) : ir::add_concatenate(g_, parts, axis);
+        notes_.push_back(stack ? "stack" : "concatenate");
+        break;
+      }
+      case 2: {  // pad: constant anywhere; edge and reflect only where the axis is not empty
+        if (r == 0) throw ir::Error("nothing to pad");
+        ir::PadMode mode = rng_.pick(std::vector{ir::PadMode::Constant, ir::PadMode::Edge, ir::PadMode::Reflect});
+        std::vector<ir::Dim> before, after;
+        for (int k = 0; k < r; ++k) {
+          bool pad = rng_.chance(0.6) && (mode == ir::PadMode::Constant || size_now(s[k]) > 0);
+          before.push_back(pad ? rng_.range(0, 3) : 0);
+          after.push_back(pad ? rng_.range(0, 3) : 0);
+        }
+        ir::add_pad(g_, x, before, after, mode, rng_.chance(0.5) ? 0.0 : 1.5);
+        notes_.push_back("pad." + std::string(ir::pad_mode_name(mode)));
+        break;
+      }
+      case 3: {  // argmax/argmin of one axis or all, where the reduced elements are not empty now
+        if (dtype(x) == DType::Bool && rng_.chance(0.5)) throw ir::Error("fewer bool argmaxes");
+        std::vector<int64_t> axes = rng_.chance(0.3) || r == 0 ? std::vector<int64_t>{} : std::vector<int64_t>{rng_.range(-r, r - 1)};
+        int64_t reduced = 1;
+        for (int k = 0; k < r; ++k)
+          if (axes.empty() || (axes[0] + r) % r == k) reduced *= size_now(s[k]);
+        if (reduced == 0) throw ir::Error("argmax of an empty axis");
+        ir::ReduceKind kind = rng_.chance(0.5) ? ir::ReduceKind::ArgMax : ir::ReduceKind::ArgMin;
+        ir::add_reduce(g_, x, kind, axes, rng_.chance(0.3));
+        notes_.push_back(std::string(ir::reduce_kind_name(kind)));
+        break;
+      }
+      case 4: {  // cumsum; cumprod of values near 1, so that long products stay finite
+        if (r == 0) throw ir::Error("no axis to scan");
+        int64_t axis = rng_.range(-r, r - 1);
+        bool prod = rng_.chance(0.4);
+        NodeId in = x;
+        if (prod && ir::is_float(dtype(x)))
+          in = traced({x}, [](ScalarBuilder& b, const std::vector<ScalarId>& p) {
+            return b.binary(ScalarOp::Add, b.literal(1.0), b.binary(ScalarOp::Mul, b.literal(0.125), b.unary(ScalarOp::Tanh, p[0])));
+          });
+        ir::add_scan(g_, in, prod ? ir::ReduceKind::Prod : ir::ReduceKind::Sum, axis);
+        notes_.push_back(prod ? "cumprod" : "cumsum");
+        break;
+      }
+      default: {  // a stencil: neighbours along the last axis, one kernel with the consumer
+        if (r == 0 || size_now(s[r - 1]) < 3) throw ir::Error("too short for a stencil");
+        auto shifted = [&](int64_t from, int64_t to) {
+          std::vector<ir::IndexItem> items{{ir::IndexItem::Kind::Ellipsis}, {}};
+          items[1].start_int = from;
+          if (to) items[1].stop_int = to;
+          return ir::add_index(g_, x, items);
+        };
+        elementwise({shifted(0, -2), shifted(1, -1), shifted(2, 0)});
+        notes_.push_back("stencil");
         break;
       }
     }
