@@ -9,10 +9,10 @@ void CudaKernelEmitter::emit_scan_rows() {
   using mlir::gpu::Dimension;
   mlir::Value first = add(mul(block_id(Dimension::x), block_dim(Dimension::x)), thread_id(Dimension::x));
   mlir::Value stride = mul(grid_dim(Dimension::x), block_dim(Dimension::x));
-  DType t = k_.body.node(k_.body.outputs.at(0).node).dtype;
-  loop(first, dim(ir::parallel_iterations(k_)), stride, [&](mlir::Value row) {
-    scan_row(row, [&](mlir::Value at, mlir::Value v) { store(output_slot_[0], t, at, v); });
-  });
+  ScanStore store_output = [&](size_t o, mlir::Value at, mlir::Value v) {
+    store(output_slot_[o], k_.body.node(k_.body.outputs[o].node).dtype, at, v);
+  };
+  loop(first, dim(ir::parallel_iterations(k_)), stride, [&](mlir::Value row) { scan_row(row, store_output); });
   finish_function();
   ir::CudaLaunch& l = add_launch(k_.name);
   l.work[0] = ir::parallel_iterations(k_);
