@@ -352,31 +352,41 @@ mlir::Value KernelEmitterBase::scan_combine(mlir::Value acc, mlir::Value x) {
   return prod ? mul(acc, x) : add(acc, x);  // i64 arithmetic wraps, as the interpreter's u64
 }
 
-mlir::Value KernelEmitterBase::scan_range(mlir::Value row, mlir::Value from, mlir::Value to, mlir::Value start,
-                                          const ScanStore* store) {
-  NodeId id = scan_node();
-  const Node& n = k_.body.node(id);
+std::vector<mlir::Value> KernelEmitterBase::scan_index(mlir::Value row, mlir::Value j) {
+  const Node& n = k_.body.node(scan_node());
   int axis = n.as<ir::ScanAttrs>().axis;
-  DType in = k_.body.node(n.inputs[0]).dtype, acc_type = scan_accumulator_type();
   ir::Shape outer_shape = n.shape;
   outer_shape.erase(outer_shape.begin() + axis);
-  std::vector<mlir::Value> outer = delinearize(row, outer_shape);
+  std::vector<mlir::Value> idx = delinearize(row, outer_shape);
+  idx.insert(idx.begin() + axis, j);
+  return idx;
+}
+
+mlir::Value KernelEmitterBase::scan_element(const std::vector<mlir::Value>& idx) {
+  const Node& n = k_.body.node(scan_node());
+  return cast(general_value(n.inputs[0], idx), k_.body.node(n.inputs[0]).dtype, scan_accumulator_type(), 1);
+}
+
+void KernelEmitterBase::scan_store_step(const std::vector<mlir::Value>& idx, mlir::Value prefix, const ScanStore& store) {
+  NodeId id = scan_node();
+  // The epilogue reads the scan only at this element (fusion keeps views off its path).
+  reduced_[id] = cast(prefix, scan_accumulator_type(), k_.body.node(id).dtype, 1);
+  for (size_t o = 0; o < k_.body.outputs.size(); ++o) {
+    NodeId out = k_.body.outputs[o].node;
+    store(o, linearize(idx, k_.body.node(out).shape), general_value(out, idx));
+  }
+}
+
+mlir::Value KernelEmitterBase::scan_range(mlir::Value row, mlir::Value from, mlir::Value to, mlir::Value start,
+                                          const ScanStore* store) {
   auto fold = b_.create<mlir::scf::ForOp>(loc_, from, to, i64(1), mlir::ValueRange{start});
   {
     mlir::OpBuilder::InsertionGuard guard(b_);
     b_.setInsertionPointToStart(fold.getBody());
     CacheScope scope(*this);
-    std::vector<mlir::Value> idx = outer;
-    idx.insert(idx.begin() + axis, fold.getInductionVar());
-    mlir::Value acc = scan_combine(fold.getRegionIterArgs()[0], cast(general_value(n.inputs[0], idx), in, acc_type, 1));
-    if (store) {
-      // The epilogue reads the scan only at this element (fusion keeps views off its path).
-      reduced_[id] = cast(acc, acc_type, n.dtype, 1);
-      for (size_t o = 0; o < k_.body.outputs.size(); ++o) {
-        const Node& out = k_.body.node(k_.body.outputs[o].node);
-        (*store)(o, linearize(idx, out.shape), general_value(k_.body.outputs[o].node, idx));
-      }
-    }
+    std::vector<mlir::Value> idx = scan_index(row, fold.getInductionVar());
+    mlir::Value acc = scan_combine(fold.getRegionIterArgs()[0], scan_element(idx));
+    if (store) scan_store_step(idx, acc, *store);
     b_.create<mlir::scf::YieldOp>(loc_, acc);
   }
   return fold.getResult(0);

@@ -162,6 +162,12 @@ class KernelEmitterBase {
   mlir::Value scan_range(mlir::Value row, mlir::Value from, mlir::Value to, mlir::Value start, const ScanStore* store);
   /// A whole row from the identity, every step stored.
   void scan_row(mlir::Value row, const ScanStore& store);
+  /// The pieces of a step, for scans that combine elements in another order (CUDA block scans):
+  /// the space index of element j of row `row`; the scanned value there as an accumulator (the
+  /// prologue); and the outputs stored there once `prefix` (an accumulator) is that element's.
+  std::vector<mlir::Value> scan_index(mlir::Value row, mlir::Value j);
+  mlir::Value scan_element(const std::vector<mlir::Value>& idx);
+  void scan_store_step(const std::vector<mlir::Value>& idx, mlir::Value prefix, const ScanStore& store);
 
   /// A nested region: the caches start empty in it, and what they held before it comes back
   /// after it (those values were defined before the region, so they dominate what follows it;

@@ -446,7 +446,7 @@ std::string explain_fusion(const ir::Graph& g, const Partition& p) {
     if (group.kind == KernelKind::Scan)
       s += "  a scan along axis " + std::to_string(group.axes.at(0)) +
            ": each row along that axis is folded in order from its first element, rows in parallel "
-           "(few long rows in chunks on the CPU); its elementwise producers run as the prologue of each step, "
+           "(CPU: few long rows in chunks; CUDA: a block per long row); its elementwise producers run as the prologue of each step, "
            "its elementwise consumers as the epilogue\n";
   }
   if (p.boundaries.empty()) s += "no edge crosses a kernel boundary\n";

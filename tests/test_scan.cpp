@@ -3,8 +3,8 @@
 // consumers fused after the scan), and both on the CUDA simulator and through ptxas. Compiled
 // results are checked against the interpreter within the rounding model (ir/rounding_model.h:
 // its scan bound holds for any order of the additions or products, chunked or not); integers
-// exactly. CTest also runs the [cpu] cases with FUSE_NUM_THREADS=1, 2 and 7
-// (tests/CMakeLists.txt): the chunks are fixed per row, so every thread count computes the same.
+// exactly. CTest also runs the [cpu] cases with FUSE_NUM_THREADS=1 (no chunks: rows in order), 2
+// and 7 (tests/CMakeLists.txt); the chunks are fixed per row, so 2 and 7 compute the same bits.
 #include <catch2/catch.hpp>
 
 #include <cstdlib>
@@ -225,5 +225,17 @@ TEST_CASE("scan epilogues run on the CUDA simulator", "[scan][cuda][sim]") {
     Graph g;
     long_scan_graph(g, t);
     check_sim_bounded(g, sizes, 29);
+  }
+}
+
+TEST_CASE("long rows take a block each on the CUDA simulator", "[scan][cuda][sim]") {
+  // Rows of 256 and more elements are block scans (warp shuffles, a carry from tile to tile);
+  // 1023 (above) and 5000 leave partial tiles; 300007 is many tiles in one block.
+  std::vector<ir::SymbolBindings> sizes = {{{"R", 1}, {"N", 256}}, {{"R", 2}, {"N", 5000}}, {{"R", 1}, {"N", 300007}}};
+  for (DType t : kDTypes) {
+    INFO(ir::dtype_name(t));
+    Graph g;
+    long_scan_graph(g, t);
+    check_sim_bounded(g, sizes, 31);
   }
 }
