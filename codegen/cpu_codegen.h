@@ -36,6 +36,15 @@ struct CompiledKernel {
   CpuKernelFn finish = nullptr;
   int64_t split_chunks = 0;
   int64_t scratch_bytes = 0;
+  // np-scan: a scan (ScanRows) runs `fn` over its rows, a row per iteration; but at most
+  // scan_chunked_rows rows of at least scan_chunked_length elements run chunked, in three calls
+  // over [0, rows * split_chunks) (row * split_chunks + chunk), each with the scratch buffer:
+  // `scan_totals` (each chunk's fold), `finish` over [0, rows) (the folds become each chunk's
+  // carry), `scan_chunks` (each chunk scanned from its carry, the outputs stored).
+  CpuKernelFn scan_totals = nullptr;
+  CpuKernelFn scan_chunks = nullptr;
+  int64_t scan_chunked_rows = 0;
+  int64_t scan_chunked_length = 0;
 };
 
 /// A JIT-loaded Program. Owns the machine code: function pointers live as long as it does.

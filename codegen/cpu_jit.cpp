@@ -560,9 +560,18 @@ struct ModuleLoader {
       if (!address) throw ir::Error(fail_text("kernel " + p.kernels[k].name + " not found: " + llvm::toString(address.takeError())));
       module->kernels_[k].fn = address->toPtr<CpuKernelFn>();
       if (object.split_chunks[k] == 0) continue;
-      auto finish = (*jit)->lookup(p.kernels[k].name + "_finish");
-      if (!finish) throw ir::Error(fail_text("kernel " + p.kernels[k].name + "_finish not found: " + llvm::toString(finish.takeError())));
-      module->kernels_[k].finish = finish->toPtr<CpuKernelFn>();
+      auto lookup = [&](const std::string& suffix) {
+        auto f = (*jit)->lookup(p.kernels[k].name + suffix);
+        if (!f) throw ir::Error(fail_text("kernel " + p.kernels[k].name + suffix + " not found: " + llvm::toString(f.takeError())));
+        return f->toPtr<CpuKernelFn>();
+      };
+      module->kernels_[k].finish = lookup("_finish");
+      if (p.kernels[k].schedule.form == ir::LoopForm::ScanRows) {  // np-scan: the chunked form
+        module->kernels_[k].scan_totals = lookup("_totals");
+        module->kernels_[k].scan_chunks = lookup("_chunks");
+        module->kernels_[k].scan_chunked_rows = kScanChunkedRows;
+        module->kernels_[k].scan_chunked_length = kScanChunkedLength;
+      }
     }
     module->engine_ = std::make_unique<CpuModule::Engine>();
     module->engine_->jit = std::move(*jit);

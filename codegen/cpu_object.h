@@ -14,6 +14,14 @@ namespace fuse::codegen {
 
 enum class ObjectKind { Object, Assembly };
 
+// np-scan: a scan of few long rows is cut into kScanChunks chunks per row (codegen/cpu/scan.cpp):
+// at most kScanChunkedRows rows (more rows keep every thread busy a row each) of at least
+// kScanChunkedLength elements (chunks of ~512 and more: shorter ones cost more to start than
+// they save).
+constexpr int64_t kScanChunks = 64;
+constexpr int64_t kScanChunkedRows = 16;
+constexpr int64_t kScanChunkedLength = 32768;
+
 struct CpuObject {
   std::string bytes;                      // an ELF object (or assembly text)
   std::vector<std::string> symbols;       // the order of the symbol sizes kernels receive

@@ -177,6 +177,7 @@ mlir::Value KernelEmitterBase::general_value(NodeId id, const std::vector<mlir::
     case OpKind::Concatenate: v = concatenate_value(n, idx, 0, ir::Dim(0)); break;  // np-views
     case OpKind::Reduce:
     case OpKind::Matmul: v = result_at(id, idx); break;
+    case OpKind::Scan: v = reduced_.at(id); break;  // np-scan: this step's prefix (scan_range)
     case OpKind::Arange: v = idx[0]; break;
     case OpKind::Rand: v = scalar_.philox_uniform(linearize(idx, n.shape), n.as<ir::RandAttrs>().seed); break;
     default: throw ir::Error(fail_text(std::string(ir::op_kind_name(n.kind)) + " in a kernel body"));
@@ -327,33 +328,73 @@ std::pair<mlir::Value, mlir::Value> KernelEmitterBase::fold_arg(NodeId id, mlir:
   return {fold.getResult(0), fold.getResult(1)};
 }
 
-void KernelEmitterBase::scan_row(mlir::Value row, const std::function<void(mlir::Value, mlir::Value)>& store_output) {
-  if (k_.body.outputs.size() != 1 || k_.body.node(k_.body.outputs[0].node).kind != OpKind::Scan)
-    throw ir::Error(fail_text("scan kernel " + k_.name + " must have its scan as its one output"));
-  NodeId id = k_.body.outputs[0].node;
-  const Node& n = k_.body.node(id);
-  const ir::ScanAttrs& attrs = n.as<ir::ScanAttrs>();
-  DType in = k_.body.node(n.inputs[0]).dtype;
-  bool floating = ir::is_float(in), prod = attrs.kind == ir::ReduceKind::Prod;
-  DType acc_type = floating ? DType::F64 : DType::I64;
+// ---- np-scan: scans with an epilogue ----
+
+ir::NodeId KernelEmitterBase::scan_node() const {
+  for (NodeId id = 0; id < static_cast<NodeId>(k_.body.nodes.size()); ++id)
+    if (k_.body.node(id).kind == OpKind::Scan) return id;
+  throw ir::Error(fail_text("scan kernel " + k_.name + " has no scan"));
+}
+
+ir::DType KernelEmitterBase::scan_accumulator_type() const {
+  return ir::is_float(k_.body.node(k_.body.node(scan_node()).inputs[0]).dtype) ? DType::F64 : DType::I64;
+}
+
+mlir::Value KernelEmitterBase::scan_identity() {
+  int one = k_.body.node(scan_node()).as<ir::ScanAttrs>().kind == ir::ReduceKind::Prod ? 1 : 0;
+  return constant(scan_accumulator_type(), one, one, 1);
+}
+
+mlir::Value KernelEmitterBase::scan_combine(mlir::Value acc, mlir::Value x) {
+  bool prod = k_.body.node(scan_node()).as<ir::ScanAttrs>().kind == ir::ReduceKind::Prod;
+  if (scan_accumulator_type() == DType::F64)
+    return prod ? mlir::Value(b_.create<mlir::arith::MulFOp>(loc_, acc, x)) : mlir::Value(b_.create<mlir::arith::AddFOp>(loc_, acc, x));
+  return prod ? mul(acc, x) : add(acc, x);  // i64 arithmetic wraps, as the interpreter's u64
+}
+
+std::vector<mlir::Value> KernelEmitterBase::scan_index(mlir::Value row, mlir::Value j) {
+  const Node& n = k_.body.node(scan_node());
+  int axis = n.as<ir::ScanAttrs>().axis;
   ir::Shape outer_shape = n.shape;
-  outer_shape.erase(outer_shape.begin() + attrs.axis);
-  std::vector<mlir::Value> outer = delinearize(row, outer_shape);
-  mlir::Value start = constant(acc_type, prod ? 1 : 0, prod ? 1 : 0, 1);
-  auto fold = b_.create<mlir::scf::ForOp>(loc_, i64(0), dim(n.shape[attrs.axis]), i64(1), mlir::ValueRange{start});
-  mlir::OpBuilder::InsertionGuard guard(b_);
-  b_.setInsertionPointToStart(fold.getBody());
-  CacheScope scope(*this);
-  std::vector<mlir::Value> idx = outer;
-  idx.insert(idx.begin() + attrs.axis, fold.getInductionVar());
-  mlir::Value acc = fold.getRegionIterArgs()[0];
-  mlir::Value x = cast(general_value(n.inputs[0], idx), in, acc_type, 1);
-  if (floating)
-    acc = prod ? mlir::Value(b_.create<mlir::arith::MulFOp>(loc_, acc, x)) : mlir::Value(b_.create<mlir::arith::AddFOp>(loc_, acc, x));
-  else
-    acc = prod ? mul(acc, x) : add(acc, x);  // i64 arithmetic wraps, as the interpreter's u64
-  store_output(linearize(idx, n.shape), cast(acc, acc_type, n.dtype, 1));
-  b_.create<mlir::scf::YieldOp>(loc_, acc);
+  outer_shape.erase(outer_shape.begin() + axis);
+  std::vector<mlir::Value> idx = delinearize(row, outer_shape);
+  idx.insert(idx.begin() + axis, j);
+  return idx;
+}
+
+mlir::Value KernelEmitterBase::scan_element(const std::vector<mlir::Value>& idx) {
+  const Node& n = k_.body.node(scan_node());
+  return cast(general_value(n.inputs[0], idx), k_.body.node(n.inputs[0]).dtype, scan_accumulator_type(), 1);
+}
+
+void KernelEmitterBase::scan_store_step(const std::vector<mlir::Value>& idx, mlir::Value prefix, const ScanStore& store) {
+  NodeId id = scan_node();
+  // The epilogue reads the scan only at this element (fusion keeps views off its path).
+  reduced_[id] = cast(prefix, scan_accumulator_type(), k_.body.node(id).dtype, 1);
+  for (size_t o = 0; o < k_.body.outputs.size(); ++o) {
+    NodeId out = k_.body.outputs[o].node;
+    store(o, linearize(idx, k_.body.node(out).shape), general_value(out, idx));
+  }
+}
+
+mlir::Value KernelEmitterBase::scan_range(mlir::Value row, mlir::Value from, mlir::Value to, mlir::Value start,
+                                          const ScanStore* store) {
+  auto fold = b_.create<mlir::scf::ForOp>(loc_, from, to, i64(1), mlir::ValueRange{start});
+  {
+    mlir::OpBuilder::InsertionGuard guard(b_);
+    b_.setInsertionPointToStart(fold.getBody());
+    CacheScope scope(*this);
+    std::vector<mlir::Value> idx = scan_index(row, fold.getInductionVar());
+    mlir::Value acc = scan_combine(fold.getRegionIterArgs()[0], scan_element(idx));
+    if (store) scan_store_step(idx, acc, *store);
+    b_.create<mlir::scf::YieldOp>(loc_, acc);
+  }
+  return fold.getResult(0);
+}
+
+void KernelEmitterBase::scan_row(mlir::Value row, const ScanStore& store) {
+  const Node& n = k_.body.node(scan_node());
+  scan_range(row, i64(0), dim(n.shape[n.as<ir::ScanAttrs>().axis]), scan_identity(), &store);
 }
 
 }  // namespace fuse::codegen

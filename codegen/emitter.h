@@ -142,10 +142,32 @@ class KernelEmitterBase {
   /// (threads, warps) combine to the in-order fold's result.
   std::pair<mlir::Value, mlir::Value> arg_pick(NodeId id, std::pair<mlir::Value, mlir::Value> a,
                                                std::pair<mlir::Value, mlir::Value> c);
-  /// Row `row` of a Scan kernel (rows: the space without the scan axis, row-major): its prefix
-  /// folds in order, accumulated as the interpreter does (f64, wrapping i64), each handed to
-  /// `store_output(linear position, value in the node's dtype)`.
-  void scan_row(mlir::Value row, const std::function<void(mlir::Value, mlir::Value)>& store_output);
+  // ---- np-scan: scans with an epilogue, whole rows or chunks of them ----
+  /// Where a scan's steps put the kernel's outputs: store(output index, linear position in that
+  /// output, value in its dtype).
+  using ScanStore = std::function<void(size_t, mlir::Value, mlir::Value)>;
+  /// A Scan kernel's scan node. Its elementwise producers are the prologue; the kernel's outputs
+  /// are its elementwise consumers (the epilogue) and the scan itself when read elsewhere.
+  NodeId scan_node() const;
+  /// The scan's accumulation as the interpreter's: f64 for floats, wrapping i64 for integers and
+  /// bool; its identity (0 or 1) and its step (+ or *). Both are associative on integers, so
+  /// chunks combine exactly; on floats chunking changes only the order of the f64 roundings.
+  DType scan_accumulator_type() const;
+  mlir::Value scan_identity();
+  mlir::Value scan_combine(mlir::Value acc, mlir::Value x);
+  /// Elements [from, to) of row `row` along the scan axis (rows: the space without that axis,
+  /// row-major) folded in order onto `start` (an accumulator); with `store`, after each step the
+  /// kernel's outputs at that element (the epilogue reading this step's prefix) go to it.
+  /// Returns the prefix after the last step.
+  mlir::Value scan_range(mlir::Value row, mlir::Value from, mlir::Value to, mlir::Value start, const ScanStore* store);
+  /// A whole row from the identity, every step stored.
+  void scan_row(mlir::Value row, const ScanStore& store);
+  /// The pieces of a step, for scans that combine elements in another order (CUDA block scans):
+  /// the space index of element j of row `row`; the scanned value there as an accumulator (the
+  /// prologue); and the outputs stored there once `prefix` (an accumulator) is that element's.
+  std::vector<mlir::Value> scan_index(mlir::Value row, mlir::Value j);
+  mlir::Value scan_element(const std::vector<mlir::Value>& idx);
+  void scan_store_step(const std::vector<mlir::Value>& idx, mlir::Value prefix, const ScanStore& store);
 
   /// A nested region: the caches start empty in it, and what they held before it comes back
   /// after it (those values were defined before the region, so they dominate what follows it;

@@ -118,7 +118,8 @@ runtime::Executable load_cpu(Compilation c) {
   runtime::CpuCode code;
   code.symbols = module->symbols();
   for (const codegen::CompiledKernel& k : module->kernels())
-    code.kernels.push_back({k.fn, k.constants, k.finish, k.split_chunks, k.scratch_bytes});
+    code.kernels.push_back({k.fn, k.constants, k.finish, k.split_chunks, k.scratch_bytes, k.scan_totals, k.scan_chunks,
+                            k.scan_chunked_rows, k.scan_chunked_length});
   code.owner = module;
   return runtime::Executable(std::move(c.result.program), std::move(code));
 }

@@ -206,12 +206,29 @@ class Partitioner {
       return "is an output of shape " + ir::shape_str(n.shape) + ", outside the kernel's iteration space " +
              ir::shape_str(G.space);
 
-    // Scans: elementwise producers of the scanned space fuse in as a prologue; the scan's own
-    // result is stored (each output element needs the whole prefix before it).
-    if (n.kind == OpKind::Scan) return "a scan's result is stored: its consumers read it from memory";
+    // Scans: elementwise producers of the scanned space fuse in as a prologue; (np-scan)
+    // elementwise consumers in the same space fuse after it as an epilogue, each step reading
+    // the prefix just computed, so only elementwise ops of the scan's shape may lie between the
+    // scan and the kernel's outputs (a view would read another element's prefix).
+    if (n.kind == OpKind::Scan) {
+      if (G.kind == KernelKind::Scan) return "two scans do not fuse";
+      if (G.kind != KernelKind::Elementwise)
+        return "a scan's result is stored: only elementwise consumers fuse after it";
+      if (!(G.space == n.shape)) return "its consumers run over another space " + ir::shape_str(G.space);
+      if (reaches(id, gs, [&](const Node& m) { return m.kind != OpKind::Elementwise || !(m.shape == n.shape); }))
+        return "its result is read through a view (an epilogue reads each prefix at its own element)";
+      for (NodeId m : gs.members) {
+        bool stored = is_output_[m] || std::any_of(users_[m].begin(), users_[m].end(),
+                                                   [&](NodeId u) { return !gs.members.count(u); });
+        if (stored && !(node(m).shape == n.shape))
+          return "the kernel would store %" + std::to_string(m) + " of another shape " + ir::shape_str(node(m).shape);
+      }
+      updated = {KernelKind::Scan, {}, n.shape, {n.as<ir::ScanAttrs>().axis}};
+      return "";
+    }
     if (G.kind == KernelKind::Scan) {
       if (!is_elementwise_like(n)) return "only elementwise producers fuse into a scan";
-      if (is_output_[id]) return "a scan kernel writes only its scan";
+      if (is_output_[id]) return "a scan kernel writes only its scan and its epilogue";
     }
     // gather/scatter (issue 16): not fused yet; each runs in a kernel of its own.
     for (NodeId m : gs.members)
@@ -428,8 +445,9 @@ std::string explain_fusion(const ir::Graph& g, const Partition& p) {
     s += "\n";
     if (group.kind == KernelKind::Scan)
       s += "  a scan along axis " + std::to_string(group.axes.at(0)) +
-           ": each row along that axis is folded in order from its first element, rows in parallel; "
-           "its elementwise producers run as the prologue of each step\n";
+           ": each row along that axis is folded in order from its first element, rows in parallel "
+           "(CPU: few long rows in chunks; CUDA: a block per long row); its elementwise producers run as the prologue of each step, "
+           "its elementwise consumers as the epilogue\n";
   }
   if (p.boundaries.empty()) s += "no edge crosses a kernel boundary\n";
   for (const FusionBoundary& b : p.boundaries)

@@ -54,7 +54,7 @@ static ir::CudaSchedule cuda_schedule(const Kernel& k, const ir::Target&) {
     case KernelKind::Copy: break;  // grid-stride, 256 threads, 4 items of 16 bytes per thread
     case KernelKind::Reduction:
     case KernelKind::RowWise: break;  // block per row: 256 threads; two stages: 4 items per thread
-    case KernelKind::Scan: break;     // a thread per row along the scan axis, 256 threads per block
+    case KernelKind::Scan: break;     // 256 threads: a thread per short row, a block per long one (np-scan)
     case KernelKind::Transpose:
       s.block_x = 32;
       s.block_y = 8;

@@ -25,6 +25,13 @@ struct CpuKernelCode {
   CpuKernelFn finish = nullptr;
   int64_t split_chunks = 0;
   int64_t scratch_bytes = 0;
+  // np-scan: a scan of at most scan_chunked_rows rows of at least scan_chunked_length elements
+  // runs chunked (codegen/cpu_codegen.h, CompiledKernel): scan_totals, finish (the carries) and
+  // scan_chunks over [0, rows * split_chunks), sharing the scratch buffer.
+  CpuKernelFn scan_totals = nullptr;
+  CpuKernelFn scan_chunks = nullptr;
+  int64_t scan_chunked_rows = 0;
+  int64_t scan_chunked_length = 0;
 };
 
 /// Machine code for a Program's kernels, and whatever keeps it alive (a JIT, a shared object).

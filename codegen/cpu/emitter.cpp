@@ -68,13 +68,7 @@ void CpuKernelEmitter::emit(mlir::func::FuncOp func) {
     case ir::LoopForm::SplitReduction: loop(begin, end, 1, [&](mlir::Value chunk) { emit_split_chunk(chunk); }); break;
     case ir::LoopForm::BlockedMatmul: emit_matmul_blocked(begin, end); break;
     case ir::LoopForm::MatmulRows: emit_matmul(begin, end); break;
-    case ir::LoopForm::ScanRows: {
-      DType t = k_.body.node(k_.body.outputs.at(0).node).dtype;
-      loop(begin, end, 1, [&](mlir::Value row) {
-        scan_row(row, [&](mlir::Value at, mlir::Value v) { store(output_slot_[0], t, at, v, 1); });
-      });
-      break;
-    }
+    case ir::LoopForm::ScanRows: loop(begin, end, 1, [&](mlir::Value row) { scan_row(row, scan_store()); }); break;
     default:
       throw ir::Error(fail_text("kernel " + k_.name + " has loop form " + std::string(ir::loop_form_name(k_.schedule.form)) +
                                 ", which is not a CPU form"));
@@ -84,7 +78,8 @@ void CpuKernelEmitter::emit(mlir::func::FuncOp func) {
 
 void CpuKernelEmitter::load_bases() {
   slot_count_ = assign_slots([&](NodeId id) { constants_.push_back(k_.body.node(id).as<ir::ConstantAttrs>().value); });
-  int slots = slot_count_ + (k_.schedule.form == ir::LoopForm::SplitReduction ? 1 : 0);  // a split reduction's scratch
+  // A split reduction's scratch, and a chunked scan's (np-scan)
+  int slots = slot_count_ + (k_.schedule.form == ir::LoopForm::SplitReduction || scan_scratch_ ? 1 : 0);
   for (int slot = 0; slot < slots; ++slot) {
     mlir::Value slot_ptr = b_.create<mlir::LLVM::GEPOp>(loc_, ptr_type(), ptr_type(), buffers_,
                                                         mlir::ArrayRef<mlir::LLVM::GEPArg>{slot});

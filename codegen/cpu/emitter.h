@@ -12,11 +12,13 @@
 // arithmetic is arith/math on scalars or vector<N x T> values.
 #pragma once
 
+#include <array>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "codegen/cpu_codegen.h"
+#include "codegen/cpu_object.h"
 #include "codegen/emitter.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -42,6 +44,13 @@ class CpuKernelEmitter : public KernelEmitterBase {
   // The second function of a split reduction: combines the chunks' accumulators, in chunk order,
   // and writes the outputs (a single element each).
   void emit_split_finish(mlir::func::FuncOp func);
+  // np-scan: the chunked form of a ScanRows kernel (codegen/cpu/scan.cpp), three functions
+  // over (row, chunk) pairs, row * kScanChunks + chunk: each chunk's fold into the scratch
+  // buffer; per row, the chunks' folds turned in place into their carries (the fold of the
+  // chunks before them, in order); each chunk scanned again from its carry, storing the outputs.
+  void emit_scan_totals(mlir::func::FuncOp func);
+  void emit_scan_carries(mlir::func::FuncOp func);
+  void emit_scan_chunks(mlir::func::FuncOp func);
  private:
   // Starts the body of `func` (buffers, symbols, begin, end) and loads the slots' addresses.
   void enter(mlir::func::FuncOp func);
@@ -49,6 +58,13 @@ class CpuKernelEmitter : public KernelEmitterBase {
   void store_partial(NodeId id, int q, mlir::Value chunk, mlir::Value acc);
   mlir::Value load_partial(NodeId id, int q, mlir::Value chunk);
   void emit_split_chunk(mlir::Value chunk);
+  // np-scan: every output of a scan step stored at its position.
+  ScanStore scan_store();
+  // The row of (row, chunk) pair `pair` and the chunk's [from, to) along the scan axis.
+  std::array<mlir::Value, 3> scan_chunk(mlir::Value pair);
+  // Address of pair `pair`'s 8-byte fold or carry in the scratch buffer.
+  mlir::Value scan_scratch_address(mlir::Value pair);
+  bool scan_scratch_ = false;  // the chunked functions take the scratch buffer after the constants
   void load_bases();
   // Values cached while emitting one loop body are defined inside it: never reuse them outside.
   void clear_caches() override;

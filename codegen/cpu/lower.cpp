@@ -104,6 +104,20 @@ mlir::OwningOpRef<mlir::ModuleOp> build_module(mlir::MLIRContext& context, const
       object.split_chunks[ki] = kSplitChunks;
       object.scratch_bytes[ki] = split_scratch_bytes(k);
     }
+    if (k.schedule.form == ir::LoopForm::ScanRows) {  // np-scan: the chunked form beside the rows
+      auto add_function = [&](const std::string& suffix, void (CpuKernelEmitter::*emit)(mlir::func::FuncOp)) {
+        b.setInsertionPointToEnd(module->getBody());
+        auto f = b.create<mlir::func::FuncOp>(b.getUnknownLoc(), k.name + suffix,
+                                              b.getFunctionType({ptr, ptr, b.getI64Type(), b.getI64Type()}, {}));
+        std::vector<ir::HostArray> same_constants;
+        (CpuKernelEmitter(b, k, symbols, options, same_constants).*emit)(f);
+      };
+      add_function("_totals", &CpuKernelEmitter::emit_scan_totals);
+      add_function("_finish", &CpuKernelEmitter::emit_scan_carries);
+      add_function("_chunks", &CpuKernelEmitter::emit_scan_chunks);
+      object.split_chunks[ki] = kScanChunks;
+      object.scratch_bytes[ki] = kScanChunkedRows * kScanChunks * 8;
+    }
   }
   return module;
 }

@@ -182,6 +182,8 @@ class CudaKernelEmitter : public KernelEmitterBase {
   mlir::Value from_slot(DType t, mlir::Value v);
   // Lane `lane ^ mask`'s value of `v` (any accumulator type; 64-bit values as two halves).
   mlir::Value shuffle_xor(mlir::Value v, int mask);
+  // np-scan: the same for any shuffle mode (UP: lane `lane - offset`'s, a lane's own below it).
+  mlir::Value shuffle(mlir::Value v, int offset, mlir::gpu::ShuffleMode mode);
   // Every thread's `acc` combined over the block; every thread gets the result. Within a warp
   // an xor butterfly (every lane ends with the same value: each step combines the same two
   // partial results, in either order, and the combiners are commutative); then one slot per
@@ -262,10 +264,18 @@ class CudaKernelEmitter : public KernelEmitterBase {
   // read by another one is folded again for each of its elements). Slow, but it takes any
   // view after a reduction or matmul; the kernels the passes make rarely need it.
   void emit_per_element();
-  // ---- ScanRows (codegen/cuda/scan.cpp) ----
-  // A thread per row along the scan axis (grid-stride over the rows), each folding its row in
-  // order: no block scan yet, so a long 1-D scan runs on one thread.
+  // ---- ScanRows (codegen/cuda/scan.cpp, np-scan) ----
+  // Chosen per run by the row length (uniform over the grid): rows shorter than a block
+  // (kBlockScanLength) take a thread each, folding in order (grid-stride over the rows); longer
+  // rows take a block each (grid-stride over the rows): block_scan_row. One launch of one
+  // block per row (at most 65536). The epilogue is stored at every step.
   void emit_scan_rows();
+  // Row `row` in tiles of `threads` elements, a carry from tile to tile: thread t takes element
+  // tile + t; an inclusive warp scan with shfl.up, one slot per warp in shared memory, each
+  // thread adding the warps before its own and the carry. Integers are exact; float sums and
+  // products are regrouped (f64, within the rounding model's scan bound, which holds for any
+  // grouping). No carry pass across blocks yet: a single long row runs on one block.
+  void block_scan_row(mlir::Value row, int threads, const ScanStore& store);
   // Reduce node `id` at index `idx` of its shape, folded by this thread.
   mlir::Value reduce_here(NodeId id, const std::vector<mlir::Value>& idx);
   // Matmul node `id` at index `idx` of its shape, one dot product in k order, in f64 or i64.

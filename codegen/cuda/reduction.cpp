@@ -42,9 +42,11 @@ mlir::Value CudaKernelEmitter::from_slot(DType t, mlir::Value v) {
 }
 
 // Lane `lane ^ mask`'s value of `v` (any accumulator type; 64-bit values as two halves).
-mlir::Value CudaKernelEmitter::shuffle_xor(mlir::Value v, int mask) {
+mlir::Value CudaKernelEmitter::shuffle_xor(mlir::Value v, int mask) { return shuffle(v, mask, mlir::gpu::ShuffleMode::XOR); }
+
+mlir::Value CudaKernelEmitter::shuffle(mlir::Value v, int offset, mlir::gpu::ShuffleMode mode) {
   auto shuffle32 = [&](mlir::Value x) {
-    return b_.create<mlir::gpu::ShuffleOp>(loc_, x, mask, kWarp, mlir::gpu::ShuffleMode::XOR).getResult(0);
+    return b_.create<mlir::gpu::ShuffleOp>(loc_, x, offset, kWarp, mode).getResult(0);
   };
   mlir::Type t = v.getType();
   if (t.isF32() || t.isInteger(32)) return shuffle32(v);
