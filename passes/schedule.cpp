@@ -10,6 +10,11 @@ namespace fuse::passes {
 using ir::Kernel;
 using ir::KernelKind;
 
+// Whether bincount/index_add kernels, whose bad indices are run-time errors, are compiled. Not
+// yet: their CPU code (codegen/cpu/scatter.cpp) skips a bad index where it must raise, until the
+// run-time error word (np-gather) is wired in; the interpreter runs them and raises meanwhile.
+constexpr bool kScatterChecksCompiled = false;
+
 // The widest element type the kernel moves, which bounds its vector width.
 static size_t widest_element(const Kernel& k) {
   size_t widest = 1;
@@ -55,6 +60,7 @@ static ir::CudaSchedule cuda_schedule(const Kernel& k, const ir::Target&) {
     case KernelKind::Reduction:
     case KernelKind::RowWise: break;  // block per row: 256 threads; two stages: 4 items per thread
     case KernelKind::Scan: break;     // a thread per row along the scan axis, 256 threads per block
+    case KernelKind::Scatter: break;  // grid-stride over the input, 256 threads per block
     case KernelKind::Transpose:
       s.block_x = 32;
       s.block_y = 8;
@@ -71,10 +77,21 @@ static ir::CudaSchedule cuda_schedule(const Kernel& k, const ir::Target&) {
   return s;
 }
 
+// Scatter kernels (np-scatter): compiled when the scatter's dtypes are numeric (not bool).
+// bincount and index_add raise on a bad index at run time, which compiled code reports through
+// the run-time error word (np-gather); until that is merged, the interpreter runs them.
+static bool scatter_compiles(const Kernel& k) {
+  const ir::Node& n = k.body.node(ir::scatter_node(k));
+  for (ir::NodeId in : n.inputs)
+    if (k.body.node(in).dtype == ir::DType::Bool) return false;
+  return n.kind == ir::OpKind::Histogram || kScatterChecksCompiled;
+}
+
 // The CPU loop form: the first of these the kernel's body allows.
 static ir::LoopForm cpu_form(const Kernel& k, const ir::CpuSchedule& s) {
   using ir::LoopForm;
   if (k.kind == KernelKind::Scan) return LoopForm::ScanRows;
+  if (k.kind == KernelKind::Scatter) return scatter_compiles(k) ? LoopForm::Scatter : LoopForm::Interpreted;
   if (!ir::results_in_row_order(k)) return LoopForm::Interpreted;
   // gather/scatter (issue 16): no CPU code yet; the reference interpreter runs these kernels.
   for (const ir::Node& n : k.body.nodes)
@@ -113,6 +130,7 @@ static ir::LoopForm cpu_form(const Kernel& k, const ir::CpuSchedule& s) {
 static ir::LoopForm cuda_form(const Kernel& k) {
   using ir::LoopForm;
   if (k.kind == KernelKind::Scan) return LoopForm::ScanRows;
+  if (k.kind == KernelKind::Scatter) return LoopForm::Scatter;
   bool in_row_order = ir::results_in_row_order(k);
   if (in_row_order && k.kind == KernelKind::Matmul)
     for (const ir::GraphOutput& o : k.body.outputs) in_row_order = in_row_order && k.body.node(o.node).shape == k.space;

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <mutex>
 
+#include "ir/kernel_forms.h"
 #include "runtime/thread_pool.h"
 
 namespace fuse::runtime {
@@ -197,6 +198,22 @@ void Executable::launch(const ir::Kernel& k, const CpuKernelCode& code, std::vec
                         Workspace& workspace, size_t kernel_index) {
   if (code.fn) {
     for (const ir::HostArray& c : code.constants) pointers.push_back(const_cast<void*>(c.data()));
+    if (code.finish && k.schedule.form == ir::LoopForm::Scatter) {
+      // histogram/bincount: ir::scatter_chunks(B) chunks, each counting into its own B bins of
+      // the scratch; then the bins added up in chunk order (whatever the thread count).
+      int64_t bins = ir::evaluate(ir::scatter_bins(k), symbols);
+      int64_t chunks = ir::scatter_chunks(bins);
+      std::vector<uint64_t>& scratch = workspace.scratch[kernel_index];
+      scratch.resize(static_cast<size_t>(std::max<int64_t>(1, chunks * bins)));  // each chunk zeroes its bins
+      pointers.push_back(scratch.data());
+      int64_t elements = ir::evaluate(ir::num_elements(k.space), symbols);
+      int64_t grain = std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(1, elements / chunks));
+      ThreadPool::global().parallel_for(0, chunks, grain, [&](int64_t begin, int64_t end) {
+        code.fn(pointers.data(), symbol_sizes.data(), begin, end);
+      });
+      code.finish(pointers.data(), symbol_sizes.data(), 0, 1);
+      return;
+    }
     if (code.finish) {
       std::vector<uint64_t>& scratch = workspace.scratch[kernel_index];
       scratch.assign(static_cast<size_t>(code.scratch_bytes + 7) / 8, 0);  // no allocation after the first run

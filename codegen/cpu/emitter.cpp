@@ -75,6 +75,7 @@ void CpuKernelEmitter::emit(mlir::func::FuncOp func) {
       });
       break;
     }
+    case ir::LoopForm::Scatter: emit_scatter(begin, end); break;  // codegen/cpu/scatter.cpp
     default:
       throw ir::Error(fail_text("kernel " + k_.name + " has loop form " + std::string(ir::loop_form_name(k_.schedule.form)) +
                                 ", which is not a CPU form"));
@@ -84,7 +85,7 @@ void CpuKernelEmitter::emit(mlir::func::FuncOp func) {
 
 void CpuKernelEmitter::load_bases() {
   slot_count_ = assign_slots([&](NodeId id) { constants_.push_back(k_.body.node(id).as<ir::ConstantAttrs>().value); });
-  int slots = slot_count_ + (k_.schedule.form == ir::LoopForm::SplitReduction ? 1 : 0);  // a split reduction's scratch
+  int slots = slot_count_ + (takes_scratch() ? 1 : 0);  // a split reduction's or histogram's scratch
   for (int slot = 0; slot < slots; ++slot) {
     mlir::Value slot_ptr = b_.create<mlir::LLVM::GEPOp>(loc_, ptr_type(), ptr_type(), buffers_,
                                                         mlir::ArrayRef<mlir::LLVM::GEPArg>{slot});

@@ -48,6 +48,7 @@
 namespace fuse::codegen {
 
 bool cpu_compiles(const ir::Kernel& k) {
+  if (k.kind == ir::KernelKind::Scatter) return k.schedule.form == ir::LoopForm::Scatter;
   // gather/scatter (issue 16): no CPU code yet; passes/schedule.cpp gives these kernels the
   // interpreted form.
   for (const ir::Node& n : k.body.nodes)
@@ -103,6 +104,16 @@ mlir::OwningOpRef<mlir::ModuleOp> build_module(mlir::MLIRContext& context, const
       CpuKernelEmitter(b, k, symbols, options, same_constants).emit_split_finish(finish);
       object.split_chunks[ki] = kSplitChunks;
       object.scratch_bytes[ki] = split_scratch_bytes(k);
+    }
+    // histogram/bincount: the chunks' private bins are added up by a second function; the
+    // runtime sizes their scratch per run (ir::scatter_chunks of B bins of 8 bytes).
+    if (k.schedule.form == ir::LoopForm::Scatter && !(ir::scatter_bins(k) == ir::Dim(0))) {
+      b.setInsertionPointToEnd(module->getBody());
+      auto finish = b.create<mlir::func::FuncOp>(b.getUnknownLoc(), k.name + "_finish",
+                                                 b.getFunctionType({ptr, ptr, b.getI64Type(), b.getI64Type()}, {}));
+      std::vector<ir::HostArray> same_constants;
+      CpuKernelEmitter(b, k, symbols, options, same_constants).emit_scatter_finish(finish);
+      object.split_chunks[ki] = ir::scatter_chunks(0);  // (a marker: the runtime counts them per run)
     }
   }
   return module;
