@@ -76,9 +76,11 @@ static ir::LoopForm cpu_form(const Kernel& k, const ir::CpuSchedule& s) {
   using ir::LoopForm;
   if (k.kind == KernelKind::Scan) return LoopForm::ScanRows;
   if (!ir::results_in_row_order(k)) return LoopForm::Interpreted;
-  // gather/scatter (issue 16): no CPU code yet; the reference interpreter runs these kernels.
+  // scatters (issue 16): no CPU code yet; the reference interpreter runs these kernels.
+  // take / take_along_axis are indexed loads in any form that reads values element by element.
   for (const ir::Node& n : k.body.nodes)
-    if (ir::is_gather_scatter(n.kind)) return LoopForm::Interpreted;
+    if (ir::is_gather_scatter(n.kind) && n.kind != ir::OpKind::Take && n.kind != ir::OpKind::TakeAlongAxis)
+      return LoopForm::Interpreted;
   ir::KernelAccess access(k);
   switch (k.kind) {
     case KernelKind::Matmul: {
