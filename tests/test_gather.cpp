@@ -1,12 +1,16 @@
 // take / take_along_axis compiled as indexed loads inside their consumer's kernel (issue 16),
 // and the in-kernel error record (ir/index_check.h): compiled results against the interpreter
 // for every dtype, index dtype, odd sizes (1, 7, 1023), negative indices, every axis of 2-D and
-// 3-D operands and broadcasting consumers; the kernel counts of the fusion claims; the
-// run-time error's exact text with the caller's outputs left as they were.
+// 3-D operands and broadcasting consumers, on the CPU and on the CUDA simulator (PTX through
+// ptxas); the kernel counts of the fusion claims; the run-time error's exact text with the
+// caller's outputs left as they were (host arrays and device buffers).
 #include <catch2/catch.hpp>
 
+#include <filesystem>
+#include <optional>
 #include <random>
 
+#include "codegen/cuda_codegen.h"
 #include "frontends/api.h"
 #include "frontends/compile.h"
 #include "ir/index_check.h"
@@ -14,7 +18,10 @@
 #include "ir/rounding_model.h"
 #include "passes/fusion.h"
 #include "passes/pipeline.h"
+#include "examples.h"
+#include "ptxas.h"
 #include "random_graph.h"
+#include "runtime/bundle.h"
 
 using namespace fuse;
 using ir::TensorMap;
@@ -47,17 +54,20 @@ const DType kIndexTypes[] = {DType::I32, DType::I64};
 
 int kernel_count(const Graph& g) { return static_cast<int>(passes::run_pipeline(g.ir()).program.kernels.size()); }
 
-/// The CPU executable against the interpreter (within the rounding model's bounds), every
-/// kernel compiled (none left to the interpreter).
+/// The CPU executable (every kernel compiled, none left to the interpreter) and the CUDA
+/// simulator against the interpreter, within the rounding model's bounds.
 void check_cpu(const Graph& g, const TensorMap& inputs) {
+  ir::ValuesAndBounds expected = ir::interpret_with_bounds(g.ir(), inputs);
   runtime::Executable exe = compile(g);
   CHECK(exe.compiled_kernel_count() == static_cast<int>(exe.program().kernels.size()));
-  CHECK(testing::compare_outputs(ir::interpret_with_bounds(g.ir(), inputs), exe.run(inputs)) == "");
+  CHECK(testing::compare_outputs(expected, exe.run(inputs)) == "");
+  INFO("on the CUDA simulator");
+  CHECK(testing::compare_outputs(expected, compile_cuda(g, Target::cuda_sim())->run_host(inputs)) == "");
 }
 
 }  // namespace
 
-TEST_CASE("CPU take equals the interpreter for every dtype, index dtype and size 1, 7, 1023", "[gather][cpu]") {
+TEST_CASE("CPU take equals the interpreter for every dtype, index dtype and size 1, 7, 1023", "[gather][cpu][sim]") {
   for (DType t : kValueTypes)
     for (DType it : kIndexTypes)
       for (int64_t n : {1, 7, 1023}) {
@@ -72,7 +82,7 @@ TEST_CASE("CPU take equals the interpreter for every dtype, index dtype and size
       }
 }
 
-TEST_CASE("CPU take and take_along_axis over every axis of 2-D and 3-D operands", "[gather][cpu]") {
+TEST_CASE("CPU take and take_along_axis over every axis of 2-D and 3-D operands", "[gather][cpu][sim]") {
   const ir::ConcreteShape shapes[] = {{7, 3}, {1, 7}, {3, 1, 5}, {2, 7, 3}};
   for (const ir::ConcreteShape& shape : shapes)
     for (int axis = 0; axis < static_cast<int>(shape.size()); ++axis)
@@ -95,7 +105,7 @@ TEST_CASE("CPU take and take_along_axis over every axis of 2-D and 3-D operands"
       }
 }
 
-TEST_CASE("CPU take_along_axis broadcasts x and the indices, and takes broadcasting consumers", "[gather][cpu]") {
+TEST_CASE("CPU take_along_axis broadcasts x and the indices, and takes broadcasting consumers", "[gather][cpu][sim]") {
   for (int64_t n : {1, 7, 1023}) {
     INFO("n = " << n);
     Graph g;
@@ -115,7 +125,7 @@ TEST_CASE("CPU take_along_axis broadcasts x and the indices, and takes broadcast
   }
 }
 
-TEST_CASE("symbolic sizes: one compiled program serves every size", "[gather][cpu]") {
+TEST_CASE("symbolic sizes: one compiled program serves every size", "[gather][cpu][sim]") {
   Graph g;
   Tensor x = g.input("x", DType::F32, {ir::Dim::symbol("N"), ir::Dim::symbol("D")});
   Tensor i = g.input("i", DType::I64, {ir::Dim::symbol("M")});
@@ -240,4 +250,92 @@ TEST_CASE("the error record's checks are numbered program-wide", "[gather][ir]")
   }
   ir::SymbolBindings none;
   CHECK(std::string(ir::index_check_error(checks, 1, -9, none).what()).find("index -9 is out of range") != std::string::npos);
+}
+
+TEST_CASE("a bad index on the CUDA simulator: the same error, device outputs untouched", "[gather][errors][sim]") {
+  Graph g;
+  Tensor x = g.input("x", DType::F32, {ir::Dim::symbol("N")});
+  Tensor i = g.input("i", DType::I64, {ir::Dim::symbol("M")});
+  g.output("y", exp(x));
+  int line = __LINE__ + 1;
+  g.output("t", sum(take(x, i) * 2.0f));  // a two-stage reduction with a take in its prologue
+  std::unique_ptr<runtime::CudaExecutable> exe = compile_cuda(g, Target::cuda_sim());
+  ir::HostArray xs = random_values(DType::F32, {5}, 1), is = random_indices(DType::I64, {1023}, 5, 2);
+  is.set_i64(700, -6);
+  std::string want = "test_gather.cpp:" + std::to_string(line) + ": error: take: index -6 is out of range for axis 0 of size 5";
+  CHECK_THROWS_WITH(ir::interpret(g.ir(), {{"x", xs}, {"i", is}}), Catch::EndsWith(want));
+  runtime::DeviceTensorMap inputs, outputs;
+  inputs.emplace("x", runtime::DeviceBuffer::to_device(xs));
+  inputs.emplace("i", runtime::DeviceBuffer::to_device(is));
+  ir::HostArray y0(DType::F32, {5}), t0(DType::F32, {});
+  y0.set_f64(0, 42.0);
+  t0.set_f64(0, 43.0);
+  outputs.emplace("y", runtime::DeviceBuffer::to_device(y0));
+  outputs.emplace("t", runtime::DeviceBuffer::to_device(t0));
+  CHECK_THROWS_WITH(exe->run(inputs, outputs), Catch::EndsWith(want));
+  CHECK(outputs.at("y").to_host().get_f64(0) == 42.0);
+  CHECK(outputs.at("t").to_host().get_f64(0) == 43.0);
+  is.set_i64(700, -5);  // the record is cleared for the next run
+  inputs.erase("i");
+  inputs.emplace("i", runtime::DeviceBuffer::to_device(is));
+  exe->run(inputs, outputs);
+  CHECK(testing::compare_outputs(ir::interpret_with_bounds(g.ir(), {{"x", xs}, {"i", is}}),
+                                 {{"y", outputs.at("y").to_host()}, {"t", outputs.at("t").to_host()}}) == "");
+}
+
+TEST_CASE("take kernels assemble with ptxas, and bundles carry the index checks", "[gather][cuda][ptxas]") {
+  Graph g;
+  Tensor x = g.input("x", DType::F64, {ir::Dim::symbol("N"), 4});
+  Tensor i = g.input("i", DType::I32, {ir::Dim::symbol("M")});
+  Tensor j = g.input("j", DType::I64, {ir::Dim::symbol("N"), 2});
+  g.output("rows", take(x, i, 0) + 1.0);
+  g.output("along", max(take_along_axis(x, j, 1), 1));
+  g.output("softmax_of_rows", exp(take(x, i, 0)) / sum(exp(take(x, i, 0)), 1, true));
+  for (int sm : {80, 90}) {
+    // codegen directly: compile_cuda_program gives simulator images once this process has
+    // selected the simulator (the tests above).
+    passes::PipelineOptions options;
+    options.target = ir::Target::cuda(0, sm);
+    ir::Program program = passes::run_pipeline(g.ir(), options).program;
+    codegen::CudaOptions cuda;
+    cuda.sm = sm;
+    codegen::CudaModule m = codegen::compile_cuda(program, cuda);
+    runtime::CudaProgram p = runtime::make_cuda_program(program, m.plan, m.ptx);
+    INFO("sm_" << sm);
+    CHECK(testing::ptxas_errors(p.ptx, "sm_" + std::to_string(sm)) == "");
+    REQUIRE(p.plan.error_scratch >= 0);
+    CHECK(p.index_checks.size() >= 3);
+    runtime::CudaProgram back = runtime::parse_bundle(
+        [&](const std::string& name) -> std::optional<std::string> {
+          if (name == "plan.json") return runtime::bundle_plan_json(p);
+          if (name == "kernels.ptx") return p.ptx;
+          return std::nullopt;
+        },
+        "memory");
+    CHECK(back.plan.error_scratch == p.plan.error_scratch);
+    CHECK(back.index_checks == p.index_checks);
+  }
+}
+
+TEST_CASE("embedding and cross_entropy: the take fuses into its consumer's kernel", "[gather][fusion][examples]") {
+  // embedding: mean(take(table, tokens)) was 2 kernels (the take on its own), now 1;
+  // cross_entropy: 5 kernels before (take_along_axis and its expand_dims apart), now 3 (the
+  // take_along_axis of the input logits in the final mean's prologue).
+  const std::pair<const char*, size_t> expected[] = {{"embedding.expr", 1}, {"cross_entropy.expr", 3}};
+  for (const auto& [file, kernels] : expected) {
+    INFO(file);
+    ir::Graph g = testing::compile_example(std::filesystem::path(FUSE_SOURCE_DIR) / "examples" / file);
+    passes::PipelineResult r = passes::run_pipeline(g);
+    CHECK(r.program.kernels.size() == kernels);
+    bool fused_take = false;
+    for (const ir::Kernel& k : r.program.kernels) {
+      bool has_take = false, has_other = false;
+      for (const ir::Node& n : k.body.nodes) {
+        has_take = has_take || n.kind == ir::OpKind::Take || n.kind == ir::OpKind::TakeAlongAxis;
+        has_other = has_other || n.kind == ir::OpKind::Reduce || n.kind == ir::OpKind::Elementwise;
+      }
+      fused_take = fused_take || (has_take && has_other);
+    }
+    CHECK(fused_take);
+  }
 }
