@@ -19,6 +19,9 @@ static bool is_elementwise_like(const Node& n) {
          n.kind == OpKind::Pad || n.kind == OpKind::Concatenate;  // np-views: index maps
 }
 
+// take / take_along_axis (issue 16): indexed loads that fuse into their consumer's kernel.
+static bool is_gather(OpKind k) { return k == OpKind::Take || k == OpKind::TakeAlongAxis; }
+
 int node_cost(const Node& n) {
   if (n.kind == OpKind::Elementwise) {
     int cost = 0;
@@ -26,6 +29,7 @@ int node_cost(const Node& n) {
     return cost;
   }
   if (n.kind == OpKind::Rand) return 2;  // a few integer multiplies per element
+  if (is_gather(n.kind)) return 1;        // a checked load: recomputed in each consumer's kernel
   if (is_elementwise_like(n)) return 0;
   return 1 << 20;  // reductions and matmuls are never recomputed
 }
@@ -178,6 +182,16 @@ class Partitioner {
     return false;
   }
 
+  // The name of the first gather (take, take_along_axis) reading `id` in the group.
+  std::string gather_below(NodeId id, const GroupState& gs) const {
+    std::string name = "take";
+    reaches(id, gs, [&](const Node& m) {
+      if (is_gather(m.kind)) name = std::string(ir::op_kind_name(m.kind));
+      return is_gather(m.kind);
+    });
+    return name;
+  }
+
   bool feeds_matmul(NodeId id, const GroupState& gs) const {
     return reaches(id, gs, [](const Node& n) { return n.kind == OpKind::Matmul; });
   }
@@ -242,11 +256,24 @@ class Partitioner {
         return "cost " + std::to_string(cost) + " would be recomputed across an expanding broadcast";
       return "";
     }
-    // gather/scatter (issue 16): not fused yet; each runs in a kernel of its own.
+    // scatters outside Scatter kernels (issue 16): each runs in a kernel of its own.
     for (NodeId m : gs.members)
-      if (ir::is_gather_scatter(node(m).kind))
+      if (ir::is_gather_scatter(node(m).kind) && !is_gather(node(m).kind))
         return std::string("feeds a ") + std::string(ir::op_kind_name(node(m).kind)) +
-               ", which runs in a kernel of its own (gather/scatter ops are not fused yet)";
+               ", which runs in a kernel of its own (scatter ops are not fused yet)";
+    // take / take_along_axis (issue 16) read their operand x at data-dependent positions: x's
+    // producer must be recomputable anywhere (elementwise), so a reduction or matmul is stored.
+    if ((n.kind == OpKind::Reduce || n.kind == OpKind::Matmul) &&
+        reaches(id, gs, [](const Node& m) { return is_gather(m.kind); }))
+      return "is read by a " + gather_below(id, gs) + " at data-dependent positions: computed once and stored";
+    if (is_gather(n.kind)) {
+      if (G.kind == KernelKind::Matmul) return "a matmul's operands are packed without indexed loads: stored first";
+      // Every index must be checked, as the interpreter checks them: a kernel that reads only
+      // part of the result (a slice of it) would skip some.
+      if (reaches(id, gs, [](const Node& m) { return m.kind == OpKind::Slice; }))
+        return "a slice of it reads only some of its indices (each must be checked): stored first";
+      return "";
+    }
 
     if (is_elementwise_like(n)) {
       int cost = node_cost(n);
@@ -301,7 +328,7 @@ class Partitioner {
     }
     if (ir::is_gather_scatter(n.kind))
       return "is a " + std::string(ir::op_kind_name(n.kind)) +
-             ", which runs in a kernel of its own (gather/scatter ops are not fused yet)";
+             ", which runs in a kernel of its own (scatter ops are not fused yet)";
     return "is not fusible";
   }
 

@@ -10,10 +10,6 @@ namespace fuse::passes {
 using ir::Kernel;
 using ir::KernelKind;
 
-// Whether bincount/index_add kernels, whose bad indices are run-time errors, are compiled. Not
-// yet: their CPU code (codegen/cpu/scatter.cpp) skips a bad index where it must raise, until the
-// run-time error word (np-gather) is wired in; the interpreter runs them and raises meanwhile.
-constexpr bool kScatterChecksCompiled = false;
 
 // The widest element type the kernel moves, which bounds its vector width.
 static size_t widest_element(const Kernel& k) {
@@ -77,14 +73,14 @@ static ir::CudaSchedule cuda_schedule(const Kernel& k, const ir::Target&) {
   return s;
 }
 
-// Scatter kernels (np-scatter): compiled when the scatter's dtypes are numeric (not bool).
-// bincount and index_add raise on a bad index at run time, which compiled code reports through
-// the run-time error word (np-gather); until that is merged, the interpreter runs them.
+// Scatter kernels (np-scatter): compiled when the scatter's dtypes are numeric (not bool: the
+// interpreter runs those). Bad bincount values and index_add indices are reported through the
+// run's error record (ir/index_check.h).
 static bool scatter_compiles(const Kernel& k) {
   const ir::Node& n = k.body.node(ir::scatter_node(k));
   for (ir::NodeId in : n.inputs)
     if (k.body.node(in).dtype == ir::DType::Bool) return false;
-  return n.kind == ir::OpKind::Histogram || kScatterChecksCompiled;
+  return true;
 }
 
 // The CPU loop form: the first of these the kernel's body allows.
@@ -93,9 +89,11 @@ static ir::LoopForm cpu_form(const Kernel& k, const ir::CpuSchedule& s) {
   if (k.kind == KernelKind::Scan) return LoopForm::ScanRows;
   if (k.kind == KernelKind::Scatter) return scatter_compiles(k) ? LoopForm::Scatter : LoopForm::Interpreted;
   if (!ir::results_in_row_order(k)) return LoopForm::Interpreted;
-  // gather/scatter (issue 16): no CPU code yet; the reference interpreter runs these kernels.
+  // scatters (issue 16): no CPU code yet; the reference interpreter runs these kernels.
+  // take / take_along_axis are indexed loads in any form that reads values element by element.
   for (const ir::Node& n : k.body.nodes)
-    if (ir::is_gather_scatter(n.kind)) return LoopForm::Interpreted;
+    if (ir::is_gather_scatter(n.kind) && n.kind != ir::OpKind::Take && n.kind != ir::OpKind::TakeAlongAxis)
+      return LoopForm::Interpreted;
   ir::KernelAccess access(k);
   switch (k.kind) {
     case KernelKind::Matmul: {

@@ -1,5 +1,6 @@
 #include "runtime/executable.h"
 
+#include <array>
 #include <cstring>
 #include <mutex>
 
@@ -14,6 +15,7 @@ struct Executable::Workspace {
   std::vector<std::vector<uint64_t>> scratch;  // per kernel: a split reduction's partials
   std::vector<void*> pointers;                 // a kernel's buffer arguments
   std::vector<int64_t> symbol_sizes;
+  std::array<int64_t, ir::kErrorRecordWords> error_record{};  // issue 16: zeroed before each run
 };
 
 // Idle workspaces. A run takes the most recently returned one (its memory is likely still in
@@ -57,6 +59,9 @@ Executable::Executable(ir::Program program, CpuCode code)
     for (ir::SizeCheck& c : ir::size_checks(k.body)) size_checks_.push_back(std::move(c));
     for (const ir::Node& n : k.body.nodes) may_raise_ = may_raise_ || ir::is_gather_scatter(n.kind);
   }
+  index_checks_ = ir::index_checks(program_);
+  for (size_t ki = 0; ki < program_.kernels.size(); ++ki)
+    reports_errors_.push_back(code_.kernels[ki].fn && !ir::checked_nodes(program_.kernels[ki].body).empty());
 }
 
 Executable::~Executable() = default;
@@ -172,6 +177,7 @@ void Executable::run_bound(const ir::SymbolBindings& symbols, const std::vector<
     ~GiveBack() { pool.give_back(std::move(w)); }
   } give_back{*workspaces_, taken};
   Workspace& workspace = *taken;
+  workspace.error_record.fill(0);
   std::vector<int64_t>& symbol_sizes = workspace.symbol_sizes;
   symbol_sizes.clear();
   for (const std::string& s : code_.symbols) {
@@ -185,6 +191,10 @@ void Executable::run_bound(const ir::SymbolBindings& symbols, const std::vector<
     for (ir::BufferId b : k.inputs) pointers.push_back(storage(b, symbols, outputs, inputs, workspace));
     for (ir::BufferId b : k.outputs) pointers.push_back(storage(b, symbols, outputs, inputs, workspace));
     launch(k, code_.kernels[ki], pointers, symbols, symbol_sizes, workspace, static_cast<size_t>(ki));
+    // A compiled kernel that found a bad index said so in the record: stop before the next.
+    if (reports_errors_[ki] && workspace.error_record[ir::kErrorCheck] != 0)
+      throw ir::index_check_error(index_checks_, workspace.error_record[ir::kErrorCheck],
+                                  workspace.error_record[ir::kErrorIndex], symbols);
   }
   // Outputs that name the same buffer as an earlier output.
   for (size_t i = 0; i < program_.outputs.size(); ++i) {
@@ -206,6 +216,7 @@ void Executable::launch(const ir::Kernel& k, const CpuKernelCode& code, std::vec
       std::vector<uint64_t>& scratch = workspace.scratch[kernel_index];
       scratch.resize(static_cast<size_t>(std::max<int64_t>(1, chunks * bins)));  // each chunk zeroes its bins
       pointers.push_back(scratch.data());
+      if (reports_errors_[kernel_index]) pointers.push_back(workspace.error_record.data());  // last (ir/index_check.h)
       int64_t elements = ir::evaluate(ir::num_elements(k.space), symbols);
       int64_t grain = std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(1, elements / chunks));
       ThreadPool::global().parallel_for(0, chunks, grain, [&](int64_t begin, int64_t end) {
@@ -218,6 +229,9 @@ void Executable::launch(const ir::Kernel& k, const CpuKernelCode& code, std::vec
       std::vector<uint64_t>& scratch = workspace.scratch[kernel_index];
       scratch.assign(static_cast<size_t>(code.scratch_bytes + 7) / 8, 0);  // no allocation after the first run
       pointers.push_back(scratch.data());
+    }
+    if (reports_errors_[kernel_index]) pointers.push_back(workspace.error_record.data());  // last (ir/index_check.h)
+    if (code.finish) {
       // Each task takes chunks worth at least ~64K elements: small reductions stay on one thread.
       int64_t elements = ir::evaluate(ir::num_elements(k.space), symbols);
       int64_t per_chunk = std::max<int64_t>(1, elements / code.split_chunks);

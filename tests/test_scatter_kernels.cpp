@@ -43,16 +43,13 @@ ir::HostArray random_ints(DType dtype, ir::ConcreteShape shape, int64_t lo, int6
   return a;
 }
 
-/// Every histogram kernel runs as the CPU Scatter form (compiled, not interpreted). bincount and
-/// index_add kernels too once their bad-index errors are reported from compiled code
-/// (passes/schedule.cpp: kScatterChecksCompiled); until then the interpreter runs them.
+/// Every kernel holding a scatter runs as the CPU Scatter form (compiled, not interpreted).
 void require_compiled_scatter(const runtime::Executable& exe) {
   int scatters = 0;
   for (const ir::Kernel& k : exe.program().kernels) {
     if (k.kind != ir::KernelKind::Scatter) continue;
     ++scatters;
-    if (k.body.node(ir::scatter_node(k)).kind == ir::OpKind::Histogram) CHECK(k.schedule.form == ir::LoopForm::Scatter);
-    else CHECK((k.schedule.form == ir::LoopForm::Scatter || k.schedule.form == ir::LoopForm::Interpreted));
+    CHECK(k.schedule.form == ir::LoopForm::Scatter);
   }
   CHECK(scatters >= 1);
 }
@@ -220,15 +217,70 @@ TEST_CASE("scatter results do not depend on the thread count", "[scatter_kernels
     for (int64_t b = 0; b < length; ++b) sums[b] += part[b];
   }
   runtime::Executable exe = compile(g);
-  bool bincount_compiled = false;  // (else the interpreter runs it: see require_compiled_scatter)
-  for (const ir::Kernel& k : exe.program().kernels)
-    if (k.kind == ir::KernelKind::Scatter && k.body.node(ir::scatter_node(k)).kind == ir::OpKind::Bincount)
-      bincount_compiled = k.schedule.form == ir::LoopForm::Scatter;
+  require_compiled_scatter(exe);
   TensorMap got = exe.run(inputs);
   CHECK(got.at("counts").bytes == want.at("counts").bytes);
   CHECK(got.at("hist").bytes == want.at("hist").bytes);
   for (int64_t b = 0; b < length; ++b) {
     INFO("bin " << b);
-    CHECK(got.at("sums").get_f64(b) == (bincount_compiled ? sums[b] : want.at("sums").get_f64(b)));
+    CHECK(got.at("sums").get_f64(b) == sums[b]);
+  }
+}
+
+TEST_CASE("compiled bincount and index_add report bad indices and leave the caller's outputs", "[scatter_kernels][errors]") {
+  Graph g;
+  Tensor i = g.input("i", DType::I64, {ir::Dim::symbol("N")});
+  Tensor x = g.input("x", DType::F32, {4, 2});
+  Tensor v = g.input("v", DType::F32, {ir::Dim::symbol("N"), 2});
+  g.output("y", exp(x));  // computed by an earlier kernel
+  g.output("c", bincount(i + 1, 5));  // the prologue's value is the one checked
+  g.output("a", index_add(x, i, v * 2.0f));
+  runtime::Executable exe = compile(g);
+  require_compiled_scatter(exe);
+  ir::HostArray is(DType::I64, {7}), vs = random_values(DType::F32, {7, 2}, 9);
+  int64_t good[] = {0, 3, -1, 2, 2, 1, 0};  // i + 1 in [0, 5) and i in [-4, 4)
+  for (int k = 0; k < 7; ++k) is.set_i64(k, good[k]);
+  TensorMap inputs = {{"i", is}, {"x", random_values(DType::F32, {4, 2}, 10)}, {"v", vs}};
+  TensorMap outputs = exe.run(inputs);
+  TensorMap before = outputs;
+  auto fails_with = [&](int64_t bad_at, int64_t bad, const std::string& want) {
+    TensorMap bad_inputs = inputs;
+    bad_inputs["i"].set_i64(bad_at, bad);
+    CHECK_THROWS_WITH(ir::interpret(g.ir(), bad_inputs), Catch::Contains(want));
+    try {
+      exe.run(bad_inputs, outputs);
+      FAIL("no error");
+    } catch (const ir::Error& e) {
+      CHECK_THAT(e.what(), Catch::Contains(want));
+      CHECK_THAT(e.what(), Catch::Contains("test_scatter_kernels.cpp:"));
+    }
+    for (const auto& [name, value] : before) CHECK(outputs.at(name).bytes == value.bytes);
+  };
+  SECTION("a bincount value of the prologue out of range") {
+    // i = 4 gives the value 5 (i + 1) for bincount, and a bad row 4 for index_add after it.
+    fails_with(3, 4, "bincount: value 5 is out of range for minlength 5 (values must be in [0, 5))");
+  }
+  SECTION("a negative bincount value") {
+    fails_with(5, -2, "bincount: value -1 is out of range for minlength 5");
+  }
+  SECTION("an index_add index out of range") {
+    // (In g every index index_add refuses, bincount refuses first: index_add on its own here.)
+    Graph h;
+    Tensor hi = h.input("i", DType::I32, {3});
+    Tensor hx = h.input("x", DType::I64, {2, 4});
+    h.output("a", index_add(hx, hi, h.input("v", DType::I64, {2, 3}), 1));
+    runtime::Executable hexe = compile(h);
+    require_compiled_scatter(hexe);
+    ir::HostArray his(DType::I32, {3});
+    his.set_i64(0, 1);
+    his.set_i64(1, -5);
+    his.set_i64(2, 9);
+    TensorMap hin = {{"i", his}, {"x", random_values(DType::I64, {2, 4}, 11)}, {"v", random_values(DType::I64, {2, 3}, 12)}};
+    std::string want = "index_add: index -5 is out of range for axis 1 of size 4";  // the first bad one
+    CHECK_THROWS_WITH(ir::interpret(h.ir(), hin), Catch::Contains(want));
+    TensorMap kept = {{"a", ir::HostArray(DType::I64, {2, 4})}};
+    kept["a"].set_i64(3, 42);
+    CHECK_THROWS_WITH(hexe.run(hin, kept), Catch::Contains(want));
+    CHECK(kept.at("a").get_i64(3) == 42);
   }
 }

@@ -1,6 +1,8 @@
 // The CPU kernel function: its dispatch on the loop form, slots and memory access.
 #include "codegen/cpu/emitter.h"
 
+#include "ir/index_check.h"
+
 #include <algorithm>
 
 #include "llvm/TargetParser/Host.h"
@@ -86,10 +88,15 @@ void CpuKernelEmitter::emit(mlir::func::FuncOp func) {
 void CpuKernelEmitter::load_bases() {
   slot_count_ = assign_slots([&](NodeId id) { constants_.push_back(k_.body.node(id).as<ir::ConstantAttrs>().value); });
   int slots = slot_count_ + (takes_scratch() ? 1 : 0);  // a split reduction's or histogram's scratch
-  for (int slot = 0; slot < slots; ++slot) {
+  bool checks = !ir::checked_nodes(k_.body).empty();  // issue 16: the run's error record, last
+  for (int slot = 0; slot < slots + (checks ? 1 : 0); ++slot) {
     mlir::Value slot_ptr = b_.create<mlir::LLVM::GEPOp>(loc_, ptr_type(), ptr_type(), buffers_,
                                                         mlir::ArrayRef<mlir::LLVM::GEPArg>{slot});
     base_.push_back(b_.create<mlir::LLVM::LoadOp>(loc_, ptr_type(), slot_ptr));
+  }
+  if (checks) {
+    error_record_ = base_.back();
+    base_.pop_back();  // not a slot: later slots (allocate_slot) follow the real ones
   }
   for (const Node& n : k_.body.nodes)
     for (const ir::Dim& d : n.shape) dim(d);

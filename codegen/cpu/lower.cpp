@@ -7,6 +7,7 @@
 #include "codegen/scalar_lowering.h"
 #include "codegen/cpu_codegen.h"
 #include "codegen/host_machine.h"
+#include "ir/index_check.h"
 #include "codegen/cpu_object.h"
 
 #include <algorithm>
@@ -49,10 +50,9 @@ namespace fuse::codegen {
 
 bool cpu_compiles(const ir::Kernel& k) {
   if (k.kind == ir::KernelKind::Scatter) return k.schedule.form == ir::LoopForm::Scatter;
-  // gather/scatter (issue 16): no CPU code yet; passes/schedule.cpp gives these kernels the
-  // interpreted form.
+  // take / take_along_axis are indexed loads (codegen/emitter.cpp).
   for (const ir::Node& n : k.body.nodes)
-    if (ir::is_gather_scatter(n.kind)) return false;
+    if (ir::is_gather_scatter(n.kind) && n.kind != ir::OpKind::Take && n.kind != ir::OpKind::TakeAlongAxis) return false;
   return ir::results_in_row_order(k);
 }
 
@@ -95,7 +95,9 @@ mlir::OwningOpRef<mlir::ModuleOp> build_module(mlir::MLIRContext& context, const
     b.setInsertionPointToEnd(module->getBody());
     auto func = b.create<mlir::func::FuncOp>(b.getUnknownLoc(), k.name,
                                              b.getFunctionType({ptr, ptr, b.getI64Type(), b.getI64Type()}, {}));
-    CpuKernelEmitter(b, k, symbols, options, object.constants[ki]).emit(func);
+    CpuKernelEmitter emitter(b, k, symbols, options, object.constants[ki]);
+    emitter.set_first_index_check(ir::first_index_check(p, static_cast<int>(ki)));
+    emitter.emit(func);
     if (k.schedule.form == ir::LoopForm::SplitReduction) {
       b.setInsertionPointToEnd(module->getBody());
       auto finish = b.create<mlir::func::FuncOp>(b.getUnknownLoc(), k.name + "_finish",

@@ -6,9 +6,13 @@
 //    as the interpreter's); float weights are summed in f64 per chunk, then the chunks in order,
 //    rounded once (the interpreter sums in f64 in index order: f64 weights may differ in the
 //    last bits from it, never between runs).
+// bincount values and index_add indices are checked (KernelEmitterBase::check_index): a bad one
+// is reported in the run's error record and touches no memory.
 //  - index_add runs one output column (every index but the axis) per iteration: the column is
 //    copied from x, then values are added in index order, exactly as the interpreter does.
 #include "codegen/cpu/emitter.h"
+
+#include <tuple>
 
 #include "mlir/Dialect/Math/IR/Math.h"
 
@@ -71,11 +75,9 @@ void CpuKernelEmitter::emit_scatter_chunk(mlir::Value chunk, mlir::Value chunks,
       bin = histogram_bin(id, cast(general_value(x, idx), xt, DType::F64, 1), bins);
       inside = cmpi(mlir::arith::CmpIPredicate::sge, bin, i64(0));
     } else {
-      bin = cast(general_value(x, idx), xt, DType::I64, 1);
-      // np-scatter: a value outside [0, B) is a run-time error (the interpreter's text); until
-      // the run-time error word (np-gather) is wired here, such a value is skipped, never written.
-      inside = b_.create<mlir::arith::AndIOp>(loc_, cmpi(mlir::arith::CmpIPredicate::sge, bin, i64(0)),
-                                              cmpi(mlir::arith::CmpIPredicate::slt, bin, bins));
+      // A value outside [0, B) is reported in the run's error record (no negative wrap) and
+      // counts nowhere.
+      std::tie(inside, bin) = check_index(id, cast(general_value(x, idx), xt, DType::I64, 1), bins, /*wrap_negative=*/false);
     }
     auto if_op = b_.create<mlir::scf::IfOp>(loc_, inside, /*withElseRegion=*/false);
     mlir::OpBuilder::InsertionGuard guard(b_);
@@ -153,7 +155,6 @@ mlir::Value CpuKernelEmitter::histogram_bin(NodeId id, mlir::Value v, mlir::Valu
 }
 
 void CpuKernelEmitter::emit_index_add_column(mlir::Value column) {
-  using mlir::arith::CmpIPredicate;
   NodeId id = ir::scatter_node(k_);
   const Node& n = k_.body.node(id);
   int axis = n.as<ir::GatherAttrs>().axis;
@@ -172,12 +173,9 @@ void CpuKernelEmitter::emit_index_add_column(mlir::Value column) {
   });
   DType it = k_.body.node(indices).dtype;
   loop(i64(0), dim(k_.space[axis]), 1, [&](mlir::Value j) {
-    mlir::Value raw = cast(general_value(indices, {j}), it, DType::I64, 1);
-    mlir::Value row = select(cmpi(CmpIPredicate::slt, raw, i64(0)), add(raw, size), raw);
-    // np-scatter: an index outside [-size, size) is a run-time error (the interpreter's text);
-    // until the run-time error word (np-gather) is wired here, it is skipped, never written.
-    mlir::Value inside = b_.create<mlir::arith::AndIOp>(loc_, cmpi(CmpIPredicate::sge, row, i64(0)),
-                                                        cmpi(CmpIPredicate::slt, row, size));
+    // An index outside [-size, size) is reported in the run's error record and adds nowhere.
+    // Every column checks every index in order, so the first bad one is the interpreter's.
+    auto [inside, row] = check_index(id, cast(general_value(indices, {j}), it, DType::I64, 1), size);
     auto if_op = b_.create<mlir::scf::IfOp>(loc_, inside, /*withElseRegion=*/false);
     mlir::OpBuilder::InsertionGuard guard(b_);
     b_.setInsertionPoint(if_op.thenBlock()->getTerminator());
