@@ -2,8 +2,8 @@
 // interpreter's semantics on hand-computed cases (NumPy's are in tests/golden/test_scatter.py),
 // the CPU executable against the interpreter at sizes 1, 7 and 1023 for every dtype, run-time
 // index errors (message, location, the caller's outputs left as they were), the kernel counts
-// of today's fusion rule (each scatter a kernel of its own), the CUDA target's clear refusal of
-// scatters, and the gradients against finite differences.
+// of the fusion rule (a scatter takes its elementwise producers; its result is stored), the CUDA
+// target's clear refusal of scatters, and the gradients against finite differences.
 #include <catch2/catch.hpp>
 
 #include <cmath>
