@@ -1,5 +1,8 @@
 #include "codegen/emitter.h"
 
+#include "ir/index_check.h"
+
+#include <algorithm>
 #include <limits>
 #include <set>
 
@@ -173,6 +176,8 @@ mlir::Value KernelEmitterBase::general_value(NodeId id, const std::vector<mlir::
     case OpKind::Squeeze:
     case OpKind::Slice:  // np-views
     case OpKind::Reshape: v = general_value(n.inputs[0], operand_index(n, idx)); break;
+    case OpKind::Take:
+    case OpKind::TakeAlongAxis: v = gather_value(id, idx); break;  // issue 16: indexed loads
     case OpKind::Pad: v = pad_value(n, idx); break;  // np-views
     case OpKind::Concatenate: v = concatenate_value(n, idx, 0, ir::Dim(0)); break;  // np-views
     case OpKind::Reduce:
@@ -268,6 +273,61 @@ mlir::Value KernelEmitterBase::concatenate_value(const Node& n, const std::vecto
   return if_else(
       cmpi(mlir::arith::CmpIPredicate::slt, idx[axis], dim(end)), scalar_type(n.dtype), [&] { return operand_at(first, offset); },
       [&] { return concatenate_value(n, idx, first + 1, end); });
+}
+
+// ---- gather/scatter (issue 16)
+
+std::pair<mlir::Value, mlir::Value> KernelEmitterBase::check_index(NodeId id, mlir::Value index, mlir::Value size,
+                                                                   bool wrap_negative) {
+  using P = mlir::arith::CmpIPredicate;
+  std::vector<NodeId> checked = ir::checked_nodes(k_.body);
+  auto position = std::find(checked.begin(), checked.end(), id);
+  if (position == checked.end() || !error_record_)
+    throw ir::Error(fail_text("node %" + std::to_string(id) + " of kernel " + k_.name + " has no index check"));
+  int64_t check = first_check_ + (position - checked.begin());
+  mlir::Value j = wrap_negative ? select(cmpi(P::slt, index, i64(0)), add(index, size), index) : index;
+  mlir::Value in_range = cmpi(P::ult, j, size);  // unsigned: a negative j is out of range too
+  mlir::Value bad = b_.create<mlir::arith::XOrIOp>(loc_, in_range, b_.create<mlir::arith::ConstantIntOp>(loc_, 1, 1));
+  auto report = b_.create<mlir::scf::IfOp>(loc_, bad, /*withElseRegion=*/false);
+  mlir::OpBuilder::InsertionGuard guard(b_);
+  b_.setInsertionPointToStart(&report.getThenRegion().front());
+  // The first report wins the record's check word; only the winner writes the index.
+  auto won_record = b_.create<mlir::LLVM::AtomicCmpXchgOp>(loc_, error_record_, i64(0), i64(check + 1),
+                                                           mlir::LLVM::AtomicOrdering::monotonic,
+                                                           mlir::LLVM::AtomicOrdering::monotonic);
+  mlir::Value won = b_.create<mlir::LLVM::ExtractValueOp>(loc_, won_record, llvm::ArrayRef<int64_t>{1});
+  auto write = b_.create<mlir::scf::IfOp>(loc_, won, /*withElseRegion=*/false);
+  b_.setInsertionPointToStart(&write.getThenRegion().front());
+  mlir::Value at = b_.create<mlir::LLVM::GEPOp>(loc_, error_record_.getType(), i64_type(), error_record_,
+                                                mlir::ArrayRef<mlir::LLVM::GEPArg>{ir::kErrorIndex});
+  b_.create<mlir::LLVM::StoreOp>(loc_, index, at, 8);
+  return {in_range, j};
+}
+
+mlir::Value KernelEmitterBase::gather_value(NodeId id, const std::vector<mlir::Value>& idx) {
+  const Node& n = k_.body.node(id);
+  int axis = n.as<ir::GatherAttrs>().axis;
+  const Node& x = k_.body.node(n.inputs[0]);
+  const Node& indices = k_.body.node(n.inputs[1]);
+  std::vector<mlir::Value> x_idx, i_idx;
+  if (n.kind == OpKind::Take) {  // out index: x's leading axes, idx's axes, x's trailing axes
+    size_t q = indices.shape.size();
+    x_idx.assign(idx.begin(), idx.begin() + axis);
+    i_idx.assign(idx.begin() + axis, idx.begin() + axis + q);
+    x_idx.push_back(mlir::Value());
+    x_idx.insert(x_idx.end(), idx.begin() + axis + q, idx.end());
+  } else {  // take_along_axis: the dims of size 1 of x (but `axis`) and of idx broadcast
+    for (size_t d = 0; d < idx.size(); ++d) {
+      i_idx.push_back(indices.shape[d] == ir::Dim(1) ? i64(0) : idx[d]);
+      x_idx.push_back(static_cast<int>(d) == axis ? mlir::Value() : x.shape[d] == ir::Dim(1) ? i64(0) : idx[d]);
+    }
+  }
+  mlir::Value index = cast(general_value(n.inputs[1], i_idx), indices.dtype, DType::I64, 1);
+  auto [in_range, j] = check_index(id, index, dim(x.shape[axis]));
+  x_idx[axis] = j;
+  return if_else(
+      in_range, scalar_type(n.dtype), [&] { return general_value(n.inputs[0], x_idx); },
+      [&] { return constant(n.dtype, 0, 0, 1); });
 }
 
 KernelEmitterBase::CacheScope::CacheScope(KernelEmitterBase& e)

@@ -28,6 +28,9 @@ class KernelEmitterBase {
   virtual ~KernelEmitterBase() = default;
   KernelEmitterBase(const KernelEmitterBase&) = delete;
   KernelEmitterBase& operator=(const KernelEmitterBase&) = delete;
+  /// The program-wide number of this kernel's first index check (ir::first_index_check): its
+  /// checked nodes report first_check + their position in ir::checked_nodes(body).
+  void set_first_index_check(int first_check) { first_check_ = first_check; }
 
  protected:
   using DType = ir::DType;
@@ -169,6 +172,19 @@ class KernelEmitterBase {
   mlir::Value scan_element(const std::vector<mlir::Value>& idx);
   void scan_store_step(const std::vector<mlir::Value>& idx, mlir::Value prefix, const ScanStore& store);
 
+  // ---- gather/scatter (issue 16): run-time index checks (ir/index_check.h) ----
+  /// Checks data-dependent `index` (i64) of checked node `id` against `size` (i64): a negative
+  /// index counts from the end when `wrap_negative` (NumPy), else it is out of range (bincount).
+  /// A bad one is reported in the run's error record (the first report wins; the index as the
+  /// user wrote it). Returns {in range (i1), the index wrapped into [0, size) when in range}:
+  /// the caller must not touch memory at the index unless in range (if_else on it).
+  /// Targets set error_record_ (the record's address) at the function's entry when
+  /// ir::checked_nodes(body) is not empty.
+  std::pair<mlir::Value, mlir::Value> check_index(NodeId id, mlir::Value index, mlir::Value size, bool wrap_negative = true);
+  /// take / take_along_axis at `idx`: idx's element at the output position, checked, then x at
+  /// the gathered position (0 when the index is bad: nothing is read out of bounds).
+  mlir::Value gather_value(NodeId id, const std::vector<mlir::Value>& idx);
+
   /// A nested region: the caches start empty in it, and what they held before it comes back
   /// after it (those values were defined before the region, so they dominate what follows it;
   /// what the region defined is forgotten).
@@ -199,6 +215,10 @@ class KernelEmitterBase {
   std::map<NodeId, mlir::Value> reduced_;    // Reduce/Matmul node -> this row's (element's) result
   std::map<std::vector<const void*>, mlir::Value> general_cache_;
   std::map<std::pair<std::string, std::vector<const void*>>, mlir::Value> linear_memo_;  // see linearize
+  // gather/scatter (issue 16): the run's error record (null: the kernel checks nothing) and the
+  // number of this kernel's first check.
+  mlir::Value error_record_;
+  int first_check_ = 0;
 };
 
 }  // namespace fuse::codegen

@@ -48,6 +48,10 @@ struct CudaPlan {
   std::vector<HostArray> constants;         // tensors kernels read (Constant args)
   std::vector<int64_t> scratch_bytes;       // scratch allocations (Scratch args)
   std::vector<CudaLaunch> launches;         // in launch order
+  /// issue 16: the Scratch allocation holding the run's error record (ir/index_check.h), which
+  /// every kernel with index checks takes as its last pointer; the runtime zeroes it before each
+  /// run and reads it back after. -1: no kernel checks indices.
+  int error_scratch = -1;
 };
 
 /// Readable text, one launch per line with its grid rule and arguments (`fusec --emit=plan`).

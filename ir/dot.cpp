@@ -140,6 +140,7 @@ const char* kind_colour(KernelKind k) {
     case KernelKind::Transpose: return "#dcfce7";
     case KernelKind::Copy: return "#f3f4f6";
     case KernelKind::Scan: return "#ffedd5";
+    case KernelKind::Scatter: return "#fee2e2";
   }
   return "#ffffff";
 }

@@ -133,6 +133,25 @@ NodeId matmul_node(const Kernel& k) {
   return -1;
 }
 
+// ---- scatter kernels (issue 16, np-scatter) ----
+NodeId scatter_node(const Kernel& k) {
+  for (NodeId id = 0; id < static_cast<NodeId>(k.body.nodes.size()); ++id) {
+    OpKind kind = k.body.node(id).kind;
+    if (kind == OpKind::IndexAdd || kind == OpKind::Bincount || kind == OpKind::Histogram) return id;
+  }
+  return -1;
+}
+
+Dim scatter_bins(const Kernel& k) {
+  NodeId id = scatter_node(k);
+  if (id < 0 || k.body.node(id).kind == OpKind::IndexAdd) return 0;
+  return k.body.node(id).shape.at(0);
+}
+
+int64_t scatter_chunks(int64_t bins) {
+  return std::clamp<int64_t>((int64_t{1} << 22) / std::max<int64_t>(bins, 1), 1, 64);
+}
+
 int view_operand_axis(const Graph& body, const Node& n, int axis) {
   if (axis < 0) return -1;
   const Shape& from = body.node(n.inputs[0]).shape;

@@ -58,6 +58,18 @@ bool trailing_axes(const Kernel& k);
 /// The kernel's matmul node; -1 when it has none.
 NodeId matmul_node(const Kernel& k);
 
+// ---- scatter kernels (issue 16, np-scatter) ----
+/// The kernel's scatter node (IndexAdd, Bincount or Histogram); -1 when it has none.
+NodeId scatter_node(const Kernel& k);
+/// A Scatter kernel's private bins per chunk on the CPU (histogram/bincount: the result's
+/// length B); 0 for index_add, which needs none.
+Dim scatter_bins(const Kernel& k);
+/// How many chunks a histogram/bincount's elements are split into on the CPU, each counted into
+/// private bins that are then added up in chunk order: 64, fewer when the bins are large
+/// (64 * B * 8 bytes of scratch at most max(32 MiB, B * 8)). It depends only on B, never on the
+/// thread count, so every result (float sums too) is the same with any number of threads.
+int64_t scatter_chunks(int64_t bins);
+
 /// How a node's value varies along the innermost index of the space (worse is larger).
 enum class InnerAccess { Constant, Unit, Strided, Unsupported };
 

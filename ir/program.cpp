@@ -18,6 +18,7 @@ std::string_view kernel_kind_name(KernelKind k) {
     case KernelKind::Transpose: return "transpose";
     case KernelKind::Copy: return "copy";
     case KernelKind::Scan: return "scan";
+    case KernelKind::Scatter: return "scatter";
   }
   return "?";
 }
@@ -50,6 +51,7 @@ std::string_view loop_form_name(LoopForm f) {
     case LoopForm::SharedTileMatmul: return "shared_tile_matmul";
     case LoopForm::PerElement: return "per_element";
     case LoopForm::ScanRows: return "scan_rows";
+    case LoopForm::Scatter: return "scatter";
   }
   return "?";
 }
@@ -62,6 +64,7 @@ Dim parallel_iterations(const Kernel& k) {
     case KernelKind::Reduction:
     case KernelKind::RowWise:
     case KernelKind::Scan:  // the rows along the scan axis
+    case KernelKind::Scatter:  // index_add: its output's columns; histogram/bincount: one (split in chunks)
       for (size_t d = 0; d < k.space.size(); ++d)
         if (std::find(k.axes.begin(), k.axes.end(), static_cast<int>(d)) == k.axes.end()) n = n * k.space[d];
       return n;

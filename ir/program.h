@@ -22,6 +22,8 @@ enum class KernelKind {
   Transpose,    // a permuted copy (no arithmetic): cache-blocked / shared-memory tiled
   Copy,         // a plain copy or broadcast materialization (no arithmetic)
   Scan,         // one scan over `axes` (its one axis) of the space, with an elementwise prologue
+  Scatter,      // one histogram, bincount or index_add over its input's elements, with an
+                // elementwise prologue; its result is stored (ir/kernel_forms.h: scatter_node)
 };
 std::string_view kernel_kind_name(KernelKind k);
 
@@ -64,6 +66,8 @@ enum class LoopForm {
   PerElement,       // each output element recomputes its reductions or dot product
   // both targets
   ScanRows,         // a scan: each row along the scan axis folded in order, rows in parallel
+  Scatter,          // histogram/bincount: CPU private bins per chunk merged in chunk order; index_add:
+                    // CPU one thread per output column, its adds in index order (docs/language.md)
 };
 std::string_view loop_form_name(LoopForm f);
 
@@ -108,7 +112,9 @@ struct Kernel {
   std::vector<BufferId> outputs;    // in the order of body.outputs
   std::vector<NodeId> source_nodes; // nodes of the source graph it computes (for pictures and explanations)
   /// The iteration space: Elementwise/Transpose/Copy the outputs' shape; Reduction/RowWise the
-  /// space reduced over; Matmul the result's shape; Scan the scanned tensor's shape (axes: the scan axis).
+  /// space reduced over; Matmul the result's shape; Scan the scanned tensor's shape (axes: the scan axis);
+  /// Scatter the scattered input's shape (x for histogram/bincount, values for index_add; axes:
+  /// the axes that do not index the output: every axis for histogram/bincount, index_add's axis).
   Shape space;
   std::vector<int> axes;            // Reduction/RowWise: the reduced axes of `space`
   Schedule schedule;

@@ -10,7 +10,7 @@ namespace fuse::ir {
 namespace {
 
 bool is_cpu_form(LoopForm f) { return f <= LoopForm::MatmulRows; }
-bool is_both_targets_form(LoopForm f) { return f == LoopForm::ScanRows; }
+bool is_both_targets_form(LoopForm f) { return f == LoopForm::ScanRows || f == LoopForm::Scatter; }
 
 // Problems with kernel `k`'s loop form for its target (empty when it is one the body allows).
 std::vector<std::string> check_form(const Kernel& k) {
@@ -29,7 +29,10 @@ std::vector<std::string> check_form(const Kernel& k) {
     bad("does not fit a " + std::string(kernel_kind_name(k.kind)) + " kernel");
   if ((f == LoopForm::ScanRows) != (k.kind == KernelKind::Scan) && f != LoopForm::Interpreted)
     bad("does not fit a " + std::string(kernel_kind_name(k.kind)) + " kernel");
-  bool needs_row_order = f != LoopForm::Interpreted && f != LoopForm::PerElement && f != LoopForm::ScanRows;
+  if ((f == LoopForm::Scatter) != (k.kind == KernelKind::Scatter) && f != LoopForm::Interpreted)
+    bad("does not fit a " + std::string(kernel_kind_name(k.kind)) + " kernel");
+  bool needs_row_order = f != LoopForm::Interpreted && f != LoopForm::PerElement && f != LoopForm::ScanRows &&
+                         f != LoopForm::Scatter;
   if (needs_row_order && !results_in_row_order(k)) bad("needs the results in row order, which this kernel's outputs reorder");
   if ((f == LoopForm::SplitReduction && !reduces_to_one_element(k)) ||
       (f == LoopForm::TwoStage && !reduces_to_one_element(k, /*user_combiners=*/true)))

@@ -19,6 +19,9 @@ static bool is_elementwise_like(const Node& n) {
          n.kind == OpKind::Pad || n.kind == OpKind::Concatenate;  // np-views: index maps
 }
 
+// take / take_along_axis (issue 16): indexed loads that fuse into their consumer's kernel.
+static bool is_gather(OpKind k) { return k == OpKind::Take || k == OpKind::TakeAlongAxis; }
+
 int node_cost(const Node& n) {
   if (n.kind == OpKind::Elementwise) {
     int cost = 0;
@@ -26,6 +29,7 @@ int node_cost(const Node& n) {
     return cost;
   }
   if (n.kind == OpKind::Rand) return 2;  // a few integer multiplies per element
+  if (is_gather(n.kind)) return 1;        // a checked load: recomputed in each consumer's kernel
   if (is_elementwise_like(n)) return 0;
   return 1 << 20;  // reductions and matmuls are never recomputed
 }
@@ -164,6 +168,30 @@ class Partitioner {
     });
   }
 
+  static bool is_scatter(OpKind k) { return k == OpKind::IndexAdd || k == OpKind::Bincount || k == OpKind::Histogram; }
+
+  // Whether `id` reaches an index_add's indices (its second operand) through members of `gs`.
+  bool feeds_index_add_indices(NodeId id, const GroupState& gs) const {
+    for (NodeId m : gs.members) {
+      const Node& s = node(m);
+      if (s.kind != OpKind::IndexAdd) continue;
+      NodeId idx = s.inputs[1];
+      if (idx == id) return true;
+      if (gs.members.count(idx) && reaches(id, gs, [&](const Node& u) { return &u == &node(idx); })) return true;
+    }
+    return false;
+  }
+
+  // The name of the first gather (take, take_along_axis) reading `id` in the group.
+  std::string gather_below(NodeId id, const GroupState& gs) const {
+    std::string name = "take";
+    reaches(id, gs, [&](const Node& m) {
+      if (is_gather(m.kind)) name = std::string(ir::op_kind_name(m.kind));
+      return is_gather(m.kind);
+    });
+    return name;
+  }
+
   bool feeds_matmul(NodeId id, const GroupState& gs) const {
     return reaches(id, gs, [](const Node& n) { return n.kind == OpKind::Matmul; });
   }
@@ -230,11 +258,39 @@ class Partitioner {
       if (!is_elementwise_like(n)) return "only elementwise producers fuse into a scan";
       if (is_output_[id]) return "a scan kernel writes only its scan and its epilogue";
     }
-    // gather/scatter (issue 16): not fused yet; each runs in a kernel of its own.
+    // Scatters (np-scatter): index_add, bincount and histogram anchor a Scatter kernel over their
+    // input's elements; elementwise producers of its operands fuse in as a prologue; the result is
+    // stored (an element of it is complete only once every input element was scattered).
+    if (is_scatter(n.kind)) return "a scatter's result is stored: its consumers read it from memory";
+    if (G.kind == KernelKind::Scatter) {
+      if (!is_elementwise_like(n)) return "only elementwise producers fuse into a scatter";
+      if (is_output_[id]) return "a scatter kernel writes only its scatter's result";
+      int cost = node_cost(n);
+      // index_add reads its indices once per output column: only cheap index producers join.
+      if (cost > kCheapCost && feeds_index_add_indices(id, gs))
+        return "cost " + std::to_string(cost) + " would be recomputed for every column of the index_add";
+      if (cost > kCheapCost && is_expanded(id, gs))
+        return "cost " + std::to_string(cost) + " would be recomputed across an expanding broadcast";
+      return "";
+    }
+    // scatters outside Scatter kernels (issue 16): each runs in a kernel of its own.
     for (NodeId m : gs.members)
-      if (ir::is_gather_scatter(node(m).kind))
+      if (ir::is_gather_scatter(node(m).kind) && !is_gather(node(m).kind))
         return std::string("feeds a ") + std::string(ir::op_kind_name(node(m).kind)) +
-               ", which runs in a kernel of its own (gather/scatter ops are not fused yet)";
+               ", which runs in a kernel of its own (scatter ops are not fused yet)";
+    // take / take_along_axis (issue 16) read their operand x at data-dependent positions: x's
+    // producer must be recomputable anywhere (elementwise), so a reduction or matmul is stored.
+    if ((n.kind == OpKind::Reduce || n.kind == OpKind::Matmul) &&
+        reaches(id, gs, [](const Node& m) { return is_gather(m.kind); }))
+      return "is read by a " + gather_below(id, gs) + " at data-dependent positions: computed once and stored";
+    if (is_gather(n.kind)) {
+      if (G.kind == KernelKind::Matmul) return "a matmul's operands are packed without indexed loads: stored first";
+      // Every index must be checked, as the interpreter checks them: a kernel that reads only
+      // part of the result (a slice of it) would skip some.
+      if (reaches(id, gs, [](const Node& m) { return m.kind == OpKind::Slice; }))
+        return "a slice of it reads only some of its indices (each must be checked): stored first";
+      return "";
+    }
 
     if (is_elementwise_like(n)) {
       int cost = node_cost(n);
@@ -289,7 +345,7 @@ class Partitioner {
     }
     if (ir::is_gather_scatter(n.kind))
       return "is a " + std::string(ir::op_kind_name(n.kind)) +
-             ", which runs in a kernel of its own (gather/scatter ops are not fused yet)";
+             ", which runs in a kernel of its own (scatter ops are not fused yet)";
     return "is not fusible";
   }
 
@@ -313,6 +369,8 @@ class Partitioner {
       gs.group = {KernelKind::Matmul, {}, n.shape, {}};
     } else if (n.kind == OpKind::Scan) {
       gs.group = {KernelKind::Scan, {}, n.shape, {n.as<ir::ScanAttrs>().axis}};
+    } else if (is_scatter(n.kind)) {
+      gs.group = scatter_group(n);
     } else {
       gs.group = {KernelKind::Elementwise, {}, n.shape, {}};
     }
@@ -320,6 +378,17 @@ class Partitioner {
     groups_.push_back(std::move(gs));
     groups_of_[id].push_back(static_cast<int>(groups_.size()) - 1);
     for (NodeId u : users_[id]) reasons_[{id, u}] = why;
+  }
+
+  // A Scatter kernel's space is its scattered input's: x for histogram/bincount (every axis
+  // scattered), values for index_add (its axis scattered, the other axes its output's columns).
+  FusionGroup scatter_group(const Node& n) const {
+    const Shape& space = node(n.inputs[n.kind == OpKind::IndexAdd ? 2 : 0]).shape;
+    std::vector<int> axes;
+    if (n.kind == OpKind::IndexAdd) axes.push_back(n.as<ir::GatherAttrs>().axis);
+    else
+      for (int a = 0; a < static_cast<int>(space.size()); ++a) axes.push_back(a);
+    return {KernelKind::Scatter, {}, space, axes};
   }
 
   // The buffers (materialized nodes or graph inputs) a group reads.
@@ -354,6 +423,7 @@ class Partitioner {
         for (size_t b = a + 1; b < groups_.size() && !merged; ++b) {
           const FusionGroup &ga = groups_[a].group, &gb = groups_[b].group;
           if (groups_[a].members.empty() || groups_[b].members.empty()) continue;
+          if (groups_[a].group.kind == KernelKind::Scatter) continue;  // one scatter per kernel
           if (ga.kind != gb.kind || ga.kind == KernelKind::Matmul || ga.kind == KernelKind::Scan || !(ga.space == gb.space) ||
               ga.axes != gb.axes)
             continue;
@@ -435,6 +505,23 @@ static std::string short_label(const Node& n) {
   return std::string(ir::op_kind_name(n.kind));
 }
 
+// How a Scatter kernel runs (docs/language.md; the CUDA target does not compile scatters yet).
+static std::string scatter_explanation(const ir::Graph& g, const FusionGroup& group) {
+  for (NodeId id : group.nodes) {
+    const Node& n = g.node(id);
+    if (n.kind == OpKind::IndexAdd)
+      return "  a scatter (index_add along axis " + std::to_string(n.as<ir::GatherAttrs>().axis) +
+             "): the result starts as a copy of x, then each column of it (every index but the axis) adds its "
+             "values in index order on one CPU thread; elementwise producers of x, the indices and the values run "
+             "as its prologue\n";
+    if (n.kind == OpKind::Bincount || n.kind == OpKind::Histogram)
+      return "  a scatter (" + std::string(ir::op_kind_name(n.kind)) + " into " + ir::shape_str(n.shape) +
+             " bins): chunks of the input counted into private bins, added up in chunk order on the CPU; "
+             "elementwise producers of its operands run as its prologue\n";
+  }
+  return "";
+}
+
 std::string explain_fusion(const ir::Graph& g, const Partition& p) {
   std::string s;
   for (size_t i = 0; i < p.groups.size(); ++i) {
@@ -448,6 +535,7 @@ std::string explain_fusion(const ir::Graph& g, const Partition& p) {
            ": each row along that axis is folded in order from its first element, rows in parallel "
            "(CPU: few long rows in chunks; CUDA: a block per long row); its elementwise producers run as the prologue of each step, "
            "its elementwise consumers as the epilogue\n";
+    if (group.kind == KernelKind::Scatter) s += scatter_explanation(g, group);
   }
   if (p.boundaries.empty()) s += "no edge crosses a kernel boundary\n";
   for (const FusionBoundary& b : p.boundaries)

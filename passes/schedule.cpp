@@ -10,6 +10,7 @@ namespace fuse::passes {
 using ir::Kernel;
 using ir::KernelKind;
 
+
 // The widest element type the kernel moves, which bounds its vector width.
 static size_t widest_element(const Kernel& k) {
   size_t widest = 1;
@@ -55,6 +56,7 @@ static ir::CudaSchedule cuda_schedule(const Kernel& k, const ir::Target&) {
     case KernelKind::Reduction:
     case KernelKind::RowWise: break;  // block per row: 256 threads; two stages: 4 items per thread
     case KernelKind::Scan: break;     // 256 threads: a thread per short row, a block per long one (np-scan)
+    case KernelKind::Scatter: break;  // grid-stride over the input, 256 threads per block
     case KernelKind::Transpose:
       s.block_x = 32;
       s.block_y = 8;
@@ -71,14 +73,27 @@ static ir::CudaSchedule cuda_schedule(const Kernel& k, const ir::Target&) {
   return s;
 }
 
+// Scatter kernels (np-scatter): compiled when the scatter's dtypes are numeric (not bool: the
+// interpreter runs those). Bad bincount values and index_add indices are reported through the
+// run's error record (ir/index_check.h).
+static bool scatter_compiles(const Kernel& k) {
+  const ir::Node& n = k.body.node(ir::scatter_node(k));
+  for (ir::NodeId in : n.inputs)
+    if (k.body.node(in).dtype == ir::DType::Bool) return false;
+  return true;
+}
+
 // The CPU loop form: the first of these the kernel's body allows.
 static ir::LoopForm cpu_form(const Kernel& k, const ir::CpuSchedule& s) {
   using ir::LoopForm;
   if (k.kind == KernelKind::Scan) return LoopForm::ScanRows;
+  if (k.kind == KernelKind::Scatter) return scatter_compiles(k) ? LoopForm::Scatter : LoopForm::Interpreted;
   if (!ir::results_in_row_order(k)) return LoopForm::Interpreted;
-  // gather/scatter (issue 16): no CPU code yet; the reference interpreter runs these kernels.
+  // scatters (issue 16): no CPU code yet; the reference interpreter runs these kernels.
+  // take / take_along_axis are indexed loads in any form that reads values element by element.
   for (const ir::Node& n : k.body.nodes)
-    if (ir::is_gather_scatter(n.kind)) return LoopForm::Interpreted;
+    if (ir::is_gather_scatter(n.kind) && n.kind != ir::OpKind::Take && n.kind != ir::OpKind::TakeAlongAxis)
+      return LoopForm::Interpreted;
   ir::KernelAccess access(k);
   switch (k.kind) {
     case KernelKind::Matmul: {
@@ -113,6 +128,7 @@ static ir::LoopForm cpu_form(const Kernel& k, const ir::CpuSchedule& s) {
 static ir::LoopForm cuda_form(const Kernel& k) {
   using ir::LoopForm;
   if (k.kind == KernelKind::Scan) return LoopForm::ScanRows;
+  if (k.kind == KernelKind::Scatter) return LoopForm::Scatter;
   bool in_row_order = ir::results_in_row_order(k);
   if (in_row_order && k.kind == KernelKind::Matmul)
     for (const ir::GraphOutput& o : k.body.outputs) in_row_order = in_row_order && k.body.node(o.node).shape == k.space;

@@ -236,6 +236,23 @@ std::string bundle_plan_json(const CudaProgram& p) {
     }
     root.set("size_checks", std::move(checks));
   }
+  if (p.plan.error_scratch >= 0) {  // issue 16: the error record and its checks (absent when none)
+    root.set("error_scratch", p.plan.error_scratch);
+    Json checks = Json::array();
+    for (const ir::IndexCheck& c : p.index_checks) {
+      Json e = Json::object();
+      e.set("op", std::string(ir::op_kind_name(c.op)));
+      e.set("axis", c.axis);
+      e.set("size", c.size.str());
+      e.set("file", c.loc.file);
+      e.set("line", c.loc.line);
+      e.set("col", c.loc.col);
+      e.set("kernel", c.kernel);
+      e.set("node", c.node);
+      checks.push(std::move(e));
+    }
+    root.set("index_checks", std::move(checks));
+  }
   return root.dump();
 }
 
@@ -294,6 +311,27 @@ CudaProgram parse_bundle(const BundleFiles& files, const std::string& dir) {
         c.loc.line = to_int(checks[i].at("line", at).as_int(at + ".line"), at + ".line");
         c.loc.col = to_int(checks[i].at("col", at).as_int(at + ".col"), at + ".col");
         p.size_checks.push_back(std::move(c));
+      }
+    }
+    if (root.has("error_scratch")) {
+      p.plan.error_scratch = to_int(root.at("error_scratch", "plan").as_int("error_scratch"), "error_scratch");
+      const std::vector<Json>& checks = root.at("index_checks", "plan").items("index_checks");
+      for (size_t i = 0; i < checks.size(); ++i) {
+        std::string at = "index_checks[" + std::to_string(i) + "]";
+        ir::IndexCheck c;
+        std::string op = checks[i].at("op", at).as_string(at + ".op");
+        bool known = false;
+        for (ir::OpKind k : {ir::OpKind::Take, ir::OpKind::TakeAlongAxis, ir::OpKind::IndexAdd, ir::OpKind::Bincount})
+          if (op == ir::op_kind_name(k)) c.op = k, known = true;
+        if (!known) throw Error(at + ".op: '" + op + "' is not an op with index checks");
+        c.axis = to_int(checks[i].at("axis", at).as_int(at + ".axis"), at + ".axis");
+        c.size = ir::parse_dim(checks[i].at("size", at).as_string(at + ".size"));
+        c.loc.file = checks[i].at("file", at).as_string(at + ".file");
+        c.loc.line = to_int(checks[i].at("line", at).as_int(at + ".line"), at + ".line");
+        c.loc.col = to_int(checks[i].at("col", at).as_int(at + ".col"), at + ".col");
+        c.kernel = to_int(checks[i].at("kernel", at).as_int(at + ".kernel"), at + ".kernel");
+        c.node = to_int(checks[i].at("node", at).as_int(at + ".node"), at + ".node");
+        p.index_checks.push_back(std::move(c));
       }
     }
     const std::vector<Json>& constants = root.at("constants", "plan").items("constants");

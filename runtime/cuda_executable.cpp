@@ -12,7 +12,8 @@ using cuda::CUdeviceptr;
 using ir::Error;
 
 CudaProgram make_cuda_program(const ir::Program& program, ir::CudaPlan plan, std::string ptx) {
-  CudaProgram p{program.buffers, program.inputs, program.outputs, program.num_slots, std::move(plan), std::move(ptx), {}};
+  CudaProgram p{program.buffers, program.inputs, program.outputs, program.num_slots, std::move(plan), std::move(ptx), {},
+                ir::index_checks(program)};
   for (const ir::Kernel& k : program.kernels) {
     std::vector<ir::SizeCheck> checks = ir::size_checks(k.body);
     p.size_checks.insert(p.size_checks.end(), checks.begin(), checks.end());
@@ -47,6 +48,12 @@ void validate(const CudaProgram& p, const std::string& what) {
         throw fail("output '" + o.name + "' is written by no launch (the plan has none)");
   for (size_t i = 0; i < p.plan.scratch_bytes.size(); ++i)
     if (p.plan.scratch_bytes[i] < 0) throw fail("scratch " + std::to_string(i) + " has a negative size");
+  if (p.plan.error_scratch >= static_cast<int>(p.plan.scratch_bytes.size()) ||
+      (p.plan.error_scratch >= 0 && p.plan.scratch_bytes[p.plan.error_scratch] < ir::kErrorRecordWords * 8))
+    throw fail("error_scratch " + std::to_string(p.plan.error_scratch) + " is not a scratch of " +
+               std::to_string(ir::kErrorRecordWords * 8) + " bytes or more");
+  if (p.plan.error_scratch < 0 && !p.index_checks.empty())
+    throw fail("the program has index checks but no error_scratch");
   for (const ir::CudaLaunch& l : p.plan.launches) {
     std::string where = "launch '" + l.entry + "'";
     if (l.entry.empty()) throw fail("a launch has no entry name");
@@ -254,8 +261,12 @@ DeviceTensorMap CudaExecutable::run(const DeviceTensorMap& inputs) {
   return outputs;
 }
 
-void CudaExecutable::run(const DeviceTensorMap& inputs, DeviceTensorMap& outputs) {
+void CudaExecutable::run(const DeviceTensorMap& inputs, DeviceTensorMap& caller_outputs) {
   std::lock_guard lock(run_mutex_);
+  // issue 16: a bad index is found while the kernels run; the outputs go to the caller only after.
+  const int error_scratch = program_.plan.error_scratch;
+  DeviceTensorMap fresh;
+  DeviceTensorMap& outputs = error_scratch >= 0 ? fresh : caller_outputs;
   std::map<std::string, TensorType> types;
   for (const auto& [name, buffer] : inputs) {
     if (buffer.device() != device_)
@@ -284,6 +295,8 @@ void CudaExecutable::run(const DeviceTensorMap& inputs, DeviceTensorMap& outputs
   if (!order.tail) check(api.cuEventCreate(&order.tail, cuda::CU_EVENT_DEFAULT), "cuEventCreate");
   if (order.recorded) check(api.cuStreamWaitEvent(stream_, order.tail, 0), "cuStreamWaitEvent");
   check(api.cuEventRecord(start_, stream_), "cuEventRecord");
+  if (error_scratch >= 0)
+    check(api.cuMemsetD8Async(scratch_[error_scratch].data(), 0, ir::kErrorRecordWords * 8, stream_), "cuMemsetD8Async");
   std::vector<uint64_t> values;
   std::vector<void*> params;
   for (size_t li = 0; li < program_.plan.launches.size(); ++li) {
@@ -338,6 +351,14 @@ void CudaExecutable::run(const DeviceTensorMap& inputs, DeviceTensorMap& outputs
   }
   // The replaced buffers go back to the cache only when no queued kernel reads them.
   if (!retired.empty()) check(api.cuStreamSynchronize(stream_), "cuStreamSynchronize");
+  if (error_scratch >= 0) {
+    int64_t record[ir::kErrorRecordWords] = {};
+    check(api.cuMemcpyDtoHAsync_v2(record, scratch_[error_scratch].data(), sizeof record, stream_), "cuMemcpyDtoHAsync");
+    check(api.cuStreamSynchronize(stream_), "cuStreamSynchronize");
+    if (record[ir::kErrorCheck] != 0)
+      throw ir::index_check_error(program_.index_checks, record[ir::kErrorCheck], record[ir::kErrorIndex], symbols);
+    for (auto& [name, buffer] : fresh) caller_outputs[name] = std::move(buffer);
+  }
 }
 
 ir::TensorMap CudaExecutable::run_host(const ir::TensorMap& inputs) {

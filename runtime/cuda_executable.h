@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "ir/cuda_plan.h"
+#include "ir/index_check.h"
 #include "ir/interpreter.h"
 #include "ir/program.h"
 #include "runtime/cuda_driver.h"
@@ -26,6 +27,8 @@ struct CudaProgram {
   ir::CudaPlan plan;
   std::string ptx;  // text; a trailing NUL is optional
   std::vector<ir::SizeCheck> size_checks;  // np-views: index range checks, made before any launch
+  /// issue 16: what each check of the error record (plan.error_scratch) reports (ir/index_check.h).
+  std::vector<ir::IndexCheck> index_checks;
 };
 
 /// The parts of `program` a CudaProgram keeps, with what codegen::compile_cuda returned for it.
@@ -76,7 +79,10 @@ class CudaExecutable {
   /// work is queued, not finished (to_host() or synchronize() waits).
   DeviceTensorMap run(const DeviceTensorMap& inputs);
   /// The same, writing into `outputs`: buffers already there with the right dtype, shape and
-  /// device are reused (like Numba's out=), others are (re)allocated.
+  /// device are reused (like Numba's out=), others are (re)allocated. A program with index
+  /// checks (take, ...) computes into fresh buffers, waits for the run, reads its error record
+  /// and moves them into `outputs` only when no index was bad (else it throws the interpreter's
+  /// error and `outputs` stays as it was).
   void run(const DeviceTensorMap& inputs, DeviceTensorMap& outputs);
   /// Host convenience: uploads the inputs, runs, waits and downloads the outputs.
   ir::TensorMap run_host(const ir::TensorMap& inputs);

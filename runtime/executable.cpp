@@ -1,9 +1,11 @@
 #include "runtime/executable.h"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <mutex>
 
+#include "ir/kernel_forms.h"
 #include "runtime/thread_pool.h"
 
 namespace fuse::runtime {
@@ -14,6 +16,7 @@ struct Executable::Workspace {
   std::vector<std::vector<uint64_t>> scratch;  // per kernel: a split reduction's partials
   std::vector<void*> pointers;                 // a kernel's buffer arguments
   std::vector<int64_t> symbol_sizes;
+  std::array<int64_t, ir::kErrorRecordWords> error_record{};  // issue 16: zeroed before each run
 };
 
 namespace {
@@ -25,7 +28,7 @@ namespace {
 // same bits; one thread's sequential folds differ from them in float rounding only.
 bool run_chunked_scan(const ir::Kernel& k, const CpuKernelCode& code, std::vector<void*>& pointers,
                       const ir::SymbolBindings& symbols, const std::vector<int64_t>& symbol_sizes,
-                      std::vector<uint64_t>& scratch) {
+                      std::vector<uint64_t>& scratch, int64_t* error_record) {
   if (ThreadPool::global().num_threads() < 2) return false;
   int64_t rows = ir::evaluate(ir::parallel_iterations(k), symbols);
   if (rows < 1 || rows > code.scan_chunked_rows) return false;
@@ -33,6 +36,7 @@ bool run_chunked_scan(const ir::Kernel& k, const CpuKernelCode& code, std::vecto
   if (length < code.scan_chunked_length) return false;
   scratch.assign(static_cast<size_t>(code.scratch_bytes + 7) / 8, 0);  // no allocation after the first run
   pointers.push_back(scratch.data());
+  if (error_record) pointers.push_back(error_record);  // last, after the scratch (ir/index_check.h)
   // Each task takes chunks worth at least ~64K elements.
   int64_t grain = std::max<int64_t>(1, (int64_t{1} << 16) / (length / code.split_chunks));
   auto over_chunks = [&](CpuKernelFn fn) {
@@ -89,6 +93,9 @@ Executable::Executable(ir::Program program, CpuCode code)
     for (ir::SizeCheck& c : ir::size_checks(k.body)) size_checks_.push_back(std::move(c));
     for (const ir::Node& n : k.body.nodes) may_raise_ = may_raise_ || ir::is_gather_scatter(n.kind);
   }
+  index_checks_ = ir::index_checks(program_);
+  for (size_t ki = 0; ki < program_.kernels.size(); ++ki)
+    reports_errors_.push_back(code_.kernels[ki].fn && !ir::checked_nodes(program_.kernels[ki].body).empty());
 }
 
 Executable::~Executable() = default;
@@ -204,6 +211,7 @@ void Executable::run_bound(const ir::SymbolBindings& symbols, const std::vector<
     ~GiveBack() { pool.give_back(std::move(w)); }
   } give_back{*workspaces_, taken};
   Workspace& workspace = *taken;
+  workspace.error_record.fill(0);
   std::vector<int64_t>& symbol_sizes = workspace.symbol_sizes;
   symbol_sizes.clear();
   for (const std::string& s : code_.symbols) {
@@ -217,6 +225,10 @@ void Executable::run_bound(const ir::SymbolBindings& symbols, const std::vector<
     for (ir::BufferId b : k.inputs) pointers.push_back(storage(b, symbols, outputs, inputs, workspace));
     for (ir::BufferId b : k.outputs) pointers.push_back(storage(b, symbols, outputs, inputs, workspace));
     launch(k, code_.kernels[ki], pointers, symbols, symbol_sizes, workspace, static_cast<size_t>(ki));
+    // A compiled kernel that found a bad index said so in the record: stop before the next.
+    if (reports_errors_[ki] && workspace.error_record[ir::kErrorCheck] != 0)
+      throw ir::index_check_error(index_checks_, workspace.error_record[ir::kErrorCheck],
+                                  workspace.error_record[ir::kErrorIndex], symbols);
   }
   // Outputs that name the same buffer as an earlier output.
   for (size_t i = 0; i < program_.outputs.size(); ++i) {
@@ -230,12 +242,33 @@ void Executable::launch(const ir::Kernel& k, const CpuKernelCode& code, std::vec
                         Workspace& workspace, size_t kernel_index) {
   if (code.fn) {
     for (const ir::HostArray& c : code.constants) pointers.push_back(const_cast<void*>(c.data()));
-    if (code.scan_chunks && run_chunked_scan(k, code, pointers, symbols, symbol_sizes, workspace.scratch[kernel_index]))
+    // The run's error record (ir/index_check.h) is the last pointer of a kernel with checks.
+    int64_t* error_record = reports_errors_[kernel_index] ? workspace.error_record.data() : nullptr;
+    if (code.scan_chunks &&
+        run_chunked_scan(k, code, pointers, symbols, symbol_sizes, workspace.scratch[kernel_index], error_record))
       return;
-    if (code.finish && !code.scan_chunks) {
+    if (code.finish && k.schedule.form == ir::LoopForm::Scatter) {
+      // histogram/bincount: ir::scatter_chunks(B) chunks, each counting into its own B bins of
+      // the scratch; then the bins added up in chunk order (whatever the thread count).
+      int64_t bins = ir::evaluate(ir::scatter_bins(k), symbols);
+      int64_t chunks = ir::scatter_chunks(bins);
+      std::vector<uint64_t>& scratch = workspace.scratch[kernel_index];
+      scratch.resize(static_cast<size_t>(std::max<int64_t>(1, chunks * bins)));  // each chunk zeroes its bins
+      pointers.push_back(scratch.data());
+      if (error_record) pointers.push_back(error_record);
+      int64_t elements = ir::evaluate(ir::num_elements(k.space), symbols);
+      int64_t grain = std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(1, elements / chunks));
+      ThreadPool::global().parallel_for(0, chunks, grain, [&](int64_t begin, int64_t end) {
+        code.fn(pointers.data(), symbol_sizes.data(), begin, end);
+      });
+      code.finish(pointers.data(), symbol_sizes.data(), 0, 1);
+      return;
+    }
+    if (code.finish && !code.scan_chunks) {  // a split reduction
       std::vector<uint64_t>& scratch = workspace.scratch[kernel_index];
       scratch.assign(static_cast<size_t>(code.scratch_bytes + 7) / 8, 0);  // no allocation after the first run
       pointers.push_back(scratch.data());
+      if (error_record) pointers.push_back(error_record);
       // Each task takes chunks worth at least ~64K elements: small reductions stay on one thread.
       int64_t elements = ir::evaluate(ir::num_elements(k.space), symbols);
       int64_t per_chunk = std::max<int64_t>(1, elements / code.split_chunks);
@@ -246,6 +279,7 @@ void Executable::launch(const ir::Kernel& k, const CpuKernelCode& code, std::vec
       code.finish(pointers.data(), symbol_sizes.data(), 0, 1);
       return;
     }
+    if (error_record) pointers.push_back(error_record);
     int64_t total = ir::evaluate(ir::parallel_iterations(k), symbols);
     ThreadPool::global().parallel_for(0, total, std::max<int64_t>(1, k.schedule.cpu.grain),
                                       [&](int64_t begin, int64_t end) {

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "ir/index_check.h"
 #include "ir/interpreter.h"
 #include "ir/program.h"
 #include "runtime/buffer.h"
@@ -109,6 +110,10 @@ class Executable {
   // can fail after others ran (a gather/scatter op's data-dependent index).
   std::vector<ir::SizeCheck> size_checks_;
   bool may_raise_ = false;
+  // issue 16: the data-dependent index checks of compiled kernels (ir/index_check.h), and per
+  // kernel whether it takes the run's error record.
+  std::vector<ir::IndexCheck> index_checks_;
+  std::vector<bool> reports_errors_;
 };
 
 }  // namespace fuse::runtime

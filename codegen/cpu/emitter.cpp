@@ -1,6 +1,8 @@
 // The CPU kernel function: its dispatch on the loop form, slots and memory access.
 #include "codegen/cpu/emitter.h"
 
+#include "ir/index_check.h"
+
 #include <algorithm>
 
 #include "llvm/TargetParser/Host.h"
@@ -69,6 +71,7 @@ void CpuKernelEmitter::emit(mlir::func::FuncOp func) {
     case ir::LoopForm::BlockedMatmul: emit_matmul_blocked(begin, end); break;
     case ir::LoopForm::MatmulRows: emit_matmul(begin, end); break;
     case ir::LoopForm::ScanRows: loop(begin, end, 1, [&](mlir::Value row) { scan_row(row, scan_store()); }); break;
+    case ir::LoopForm::Scatter: emit_scatter(begin, end); break;  // codegen/cpu/scatter.cpp
     default:
       throw ir::Error(fail_text("kernel " + k_.name + " has loop form " + std::string(ir::loop_form_name(k_.schedule.form)) +
                                 ", which is not a CPU form"));
@@ -78,12 +81,17 @@ void CpuKernelEmitter::emit(mlir::func::FuncOp func) {
 
 void CpuKernelEmitter::load_bases() {
   slot_count_ = assign_slots([&](NodeId id) { constants_.push_back(k_.body.node(id).as<ir::ConstantAttrs>().value); });
-  // A split reduction's scratch, and a chunked scan's (np-scan)
-  int slots = slot_count_ + (k_.schedule.form == ir::LoopForm::SplitReduction || scan_scratch_ ? 1 : 0);
-  for (int slot = 0; slot < slots; ++slot) {
+  // A split reduction's or histogram's scratch, and a chunked scan's (np-scan)
+  int slots = slot_count_ + (takes_scratch() || scan_scratch_ ? 1 : 0);
+  bool checks = !ir::checked_nodes(k_.body).empty();  // issue 16: the run's error record, last
+  for (int slot = 0; slot < slots + (checks ? 1 : 0); ++slot) {
     mlir::Value slot_ptr = b_.create<mlir::LLVM::GEPOp>(loc_, ptr_type(), ptr_type(), buffers_,
                                                         mlir::ArrayRef<mlir::LLVM::GEPArg>{slot});
     base_.push_back(b_.create<mlir::LLVM::LoadOp>(loc_, ptr_type(), slot_ptr));
+  }
+  if (checks) {
+    error_record_ = base_.back();
+    base_.pop_back();  // not a slot: later slots (allocate_slot) follow the real ones
   }
   for (const Node& n : k_.body.nodes)
     for (const ir::Dim& d : n.shape) dim(d);

@@ -3,7 +3,7 @@
 // the CPU loop forms the schedule chose (ir::LoopForm), one file per form family:
 // codegen/cpu/emitter.cpp (the function, its slots and memory access), elementwise.cpp
 // (Contiguous, Rows, TiledRows, General), reduction.cpp (ReductionRows, ColumnReduction,
-// SplitReduction), matmul.cpp (BlockedMatmul, MatmulRows); codegen/cpu/lower.cpp builds the
+// SplitReduction), matmul.cpp (BlockedMatmul, MatmulRows), scatter.cpp (Scatter); codegen/cpu/lower.cpp builds the
 // module and lowers it to LLVM and machine code.
 //
 // Each kernel becomes `func @name(%buffers: !llvm.ptr, %symbols: !llvm.ptr, %begin: i64,
@@ -51,6 +51,9 @@ class CpuKernelEmitter : public KernelEmitterBase {
   void emit_scan_totals(mlir::func::FuncOp func);
   void emit_scan_carries(mlir::func::FuncOp func);
   void emit_scan_chunks(mlir::func::FuncOp func);
+  // The second function of a histogram/bincount (codegen/cpu/scatter.cpp): for each bin, the
+  // chunks' bins added in chunk order and stored in the result's dtype.
+  void emit_scatter_finish(mlir::func::FuncOp func);
  private:
   // Starts the body of `func` (buffers, symbols, begin, end) and loads the slots' addresses.
   void enter(mlir::func::FuncOp func);
@@ -246,6 +249,20 @@ class CpuKernelEmitter : public KernelEmitterBase {
   // prologues read through index maps, the epilogue applied to each element. Any shape, dtype
   // and view.
   void emit_matmul_columns(mlir::Value row, mlir::Value first_column);
+  // ---- Scatter (codegen/cpu/scatter.cpp) ----
+  // histogram/bincount: chunks [begin, end) of the input's elements (ir::scatter_chunks of them
+  // in all), each counted into its own bins in the scratch slot; index_add: output columns
+  // [begin, end) (every index but the axis), each copied from x and then added to in index order.
+  void emit_scatter(mlir::Value begin, mlir::Value end);
+  void emit_scatter_chunk(mlir::Value chunk, mlir::Value chunks, mlir::Value bins);
+  void emit_index_add_column(mlir::Value column);
+  // The bin of histogram `id` that f64 value `v` falls in (NumPy's rule, as the interpreter
+  // computes it), or -1 when it falls in none (outside the range, NaN).
+  mlir::Value histogram_bin(NodeId id, mlir::Value v, mlir::Value bins);
+  // Whether the kernel takes a scratch slot after its own (split reductions, histogram/bincount).
+  bool takes_scratch() const;
+  // ir::scatter_chunks of the run's B.
+  mlir::Value scatter_chunk_count(mlir::Value bins);
   const std::map<std::string, int>& symbols_;
   const CpuOptions& options_;
   std::vector<ir::HostArray>& constants_;

@@ -7,6 +7,7 @@
 #include "codegen/scalar_lowering.h"
 #include "codegen/cpu_codegen.h"
 #include "codegen/host_machine.h"
+#include "ir/index_check.h"
 #include "codegen/cpu_object.h"
 
 #include <algorithm>
@@ -48,10 +49,10 @@
 namespace fuse::codegen {
 
 bool cpu_compiles(const ir::Kernel& k) {
-  // gather/scatter (issue 16): no CPU code yet; passes/schedule.cpp gives these kernels the
-  // interpreted form.
+  if (k.kind == ir::KernelKind::Scatter) return k.schedule.form == ir::LoopForm::Scatter;
+  // take / take_along_axis are indexed loads (codegen/emitter.cpp).
   for (const ir::Node& n : k.body.nodes)
-    if (ir::is_gather_scatter(n.kind)) return false;
+    if (ir::is_gather_scatter(n.kind) && n.kind != ir::OpKind::Take && n.kind != ir::OpKind::TakeAlongAxis) return false;
   return ir::results_in_row_order(k);
 }
 
@@ -94,7 +95,9 @@ mlir::OwningOpRef<mlir::ModuleOp> build_module(mlir::MLIRContext& context, const
     b.setInsertionPointToEnd(module->getBody());
     auto func = b.create<mlir::func::FuncOp>(b.getUnknownLoc(), k.name,
                                              b.getFunctionType({ptr, ptr, b.getI64Type(), b.getI64Type()}, {}));
-    CpuKernelEmitter(b, k, symbols, options, object.constants[ki]).emit(func);
+    CpuKernelEmitter emitter(b, k, symbols, options, object.constants[ki]);
+    emitter.set_first_index_check(ir::first_index_check(p, static_cast<int>(ki)));
+    emitter.emit(func);
     if (k.schedule.form == ir::LoopForm::SplitReduction) {
       b.setInsertionPointToEnd(module->getBody());
       auto finish = b.create<mlir::func::FuncOp>(b.getUnknownLoc(), k.name + "_finish",
@@ -110,13 +113,25 @@ mlir::OwningOpRef<mlir::ModuleOp> build_module(mlir::MLIRContext& context, const
         auto f = b.create<mlir::func::FuncOp>(b.getUnknownLoc(), k.name + suffix,
                                               b.getFunctionType({ptr, ptr, b.getI64Type(), b.getI64Type()}, {}));
         std::vector<ir::HostArray> same_constants;
-        (CpuKernelEmitter(b, k, symbols, options, same_constants).*emit)(f);
+        CpuKernelEmitter chunked(b, k, symbols, options, same_constants);
+        chunked.set_first_index_check(ir::first_index_check(p, static_cast<int>(ki)));  // a take in the prologue
+        (chunked.*emit)(f);
       };
       add_function("_totals", &CpuKernelEmitter::emit_scan_totals);
       add_function("_finish", &CpuKernelEmitter::emit_scan_carries);
       add_function("_chunks", &CpuKernelEmitter::emit_scan_chunks);
       object.split_chunks[ki] = kScanChunks;
       object.scratch_bytes[ki] = kScanChunkedRows * kScanChunks * 8;
+    }
+    // histogram/bincount: the chunks' private bins are added up by a second function; the
+    // runtime sizes their scratch per run (ir::scatter_chunks of B bins of 8 bytes).
+    if (k.schedule.form == ir::LoopForm::Scatter && !(ir::scatter_bins(k) == ir::Dim(0))) {
+      b.setInsertionPointToEnd(module->getBody());
+      auto finish = b.create<mlir::func::FuncOp>(b.getUnknownLoc(), k.name + "_finish",
+                                                 b.getFunctionType({ptr, ptr, b.getI64Type(), b.getI64Type()}, {}));
+      std::vector<ir::HostArray> same_constants;
+      CpuKernelEmitter(b, k, symbols, options, same_constants).emit_scatter_finish(finish);
+      object.split_chunks[ki] = ir::scatter_chunks(0);  // (a marker: the runtime counts them per run)
     }
   }
   return module;

@@ -1,6 +1,8 @@
 // The CUDA kernel: dispatch on the loop form, parameters, launches, global and shared memory.
 #include "codegen/cuda/emitter.h"
 
+#include "ir/index_check.h"
+
 #include <algorithm>
 
 #include "mlir/Dialect/Math/IR/Math.h"
@@ -52,6 +54,14 @@ void CudaKernelEmitter::assign_args() {
     args_.push_back({ir::CudaArg::Kind::Scratch, static_cast<int>(plan_.scratch_bytes.size())});
     plan_.scratch_bytes.push_back(two_stage_scratch_bytes(k_));
   }
+  if (!ir::checked_nodes(k_.body).empty()) {  // issue 16: the run's error record, one per plan
+    if (plan_.error_scratch < 0) {
+      plan_.error_scratch = static_cast<int>(plan_.scratch_bytes.size());
+      plan_.scratch_bytes.push_back(ir::kErrorRecordWords * 8);
+    }
+    error_param_ = slots++;
+    args_.push_back({ir::CudaArg::Kind::Scratch, plan_.error_scratch});
+  }
   pointer_params_ = slots;
   for (size_t s = 0; s < symbols_.size(); ++s) args_.push_back({ir::CudaArg::Kind::Symbol, static_cast<int>(s)});
 }
@@ -90,6 +100,7 @@ void CudaKernelEmitter::begin_function(const std::string& name, std::array<int, 
   dims_.clear();
   clear_caches();
   for (int p = 0; p < pointer_params_; ++p) base_.push_back(entry_->getArgument(static_cast<unsigned>(p)));
+  if (error_param_ >= 0) error_record_ = base_[error_param_];
 }
 
 void CudaKernelEmitter::finish_function() { b_.create<mlir::gpu::ReturnOp>(loc_); }

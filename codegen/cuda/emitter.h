@@ -8,7 +8,8 @@
 //
 // Kernel ABI (ir/cuda_plan.h): every parameter is 8 bytes, in this order: the kernel's input
 // buffers (its body's Input nodes in order), its output buffers, the constants it reads, its
-// scratch (two-stage reductions), then the size of every shape symbol of the Program (sorted by
+// scratch (two-stage reductions), the run's error record (kernels with index checks:
+// ir/index_check.h, CudaPlan::error_scratch), then the size of every shape symbol of the Program (sorted by
 // name, CudaPlan::symbols). Buffers are addressed with llvm.getelementptr/load/store on plain
 // pointers; shared memory is an llvm.mlir.global in address space 3; indices are i64.
 //
@@ -297,6 +298,7 @@ class CudaKernelEmitter : public KernelEmitterBase {
   mlir::gpu::GPUModuleOp module_;
   std::vector<ir::CudaArg> args_;
   int scratch_param_ = -1;
+  int error_param_ = -1;                // issue 16: the error record's parameter (-1: no checks)
   int pointer_params_ = 0;              // parameters before the symbols
   std::array<int, 3> block_{1, 1, 1};  // the block of the function begun last
   bool per_element_ = false;           // Reduce/Matmul values are folded where they are read

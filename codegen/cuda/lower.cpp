@@ -4,6 +4,7 @@
 // kernels call it.
 #include "codegen/cuda_codegen.h"
 #include "codegen/cuda_nvvm.h"
+#include "ir/index_check.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -72,15 +73,16 @@ void check_sm(int sm) {
                     "run sm_90 PTX (the driver compiles it for them)");
 }
 
-// gather/scatter (issue 16): the CUDA kernels (indexed loads, privatized shared-memory bins and
-// atomics) are not written yet; refuse them by name rather than fail inside the emitter.
+// scatters (issue 16): the CUDA kernels (privatized shared-memory bins and atomics) are not
+// written yet; refuse them by name rather than fail inside the emitter. take / take_along_axis
+// are indexed loads (codegen/emitter.cpp).
 void check_no_gather_scatter(const ir::Program& p) {
   for (const ir::Kernel& k : p.kernels)
     for (const ir::Node& n : k.body.nodes)
-      if (ir::is_gather_scatter(n.kind))
+      if (ir::is_gather_scatter(n.kind) && n.kind != ir::OpKind::Take && n.kind != ir::OpKind::TakeAlongAxis)
         throw ir::Error(std::string(ir::op_kind_name(n.kind)) +
-                            ": the CUDA target does not compile gather/scatter ops yet (take, take_along_axis, "
-                            "index_add, bincount, histogram); run this program on the CPU target or the interpreter",
+                            ": the CUDA target does not compile scatter ops yet (index_add, bincount, histogram); "
+                            "run this program on the CPU target or the interpreter",
                         n.loc);
 }
 
@@ -100,7 +102,9 @@ Built build_module(mlir::MLIRContext& context, const ir::Program& p, const CudaO
     const ir::Kernel& k = p.kernels.at(static_cast<size_t>(ki));
     if (k.schedule.target != ir::TargetKind::Cuda)
       throw ir::Error("kernel " + k.name + " is not scheduled for CUDA (run the pipeline with a CUDA target)");
-    CudaKernelEmitter(b, k, ki, built.plan.symbols, options, built.plan).emit(built.gpu_module);
+    CudaKernelEmitter emitter(b, k, ki, built.plan.symbols, options, built.plan);
+    emitter.set_first_index_check(ir::first_index_check(p, ki));
+    emitter.emit(built.gpu_module);
   }
   return built;
 }
