@@ -13,6 +13,7 @@
 #include "codegen/cuda_codegen.h"
 #include "frontends/api.h"
 #include "frontends/compile.h"
+#include "ir/dot.h"
 #include "ir/index_check.h"
 #include "ir/interpreter.h"
 #include "ir/rounding_model.h"
@@ -122,6 +123,25 @@ TEST_CASE("CPU take_along_axis broadcasts x and the indices, and takes broadcast
                   {"b", random_values(DType::F64, {n, 1}, 3)},
                   {"r", random_values(DType::F64, {6}, 4)},
                   {"k", random_indices(DType::I64, {n, 6}, 5, 5)}});
+  }
+}
+
+TEST_CASE("takes in reduction prologues: rows, columns, to one element, row-wise softmax", "[gather][cpu][sim]") {
+  for (int64_t n : {1, 7, 1023}) {
+    INFO("n = " << n);
+    Graph g;
+    Tensor x = g.input("x", DType::F32, {9, 5});
+    Tensor i = g.input("i", DType::I64, {n});
+    Tensor j = g.input("j", DType::I32, {n, 5});
+    Tensor rows = take(x, i, 0);  // [n, 5]
+    g.output("row_sums", sum(rows * 2.0f, 1));
+    g.output("column_max", max(take_along_axis(x, j, 0), 0));
+    g.output("total", sum(rows));
+    g.output("softmax", exp(rows) / sum(exp(rows), 1, true));
+    g.output("first", argmax(rows, 1));
+    check_cpu(g, {{"x", random_values(DType::F32, {9, 5}, 11)},
+                  {"i", random_indices(DType::I64, {n}, 9, 12)},
+                  {"j", random_indices(DType::I32, {n, 5}, 9, 13)}});
   }
 }
 
@@ -337,5 +357,11 @@ TEST_CASE("embedding and cross_entropy: the take fuses into its consumer's kerne
       fused_take = fused_take || (has_take && has_other);
     }
     CHECK(fused_take);
+    // --explain-fusion and --emit=dot --fused show the take inside its consumer's kernel.
+    CHECK_THAT(passes::explain_fusion(g, r.partition), Catch::Contains(": an indexed load here"));
+    std::string dot = ir::program_to_dot(r.program);
+    size_t cluster = dot.find("subgraph cluster_k" + std::to_string(kernels - 1));
+    CHECK(cluster != std::string::npos);
+    CHECK(dot.find("take", cluster) != std::string::npos);
   }
 }
