@@ -145,6 +145,25 @@ TEST_CASE("takes in reduction prologues: rows, columns, to one element, row-wise
   }
 }
 
+TEST_CASE("takes beside a reduction's or matmul's result, in its epilogue", "[gather][cpu][sim]") {
+  for (int64_t n : {1, 7, 129}) {
+    INFO("n = " << n);
+    Graph g;
+    Tensor x = g.input("x", DType::F64, {6, 5});
+    Tensor i = g.input("i", DType::I64, {n});
+    Tensor z = g.input("z", DType::F64, {n, 3});
+    Tensor a = g.input("a", DType::F64, {n, 4});
+    Tensor b = g.input("b", DType::F64, {4, 5});
+    g.output("plus_row_sums", take(x, i, 0) + sum(z, 1, true));
+    g.output("plus_product", take(x, i, 0) * matmul(a, b));
+    check_cpu(g, {{"x", random_values(DType::F64, {6, 5}, 21)},
+                  {"i", random_indices(DType::I64, {n}, 6, 22)},
+                  {"z", random_values(DType::F64, {n, 3}, 23)},
+                  {"a", random_values(DType::F64, {n, 4}, 24)},
+                  {"b", random_values(DType::F64, {4, 5}, 25)}});
+  }
+}
+
 TEST_CASE("symbolic sizes: one compiled program serves every size", "[gather][cpu][sim]") {
   Graph g;
   Tensor x = g.input("x", DType::F32, {ir::Dim::symbol("N"), ir::Dim::symbol("D")});
