@@ -536,6 +536,12 @@ std::string explain_fusion(const ir::Graph& g, const Partition& p) {
            "(CPU: few long rows in chunks; CUDA: a block per long row); its elementwise producers run as the prologue of each step, "
            "its elementwise consumers as the epilogue\n";
     if (group.kind == KernelKind::Scatter) s += scatter_explanation(g, group);
+    // issue 16: gathers are loads of this kernel, not kernels of their own.
+    for (NodeId id : group.nodes)
+      if (is_gather(g.node(id).kind))
+        s += "  %" + std::to_string(id) + " " + std::string(ir::op_kind_name(g.node(id).kind)) +
+             ": an indexed load here: the index is read at each output position and checked at run time "
+             "(negative counts from the end, out of range is an error), then x is read where it points\n";
   }
   if (p.boundaries.empty()) s += "no edge crosses a kernel boundary\n";
   for (const FusionBoundary& b : p.boundaries)
