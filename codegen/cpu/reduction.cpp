@@ -106,6 +106,24 @@ void CpuKernelEmitter::emit_reduction_row(mlir::Value row) {
     groups[g].erase(args, groups[g].end());
   }
   RowStash stash = groups.back().empty() ? RowStash{} : row_stash(groups.back(), lanes);
+  if (stash.node >= 0) {
+    DType t = k_.body.node(stash.node).dtype;
+    int64_t size = static_cast<int64_t>(ir::dtype_size(t));
+    int64_t capacity = kStashScratchBytes / size;
+    if (stash_scratch_slot_ < 0) {
+      // Allocated once per call, before the loop over rows (this is its body), freed after it.
+      mlir::Operation* row_loop = b_.getBlock()->getParentOp();
+      mlir::OpBuilder::InsertionGuard guard(b_);
+      b_.setInsertionPoint(row_loop);
+      stash_scratch_slot_ = allocate_slot(mul(min_i64(dim(row_length), i64(capacity)), i64(size)));
+      b_.setInsertionPointAfter(row_loop);
+      call_c("free", mlir::LLVM::LLVMVoidType::get(b_.getContext()), mlir::ValueRange{base_[stash_scratch_slot_]});
+    }
+    stash.in_scratch = cmpi(mlir::arith::CmpIPredicate::sle, dim(row_length), i64(capacity));
+    mlir::Value output_row = element_address(output_slot_[stash.output], t, row_base);
+    base_.push_back(select(stash.in_scratch, base_[stash_scratch_slot_], output_row));
+    stash.slot = static_cast<int>(base_.size()) - 1;
+  }
   for (size_t g = 0; g < groups.size(); ++g) {
     for (NodeId id : arg_groups[g])
       reduced_[id] = fold_arg(id, i64(0), dim(row_length), i64(1), [&](mlir::Value j) {
@@ -126,21 +144,12 @@ void CpuKernelEmitter::emit_reduction_row(mlir::Value row) {
       // SIMD over the row where its values allow, then scalar for the rest (the tail).
       mlir::Value scalar_from = i64(0);
       if (row_access(out) == RowAccess::Contiguous && ir::trailing_axes(k_)) {
-        mlir::Value computed_from = i64(0);
-        if (stash.node >= 0 && static_cast<int>(o) == stash.output) {
-          // The stashed value read back from the output's row (still in cache), not recomputed.
-          loop(i64(0), stash.end, lanes, [&](mlir::Value j) {
-            row_cache_[stash.node] = load(output_slot_[o], n.dtype, add(row_base, j), lanes);
-            store(output_slot_[o], n.dtype, add(row_base, j), row_value(out, kept, row_base, j, lanes), lanes);
-          });
-          computed_from = stash.end;
-        }
-        // A large kernel whose one output row is written here for the first time (no stash)
-        // writes it with non-temporal stores when every row starts on a 64-byte line: an
-        // ordinary store first reads the line it overwrites, a third more memory traffic.
+        // A large kernel with one output of the space writes its rows with non-temporal stores
+        // when every row starts on a 64-byte line (an ordinary store first reads the line it
+        // overwrites: a third more memory traffic), unless the stash is in the output's row.
         mlir::Value streaming = b_.create<mlir::arith::ConstantIntOp>(loc_, 0, 1);
         int64_t out_size = static_cast<int64_t>(ir::dtype_size(n.dtype));
-        if (stash.node < 0 && full_space_outputs == 1 && out_size * lanes == 64) {
+        if (full_space_outputs == 1 && out_size * lanes == 64) {
           int64_t bytes_per_element = out_size;
           for (const Node& in : k_.body.nodes)
             if (in.kind == OpKind::Input && in.shape == k_.space) bytes_per_element += static_cast<int64_t>(ir::dtype_size(in.dtype));
@@ -151,6 +160,22 @@ void CpuKernelEmitter::emit_reduction_row(mlir::Value row) {
           mlir::Value whole_lines = cmpi(mlir::arith::CmpIPredicate::eq,
                                          b_.create<mlir::arith::RemUIOp>(loc_, mul(dim(row_length), i64(out_size)), i64(64)), i64(0));
           streaming = b_.create<mlir::arith::AndIOp>(loc_, large, b_.create<mlir::arith::AndIOp>(loc_, line_start, whole_lines));
+        }
+        mlir::Value computed_from = i64(0);
+        if (stash.node >= 0 && static_cast<int>(o) == stash.output) {
+          // The stashed value read back from the stash row (still in cache), not recomputed.
+          loop(i64(0), stash.end, lanes, [&](mlir::Value j) {
+            row_cache_[stash.node] = load(stash.slot, n.dtype, j, lanes);
+            mlir::Value v = row_value(out, kept, row_base, j, lanes);
+            auto branch = b_.create<mlir::scf::IfOp>(loc_, b_.create<mlir::arith::AndIOp>(loc_, streaming, stash.in_scratch),
+                                                     /*withElseRegion=*/true);
+            mlir::OpBuilder::InsertionGuard guard(b_);
+            b_.setInsertionPointToStart(&branch.getThenRegion().front());
+            store(output_slot_[o], n.dtype, add(row_base, j), v, lanes, /*streaming=*/true);
+            b_.setInsertionPointToStart(&branch.getElseRegion().front());
+            store(output_slot_[o], n.dtype, add(row_base, j), v, lanes);
+          });
+          computed_from = stash.end;
         }
         loop(computed_from, vector_end, lanes, [&](mlir::Value j) {
           mlir::Value v = row_value(out, kept, row_base, j, lanes);
@@ -342,8 +367,10 @@ bool CpuKernelEmitter::reads_elementwise(NodeId id, NodeId source) {
 
 // The stash of a row kernel whose only full-space output reads, element by element, the input
 // of a SIMD reduction in the last pass over the row (softmax's exp(x - max), read by
-// e / sum(e)): that pass also stores the value into the output's row, where the output loop
-// reads it back from cache instead of computing it again (one exp per element, not two).
+// e / sum(e)): that pass also stores the value into a stash row, where the output loop reads
+// it back from cache instead of computing it again (one exp per element, not two). The stash
+// row is a scratch buffer when the row fits kStashScratchBytes, else the output's own row;
+// with the scratch, the output is written once and large kernels stream it.
 CpuKernelEmitter::RowStash CpuKernelEmitter::row_stash(const std::vector<NodeId>& last_group, int lanes) {
   RowStash stash;
   if (lanes < 2 || !ir::trailing_axes(k_)) return stash;
@@ -594,7 +621,7 @@ std::vector<mlir::Value> CpuKernelEmitter::accumulate_vectors(const std::vector<
       }
       if (stash) {
         DType t = k_.body.node(stash->node).dtype;
-        store(output_slot_[stash->output], t, add(row_base, j), row_value(stash->node, kept, row_base, j, lanes), lanes);
+        store(stash->slot, t, j, row_value(stash->node, kept, row_base, j, lanes), lanes);
       }
     }
     scalar_.defer_patches(nullptr);
