@@ -76,8 +76,6 @@ void CpuKernelEmitter::emit_reduction_row(mlir::Value row) {
   int lanes = std::max(1, k_.schedule.cpu.vector_width);
   mlir::Value row_base = mul(row, dim(row_length));
   mlir::Value vector_end = mul(div(dim(row_length), i64(lanes)), i64(lanes));
-  // Reductions in groups that read the row once each: a group ends where a reduction needs an
-  // earlier one's result (softmax's sum needs its max).
   // Layernorm's mean and variance first, in one pass of their own (row_moments()).
   std::vector<RowMoments> moments = lanes > 1 ? row_moments(reduce_nodes()) : std::vector<RowMoments>{};
   std::set<NodeId> in_moments;
@@ -85,6 +83,8 @@ void CpuKernelEmitter::emit_reduction_row(mlir::Value row) {
     emit_row_moments(m, kept, row_base, row_length, lanes);
     in_moments.insert({m.mean, m.variance});
   }
+  // Reductions in groups that read the row once each: a group ends where a reduction needs an
+  // earlier one's result (softmax's sum needs its max).
   std::vector<std::vector<NodeId>> groups(1);
   for (NodeId id : reduce_nodes()) {
     if (in_moments.count(id)) continue;
@@ -288,7 +288,8 @@ void CpuKernelEmitter::emit_row_moments(const RowMoments& moments, const std::ve
     mlir::OpBuilder::InsertionGuard guard(b_);
     b_.setInsertionPointToStart(&first.getThenRegion().front());
     mlir::Value v = x_at(i64(0));
-    mlir::Value finite = cmpf(CmpFPredicate::OLT, b_.create<mlir::math::AbsFOp>(loc_, v), constant(DType::F64, std::numeric_limits<double>::infinity(), 0, 1));
+    mlir::Value infinity = constant(DType::F64, std::numeric_limits<double>::infinity(), 0, 1);
+    mlir::Value finite = cmpf(CmpFPredicate::OLT, b_.create<mlir::math::AbsFOp>(loc_, v), infinity);
     b_.create<mlir::scf::YieldOp>(loc_, select(finite, v, constant(DType::F64, 0, 0, 1)));
     b_.setInsertionPointToStart(&first.getElseRegion().front());
     b_.create<mlir::scf::YieldOp>(loc_, constant(DType::F64, 0, 0, 1));
