@@ -87,6 +87,10 @@ class ScalarLowering {
     // Frozen: a lane that is undefined (padding no one computed) must not make the branch
     // below undefined behaviour, which LLVM may compile into anything, an endless loop included.
     mask = b_.create<mlir::LLVM::FreezeOp>(loc_, mask);
+    if (deferred_masks_ && lanes > 1) {
+      deferred_masks_->push_back(mask);
+      return fast;
+    }
     mlir::Value any = lanes > 1 ? b_.create<mlir::vector::ReductionOp>(loc_, mlir::vector::CombiningKind::OR, mask).getResult()
                                 : mask;
     auto branch = b_.create<mlir::scf::IfOp>(loc_, mlir::TypeRange{fast.getType()}, any, /*withElseRegion=*/true);
@@ -116,6 +120,12 @@ class ScalarLowering {
     b_.create<mlir::scf::YieldOp>(loc_, fast);
     return branch.getResult(0);
   }
+  // Deferred patches, for a reduction's SIMD loop: while `masks` is set, patch_lanes() of vectors
+  // returns `fast` and appends the mask of lanes it would have patched to *masks, and the caller
+  // reruns the loop undeferred when any lane of any mask was set. The slow path is a call, and a
+  // call in a loop, even one never taken, makes LLVM keep the loop's vector accumulators and
+  // constants on the stack across iterations (every vector register is caller-saved).
+  void defer_patches(std::vector<mlir::Value>* masks) { deferred_masks_ = masks; }
   // One op with the exact semantics of ir::evaluate_scalar_op.
   mlir::Value scalar_op(ScalarOp op, DType operand, DType result, const std::vector<mlir::Value>& a, int lanes);
   // sin or cos of f32 lanes, computed in f64 (so it vectorizes and stays within 1 ulp of the
@@ -226,6 +236,7 @@ class ScalarLowering {
   mlir::Location loc_;
   bool fast_math_, libdevice_;
   std::string fail_prefix_;
+  std::vector<mlir::Value>* deferred_masks_ = nullptr;  // see defer_patches
 };
 
 /// A peephole after CSE: SLEEF's vector sin(x) and cos(x) calls of the same x in one block become

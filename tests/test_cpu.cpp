@@ -443,6 +443,77 @@ TEST_CASE("softmax rows keep exp(x - max) from the sum's pass", "[cpu][reduce]")
   }
 }
 
+// Layernorm's mean and variance come from one pass over the row (codegen's row_moments: f64
+// sums of x - x[0] and its square): the MLIR has that pass's f64 FMA and one f64 accumulator
+// loop fewer; odd widths (the SIMD loop's tail), a single row (fewer rows than threads), rows
+// far from 0 (the cancellation the shift avoids), constant rows (variance exactly 0), and
+// infinities and NaN, first in a row too (the shift is then 0, as in a plain sum).
+TEST_CASE("layernorm rows take mean and variance from one pass", "[cpu][reduce]") {
+  constexpr double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+  Graph g;
+  Tensor x = g.input("x", DType::F32, {sym("R"), sym("C")});
+  Tensor gamma = g.input("gamma", DType::F32, {sym("C")});
+  Tensor beta = g.input("beta", DType::F32, {sym("C")});
+  Tensor mu = mean(x, -1, true);
+  Tensor xc = x - mu;
+  Tensor var = mean(xc * xc, -1, true);
+  g.output("y", xc * rsqrt(var + 1e-5) * gamma + beta);
+  runtime::Executable exe = compile(g);
+  INFO(ir::print_program(exe.program()));
+  CHECK(exe.program().kernels.size() == 1);
+  std::string mlir = codegen::emit_cpu_mlir(exe.program());
+  CHECK(mlir.find("math.fma") != std::string::npos);  // the one-pass moments
+  for (auto [r, c] : std::vector<std::pair<int64_t, int64_t>>{
+           {0, 5}, {1, 1}, {1, 7}, {3, 16}, {5, 31}, {7, 33}, {2, 1023}, {1, 32769}, {3, 4099}, {4, 0}}) {
+    for (int pattern = 0; pattern < 5; ++pattern) {
+      INFO("R = " << r << ", C = " << c << ", pattern " << pattern);
+      ir::TensorMap inputs = inputs_of(g.ir(), {{"R", r}, {"C", c}}, 11);
+      ir::HostArray& in = inputs["x"];
+      for (int64_t row = 0; row < r; ++row)
+        for (int64_t i = 0; i < c; ++i) {
+          int64_t at = row * c + i;
+          double v = in.get_f64(at);
+          if (pattern == 1) in.set_f64(at, 1000 + v * 1e-2);  // far from 0: mean 1000, spread 0.01
+          if (pattern == 2 && row % 2 == 0) in.set_f64(at, 3.25);  // constant rows
+          if (pattern == 3 && c >= 3 && row == r - 1 && i == c / 2) in.set_f64(at, row % 2 ? -inf : inf);
+          if (pattern == 3 && c >= 3 && r >= 2 && row == 0 && i == c - 1) in.set_f64(at, nan);
+          if (pattern == 4 && i == 0) in.set_f64(at, row % 3 == 0 ? inf : row % 3 == 1 ? nan : -inf);  // the first element
+        }
+      CHECK(testing::compare_outputs(ir::interpret(g.ir(), inputs), exe.run(inputs), 1e-5, 1e-6) == "");
+    }
+  }
+}
+
+// The SIMD loop of a reduction computes f32 exp without its fix-up for arguments below -87.3
+// (whose results are subnormal) and reruns the row with it when a lane needed it
+// (ScalarLowering::defer_patches): softmax of rows where some or all of exp(x - max) are
+// subnormal must equal the interpreter's exactly scaled values (no absolute tolerance), at
+// widths with and without a scalar tail.
+TEST_CASE("softmax rows with subnormal exp(x - max) rerun with the fix-up", "[cpu][reduce]") {
+  Graph g;
+  Tensor x = g.input("x", DType::F32, {sym("R"), sym("C")});
+  Tensor e = exp(x - max(x, 1, true));
+  g.output("y", e / sum(e, 1, true));
+  g.output("lse", log(sum(exp(x), 1)));
+  runtime::Executable exe = compile(g);
+  INFO(ir::print_program(exe.program()));
+  for (auto [r, c] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {1, 7}, {3, 16}, {4, 33}, {2, 1023}, {3, 4099}}) {
+    for (int pattern = 0; pattern < 3; ++pattern) {
+      INFO("R = " << r << ", C = " << c << ", pattern " << pattern);
+      ir::TensorMap inputs = inputs_of(g.ir(), {{"R", r}, {"C", c}}, 13);
+      ir::HostArray& in = inputs["x"];
+      for (int64_t row = 0; row < r; ++row)
+        for (int64_t i = 0; i < c; ++i) {
+          int64_t at = row * c + i;
+          double v = in.get_f64(at);
+          if (pattern == 1 && row == r - 1) in.set_f64(at, i == c / 2 ? 95.0 : v);  // all but one below -87.3 from the max
+          if (pattern == 2 && i % 5 == 1) in.set_f64(at, -90.0 - 10 * (v + 1));     // some lanes, in [-110, -90)
+        }
+      CHECK(testing::compare_outputs(ir::interpret(g.ir(), inputs), exe.run(inputs), 1e-5, 0) == "");
+    }
+  }
+}
+
 TEST_CASE("reductions of transposed, permuted, reshaped and broadcast inputs", "[cpu][reduce][views]") {
   Graph g;
   Tensor x = g.input("x", DType::F32, {sym("N"), sym("M")});

@@ -660,6 +660,17 @@ TEST_CASE("run executes the fused and the unfused Program alike", "[fusec][fusio
     INFO(fused.err << unfused.err);
     REQUIRE(fused.status == 0);
     REQUIRE(unfused.status == 0);
+    if (std::string(example) == "layernorm.expr") {
+      // The fused row kernel takes mean and variance from one pass (codegen's row_moments), which
+      // rounds differently from the unfused two passes (an ulp or two): both are held to the
+      // interpreter instead of to each other's printed digits.
+      for (const char* fusion : {"", " --no-fusion"}) {
+        Result checked = fusec("run " + kExamples + example + " --random --seed 3 " + dims + " --check" + fusion);
+        CHECK(checked.status == 0);
+        CHECK(checked.out.find(": ok") != std::string::npos);
+      }
+      continue;
+    }
     CHECK(fused.out == unfused.out);
   }
 }

@@ -157,10 +157,31 @@ class CpuKernelEmitter : public KernelEmitterBase {
     NodeId node = -1;
     int output = -1;
     mlir::Value end;
+    int slot = -1;           // the slot whose element j is the stash's element j of this row
+    mlir::Value in_scratch;  // i1: the slot is the scratch row (stash_scratch_slot_), not the output's row
   };
+  // The stash goes to a scratch row of its own when the row fits kStashScratchBytes (it stays in
+  // cache), so that the output's row is written once, at the end, and can be streamed.
+  static constexpr int64_t kStashScratchBytes = int64_t{1} << 20;
+  int stash_scratch_slot_ = -1;
   std::vector<mlir::Value> accumulate(const std::vector<NodeId>& ids, const std::vector<mlir::Value>& kept,
                                       mlir::Value row_base, mlir::Value from, mlir::Value to, int lanes,
                                       RowStash* stash = nullptr);
+  // The SIMD loop of accumulate(): the loop's results, each reduction's `chains` accumulators
+  // (then NaN masks, see ordered_max_min). With `deferred`, f32 fix-ups in the body are deferred
+  // (ScalarLowering::defer_patches): *needs_patch becomes whether any lane wanted one.
+  std::vector<mlir::Value> accumulate_vectors(const std::vector<NodeId>& vectorized, const std::vector<mlir::Value>& kept,
+                                              mlir::Value row_base, mlir::Value from, mlir::Value vector_end, int lanes,
+                                              RowStash* stash, bool deferred, mlir::Value* needs_patch);
+  // A row's mean and the mean (or sum) of its squared deviations from that mean, as layernorm
+  // writes them (`mean((x - mean(x))**2)`), found in the body so that both come from one pass.
+  struct RowMoments {
+    NodeId mean = -1;      // reduce.mean(x)
+    NodeId variance = -1;  // reduce.mean or reduce.sum of (x - mean)**2
+  };
+  std::vector<RowMoments> row_moments(const std::vector<NodeId>& reductions);
+  void emit_row_moments(const RowMoments& m, const std::vector<mlir::Value>& kept, mlir::Value row_base, ir::Dim row_length,
+                        int lanes);
   bool reads_elementwise(NodeId id, NodeId source);
   RowStash row_stash(const std::vector<NodeId>& last_group, int lanes);
   // One element at a time, each element's index taken apart into the reduced dims.

@@ -5,6 +5,8 @@
 #include <limits>
 #include <set>
 
+#include "mlir/Dialect/Math/IR/Math.h"
+
 namespace fuse::codegen {
 
 using ir::DType;
@@ -74,10 +76,18 @@ void CpuKernelEmitter::emit_reduction_row(mlir::Value row) {
   int lanes = std::max(1, k_.schedule.cpu.vector_width);
   mlir::Value row_base = mul(row, dim(row_length));
   mlir::Value vector_end = mul(div(dim(row_length), i64(lanes)), i64(lanes));
+  // Layernorm's mean and variance first, in one pass of their own (row_moments()).
+  std::vector<RowMoments> moments = lanes > 1 ? row_moments(reduce_nodes()) : std::vector<RowMoments>{};
+  std::set<NodeId> in_moments;
+  for (const RowMoments& m : moments) {
+    emit_row_moments(m, kept, row_base, row_length, lanes);
+    in_moments.insert({m.mean, m.variance});
+  }
   // Reductions in groups that read the row once each: a group ends where a reduction needs an
   // earlier one's result (softmax's sum needs its max).
   std::vector<std::vector<NodeId>> groups(1);
   for (NodeId id : reduce_nodes()) {
+    if (in_moments.count(id)) continue;
     for (NodeId earlier : groups.back())
       if (access_.depends_on(id, earlier)) {
         groups.emplace_back();
@@ -96,6 +106,24 @@ void CpuKernelEmitter::emit_reduction_row(mlir::Value row) {
     groups[g].erase(args, groups[g].end());
   }
   RowStash stash = groups.back().empty() ? RowStash{} : row_stash(groups.back(), lanes);
+  if (stash.node >= 0) {
+    DType t = k_.body.node(stash.node).dtype;
+    int64_t size = static_cast<int64_t>(ir::dtype_size(t));
+    int64_t capacity = kStashScratchBytes / size;
+    if (stash_scratch_slot_ < 0) {
+      // Allocated once per call, before the loop over rows (this is its body), freed after it.
+      mlir::Operation* row_loop = b_.getBlock()->getParentOp();
+      mlir::OpBuilder::InsertionGuard guard(b_);
+      b_.setInsertionPoint(row_loop);
+      stash_scratch_slot_ = allocate_slot(mul(min_i64(dim(row_length), i64(capacity)), i64(size)));
+      b_.setInsertionPointAfter(row_loop);
+      call_c("free", mlir::LLVM::LLVMVoidType::get(b_.getContext()), mlir::ValueRange{base_[stash_scratch_slot_]});
+    }
+    stash.in_scratch = cmpi(mlir::arith::CmpIPredicate::sle, dim(row_length), i64(capacity));
+    mlir::Value output_row = element_address(output_slot_[stash.output], t, row_base);
+    base_.push_back(select(stash.in_scratch, base_[stash_scratch_slot_], output_row));
+    stash.slot = static_cast<int>(base_.size()) - 1;
+  }
   for (size_t g = 0; g < groups.size(); ++g) {
     for (NodeId id : arg_groups[g])
       reduced_[id] = fold_arg(id, i64(0), dim(row_length), i64(1), [&](mlir::Value j) {
@@ -107,6 +135,8 @@ void CpuKernelEmitter::emit_reduction_row(mlir::Value row) {
         accumulate(groups[g], kept, row_base, i64(0), dim(row_length), lanes, last && stash.node >= 0 ? &stash : nullptr);
     for (size_t q = 0; q < groups[g].size(); ++q) reduced_[groups[g][q]] = finish(groups[g][q], accs[q], row_length);
   }
+  int full_space_outputs = 0;
+  for (const ir::GraphOutput& o : k_.body.outputs) full_space_outputs += k_.body.node(o.node).shape == k_.space;
   for (size_t o = 0; o < k_.body.outputs.size(); ++o) {
     const Node& n = k_.body.node(k_.body.outputs[o].node);
     NodeId out = k_.body.outputs[o].node;
@@ -114,17 +144,47 @@ void CpuKernelEmitter::emit_reduction_row(mlir::Value row) {
       // SIMD over the row where its values allow, then scalar for the rest (the tail).
       mlir::Value scalar_from = i64(0);
       if (row_access(out) == RowAccess::Contiguous && ir::trailing_axes(k_)) {
+        // A large kernel with one output of the space writes its rows with non-temporal stores
+        // when every row starts on a 64-byte line (an ordinary store first reads the line it
+        // overwrites: a third more memory traffic), unless the stash is in the output's row.
+        mlir::Value streaming = b_.create<mlir::arith::ConstantIntOp>(loc_, 0, 1);
+        int64_t out_size = static_cast<int64_t>(ir::dtype_size(n.dtype));
+        if (full_space_outputs == 1 && out_size * lanes == 64) {
+          int64_t bytes_per_element = out_size;
+          for (const Node& in : k_.body.nodes)
+            if (in.kind == OpKind::Input && in.shape == k_.space) bytes_per_element += static_cast<int64_t>(ir::dtype_size(in.dtype));
+          mlir::Value total = dim(ir::num_elements(k_.space));
+          mlir::Value large = cmpi(mlir::arith::CmpIPredicate::sgt, mul(total, i64(bytes_per_element)), i64(kStreamingBytes));
+          mlir::Value address = b_.create<mlir::LLVM::PtrToIntOp>(loc_, i64_type(), base_[output_slot_[o]]);
+          mlir::Value line_start = cmpi(mlir::arith::CmpIPredicate::eq, b_.create<mlir::arith::RemUIOp>(loc_, address, i64(64)), i64(0));
+          mlir::Value whole_lines = cmpi(mlir::arith::CmpIPredicate::eq,
+                                         b_.create<mlir::arith::RemUIOp>(loc_, mul(dim(row_length), i64(out_size)), i64(64)), i64(0));
+          streaming = b_.create<mlir::arith::AndIOp>(loc_, large, b_.create<mlir::arith::AndIOp>(loc_, line_start, whole_lines));
+        }
         mlir::Value computed_from = i64(0);
         if (stash.node >= 0 && static_cast<int>(o) == stash.output) {
-          // The stashed value read back from the output's row (still in cache), not recomputed.
+          // The stashed value read back from the stash row (still in cache), not recomputed.
           loop(i64(0), stash.end, lanes, [&](mlir::Value j) {
-            row_cache_[stash.node] = load(output_slot_[o], n.dtype, add(row_base, j), lanes);
-            store(output_slot_[o], n.dtype, add(row_base, j), row_value(out, kept, row_base, j, lanes), lanes);
+            row_cache_[stash.node] = load(stash.slot, n.dtype, j, lanes);
+            mlir::Value v = row_value(out, kept, row_base, j, lanes);
+            auto branch = b_.create<mlir::scf::IfOp>(loc_, b_.create<mlir::arith::AndIOp>(loc_, streaming, stash.in_scratch),
+                                                     /*withElseRegion=*/true);
+            mlir::OpBuilder::InsertionGuard guard(b_);
+            b_.setInsertionPointToStart(&branch.getThenRegion().front());
+            store(output_slot_[o], n.dtype, add(row_base, j), v, lanes, /*streaming=*/true);
+            b_.setInsertionPointToStart(&branch.getElseRegion().front());
+            store(output_slot_[o], n.dtype, add(row_base, j), v, lanes);
           });
           computed_from = stash.end;
         }
         loop(computed_from, vector_end, lanes, [&](mlir::Value j) {
-          store(output_slot_[o], n.dtype, add(row_base, j), row_value(out, kept, row_base, j, lanes), lanes);
+          mlir::Value v = row_value(out, kept, row_base, j, lanes);
+          auto branch = b_.create<mlir::scf::IfOp>(loc_, streaming, /*withElseRegion=*/true);
+          mlir::OpBuilder::InsertionGuard guard(b_);
+          b_.setInsertionPointToStart(&branch.getThenRegion().front());
+          store(output_slot_[o], n.dtype, add(row_base, j), v, lanes, /*streaming=*/true);
+          b_.setInsertionPointToStart(&branch.getElseRegion().front());
+          store(output_slot_[o], n.dtype, add(row_base, j), v, lanes);
         });
         scalar_from = vector_end;
       }
@@ -148,6 +208,147 @@ void CpuKernelEmitter::emit_reduction_row(mlir::Value row) {
   }
 }
 
+// Pairs (mean, variance) of row reductions that one pass can compute together: `variance` is
+// reduce.mean of `d * d` where d = x - broadcast(mean) and `mean` is reduce.mean(x) over the
+// same axes, x f32 and row-vectorizable, and x reads no reduction (so both can come first).
+std::vector<CpuKernelEmitter::RowMoments> CpuKernelEmitter::row_moments(const std::vector<NodeId>& reductions) {
+  std::vector<RowMoments> found;
+  if (!ir::trailing_axes(k_)) return found;
+  auto is_reduction = [&](NodeId id) { return std::find(reductions.begin(), reductions.end(), id) != reductions.end(); };
+  // The node whose square `id` is (mul(p, p) of one input, or of two inputs that are the same node), else -1.
+  auto squared = [&](NodeId id) -> NodeId {
+    const Node& n = k_.body.node(id);
+    if (n.kind != OpKind::Elementwise) return -1;
+    const ir::ScalarFn& f = n.as<ir::ElementwiseAttrs>().body;
+    const ir::ScalarNode& r = f.node(f.results[0]);
+    if (r.op != ir::ScalarOp::Mul) return -1;
+    const ir::ScalarNode& a = f.node(r.args[0]);
+    const ir::ScalarNode& b = f.node(r.args[1]);
+    if (a.op != ir::ScalarOp::Param || b.op != ir::ScalarOp::Param) return -1;
+    NodeId in = n.inputs[a.param];
+    return n.inputs[b.param] == in ? in : -1;
+  };
+  std::set<NodeId> used;
+  for (NodeId v : reductions) {
+    const Node& vn = k_.body.node(v);
+    const ir::ReduceAttrs& vr = vn.as<ir::ReduceAttrs>();
+    if (vr.kind != ir::ReduceKind::Mean || vn.dtype != DType::F32) continue;
+    NodeId sq = vn.inputs[0];
+    NodeId dev = squared(sq);
+    if (dev < 0 || k_.body.node(sq).dtype != DType::F32) continue;
+    const Node& d = k_.body.node(dev);
+    if (d.kind != OpKind::Elementwise || d.inputs.size() != 2 || d.dtype != DType::F32) continue;
+    const ir::ScalarFn& f = d.as<ir::ElementwiseAttrs>().body;
+    const ir::ScalarNode& r = f.node(f.results[0]);
+    if (r.op != ir::ScalarOp::Sub || f.node(r.args[0]).op != ir::ScalarOp::Param || f.node(r.args[1]).op != ir::ScalarOp::Param)
+      continue;
+    NodeId x = d.inputs[f.node(r.args[0]).param], broadcast = d.inputs[f.node(r.args[1]).param];
+    const Node& bn = k_.body.node(broadcast);
+    if (bn.kind != OpKind::BroadcastTo || row_access(broadcast) != RowAccess::PerRow) continue;
+    NodeId m = bn.inputs[0];
+    const Node& mn = k_.body.node(m);
+    if (mn.kind != OpKind::Reduce || !is_reduction(m) || used.count(m) || mn.dtype != DType::F32) continue;
+    const ir::ReduceAttrs& mr = mn.as<ir::ReduceAttrs>();
+    if (mr.kind != ir::ReduceKind::Mean || mr.axes != vr.axes || mn.inputs[0] != x || k_.body.node(x).dtype != DType::F32) continue;
+    if (!row_vectorizable(m)) continue;
+    bool reads_reduction = false;
+    for (NodeId other : reductions) reads_reduction = reads_reduction || access_.depends_on(x, other);
+    if (reads_reduction) continue;
+    used.insert(m);
+    found.push_back({m, v});
+  }
+  return found;
+}
+
+// The mean and variance of one row in one pass: with K the row's first element (0 when it is
+// not finite, so that infinities and NaN reach the mean as they do in a plain sum), the f64 sums
+// S1 = sum(x - K) and S2 = sum((x - K)^2) give mean = K + S1 / n, and the mean square deviation
+// from a (the mean rounded to f32, which the graph's `x - mean` subtracts) is
+// S2 / n - c (2 S1 / n - c) with c = a - K. Accuracy: x - K and its square are exact in f64 for
+// f32 x; the cancellation in the last step loses at most log2(n) bits, since the shift K is an
+// element of the row ((mean - K)^2 <= n var), which leaves over 30 of f64's 53 bits for
+// rows up to 2^20, so the variance is within an ulp or so of f32 of the exact one. The graph's
+// own two-pass form rounds each x - mean and its square to f32 (1.5 ulps), so the two differ
+// by about that much, not more. A negative result of rounding (a constant row) is taken as 0.
+void CpuKernelEmitter::emit_row_moments(const RowMoments& moments, const std::vector<mlir::Value>& kept, mlir::Value row_base,
+                                        ir::Dim row_length, int lanes) {
+  using mlir::arith::CmpFPredicate;
+  NodeId x = k_.body.node(moments.mean).inputs[0];
+  mlir::Type f64 = b_.getF64Type();
+  mlir::Value n = dim(row_length);
+  auto x_at = [&](mlir::Value j) {  // one element, as f64
+    clear_caches();
+    mlir::Value v = general_value(x, full_index(kept, delinearize(j, reduced_dims())));
+    clear_caches();
+    return cast(v, DType::F32, DType::F64, 1);
+  };
+  auto first = b_.create<mlir::scf::IfOp>(loc_, mlir::TypeRange{f64}, cmpi(mlir::arith::CmpIPredicate::sgt, n, i64(0)),
+                                          /*withElseRegion=*/true);
+  {
+    mlir::OpBuilder::InsertionGuard guard(b_);
+    b_.setInsertionPointToStart(&first.getThenRegion().front());
+    mlir::Value v = x_at(i64(0));
+    mlir::Value infinity = constant(DType::F64, std::numeric_limits<double>::infinity(), 0, 1);
+    mlir::Value finite = cmpf(CmpFPredicate::OLT, b_.create<mlir::math::AbsFOp>(loc_, v), infinity);
+    b_.create<mlir::scf::YieldOp>(loc_, select(finite, v, constant(DType::F64, 0, 0, 1)));
+    b_.setInsertionPointToStart(&first.getElseRegion().front());
+    b_.create<mlir::scf::YieldOp>(loc_, constant(DType::F64, 0, 0, 1));
+  }
+  mlir::Value shift = first.getResult(0);
+  int chains = std::max(1, k_.schedule.cpu.accumulators);
+  int64_t step = static_cast<int64_t>(chains) * lanes;
+  mlir::Value vector_end = whole_steps_end(i64(0), n, step);
+  // Iteration arguments: the chains of S1, then those of S2.
+  std::vector<mlir::Value> init(2 * chains, constant(DType::F64, 0, 0, lanes));
+  auto vector_loop = b_.create<mlir::scf::ForOp>(loc_, i64(0), vector_end, i64(step), init);
+  {
+    mlir::OpBuilder::InsertionGuard guard(b_);
+    b_.setInsertionPointToStart(vector_loop.getBody());
+    auto args = vector_loop.getRegionIterArgs();
+    mlir::Value shift_lanes = b_.create<mlir::vector::BroadcastOp>(loc_, lane_type(f64, lanes), shift);
+    std::vector<mlir::Value> next(init.size());
+    for (int c = 0; c < chains; ++c) {
+      clear_caches();
+      mlir::Value j = add(vector_loop.getInductionVar(), i64(static_cast<int64_t>(c) * lanes));
+      mlir::Value wide = cast(row_value(x, kept, row_base, j, lanes), DType::F32, DType::F64, lanes);
+      mlir::Value d = b_.create<mlir::arith::SubFOp>(loc_, wide, shift_lanes);
+      next[c] = b_.create<mlir::arith::AddFOp>(loc_, args[c], d);
+      next[chains + c] = b_.create<mlir::math::FmaOp>(loc_, d, d, args[chains + c]);
+    }
+    b_.create<mlir::scf::YieldOp>(loc_, next);
+    clear_caches();
+  }
+  mlir::Value s1 = vector_loop.getResult(0), s2 = vector_loop.getResult(chains);
+  for (int c = 1; c < chains; ++c) {
+    s1 = b_.create<mlir::arith::AddFOp>(loc_, s1, vector_loop.getResult(c));
+    s2 = b_.create<mlir::arith::AddFOp>(loc_, s2, vector_loop.getResult(chains + c));
+  }
+  s1 = b_.create<mlir::vector::ReductionOp>(loc_, mlir::vector::CombiningKind::ADD, s1);
+  s2 = b_.create<mlir::vector::ReductionOp>(loc_, mlir::vector::CombiningKind::ADD, s2);
+  auto tail = b_.create<mlir::scf::ForOp>(loc_, vector_end, n, i64(1), mlir::ValueRange{s1, s2});
+  {
+    mlir::OpBuilder::InsertionGuard guard(b_);
+    b_.setInsertionPointToStart(tail.getBody());
+    mlir::Value d = b_.create<mlir::arith::SubFOp>(loc_, x_at(tail.getInductionVar()), shift);
+    mlir::Value t1 = b_.create<mlir::arith::AddFOp>(loc_, tail.getRegionIterArgs()[0], d);
+    mlir::Value t2 = b_.create<mlir::math::FmaOp>(loc_, d, d, tail.getRegionIterArgs()[1]);
+    b_.create<mlir::scf::YieldOp>(loc_, mlir::ValueRange{t1, t2});
+  }
+  s1 = tail.getResult(0);
+  s2 = tail.getResult(1);
+  mlir::Value count = b_.create<mlir::arith::SIToFPOp>(loc_, f64, n);
+  mlir::Value s1_mean = b_.create<mlir::arith::DivFOp>(loc_, s1, count);
+  mlir::Value mean = cast(b_.create<mlir::arith::AddFOp>(loc_, shift, s1_mean), DType::F64, DType::F32, 1);
+  mlir::Value c = b_.create<mlir::arith::SubFOp>(loc_, cast(mean, DType::F32, DType::F64, 1), shift);
+  mlir::Value twice = b_.create<mlir::arith::SubFOp>(loc_, b_.create<mlir::arith::AddFOp>(loc_, s1_mean, s1_mean), c);
+  mlir::Value variance = b_.create<mlir::arith::SubFOp>(loc_, b_.create<mlir::arith::DivFOp>(loc_, s2, count),
+                                                         b_.create<mlir::arith::MulFOp>(loc_, c, twice));
+  mlir::Value zero = constant(DType::F64, 0, 0, 1);
+  variance = select(cmpf(CmpFPredicate::OLT, variance, zero), zero, variance);
+  reduced_[moments.mean] = mean;
+  reduced_[moments.variance] = cast(variance, DType::F64, DType::F32, 1);
+}
+
 // Whether `id`'s value at an element reads `source` at that element: a path of inputs from
 // `id` to `source` that passes through no reduction (each node visited once).
 bool CpuKernelEmitter::reads_elementwise(NodeId id, NodeId source) {
@@ -167,8 +368,10 @@ bool CpuKernelEmitter::reads_elementwise(NodeId id, NodeId source) {
 
 // The stash of a row kernel whose only full-space output reads, element by element, the input
 // of a SIMD reduction in the last pass over the row (softmax's exp(x - max), read by
-// e / sum(e)): that pass also stores the value into the output's row, where the output loop
-// reads it back from cache instead of computing it again (one exp per element, not two).
+// e / sum(e)): that pass also stores the value into a stash row, where the output loop reads
+// it back from cache instead of computing it again (one exp per element, not two). The stash
+// row is a scratch buffer when the row fits kStashScratchBytes, else the output's own row;
+// with the scratch, the output is written once and large kernels stream it.
 CpuKernelEmitter::RowStash CpuKernelEmitter::row_stash(const std::vector<NodeId>& last_group, int lanes) {
   RowStash stash;
   if (lanes < 2 || !ir::trailing_axes(k_)) return stash;
@@ -305,63 +508,51 @@ std::vector<mlir::Value> CpuKernelEmitter::accumulate(const std::vector<NodeId>&
   for (NodeId id : ids) (lanes > 1 && row_vectorizable(id) ? vectorized : scalar).push_back(id);
   std::map<NodeId, mlir::Value> result;
   if (!vectorized.empty()) {
-    // Independent accumulators per reduction (the schedule's `accumulators`): that many
-    // dependency chains in flight, combined in order after the loop. Iteration arguments:
-    // each reduction's chains, then a NaN mask per chain of each ordered_max_min() one.
     int chains = std::max(1, k_.schedule.cpu.accumulators);
     int64_t step = static_cast<int64_t>(chains) * lanes;
     mlir::Value vector_end = whole_steps_end(from, to, step);
     if (stash) stash->end = vector_end;
-    std::vector<mlir::Value> init;
-    for (NodeId id : vectorized) init.insert(init.end(), chains, accumulator_identity(id, lanes));
-    std::vector<size_t> nan_at(vectorized.size(), 0);  // the first NaN mask's position
-    for (size_t q = 0; q < vectorized.size(); ++q)
-      if (ordered_max_min(vectorized[q])) {
-        nan_at[q] = init.size();
-        init.insert(init.end(), chains, constant(DType::Bool, 0, 0, lanes));
+    mlir::Value needs_patch;
+    std::vector<mlir::Value> results =
+        accumulate_vectors(vectorized, kept, row_base, from, vector_end, lanes, stash, /*deferred=*/true, &needs_patch);
+    if (needs_patch) {
+      // Some lane wanted an f32 fix-up (an exp below -87.3, whose result is subnormal): the
+      // whole loop again with the fix-ups in it. Rare, and it keeps the calls out of the hot loop.
+      std::vector<mlir::Type> types;
+      for (mlir::Value v : results) types.push_back(v.getType());
+      auto again = b_.create<mlir::scf::IfOp>(loc_, types, needs_patch, /*withElseRegion=*/true);
+      {
+        mlir::OpBuilder::InsertionGuard guard(b_);
+        b_.setInsertionPointToStart(&again.getThenRegion().front());
+        b_.create<mlir::scf::YieldOp>(
+            loc_, accumulate_vectors(vectorized, kept, row_base, from, vector_end, lanes, stash, /*deferred=*/false, nullptr));
+        b_.setInsertionPointToStart(&again.getElseRegion().front());
+        b_.create<mlir::scf::YieldOp>(loc_, results);
       }
-    auto vector_loop = b_.create<mlir::scf::ForOp>(loc_, from, vector_end, i64(step), init);
+      results.assign(again.getResults().begin(), again.getResults().end());
+    }
+    std::vector<size_t> nan_at(vectorized.size(), 0);  // the first NaN mask's position, as accumulate_vectors() lays them out
     {
-      mlir::OpBuilder::InsertionGuard guard(b_);
-      b_.setInsertionPointToStart(vector_loop.getBody());
-      auto args = vector_loop.getRegionIterArgs();
-      std::vector<mlir::Value> next(init.size());
-      for (int c = 0; c < chains; ++c) {
-        clear_caches();
-        mlir::Value j = add(vector_loop.getInductionVar(), i64(static_cast<int64_t>(c) * lanes));
-        for (size_t q = 0; q < vectorized.size(); ++q) {
-          NodeId id = vectorized[q];
-          mlir::Value x = to_accumulator(id, row_value(k_.body.node(id).inputs[0], kept, row_base, j, lanes), lanes);
-          size_t a = chains * q + c;
-          if (ordered_max_min(id)) {
-            next[a] = ordered_pick(id, args[a], x);
-            size_t m = nan_at[q] + c;
-            next[m] = b_.create<mlir::arith::OrIOp>(loc_, args[m], cmpf(mlir::arith::CmpFPredicate::UNO, x, x));
-          } else {
-            next[a] = combine(id, args[a], x);
-          }
+      size_t at = vectorized.size() * chains;
+      for (size_t q = 0; q < vectorized.size(); ++q)
+        if (ordered_max_min(vectorized[q])) {
+          nan_at[q] = at;
+          at += chains;
         }
-        if (stash) {
-          DType t = k_.body.node(stash->node).dtype;
-          store(output_slot_[stash->output], t, add(row_base, j), row_value(stash->node, kept, row_base, j, lanes), lanes);
-        }
-      }
-      b_.create<mlir::scf::YieldOp>(loc_, next);
-      clear_caches();
     }
     std::vector<mlir::Value> partial;
     for (size_t q = 0; q < vectorized.size(); ++q) {
       NodeId id = vectorized[q];
-      mlir::Value all = vector_loop.getResult(chains * q);
+      mlir::Value all = results[chains * q];
       if (!ordered_max_min(id)) {
-        for (int c = 1; c < chains; ++c) all = combine(id, all, vector_loop.getResult(chains * q + c));
+        for (int c = 1; c < chains; ++c) all = combine(id, all, results[chains * q + c]);
         partial.push_back(b_.create<mlir::vector::ReductionOp>(loc_, lane_combining_kind(id), all));
         continue;
       }
-      mlir::Value nan = vector_loop.getResult(nan_at[q]);
+      mlir::Value nan = results[nan_at[q]];
       for (int c = 1; c < chains; ++c) {
-        all = ordered_pick(id, all, vector_loop.getResult(chains * q + c));
-        nan = b_.create<mlir::arith::OrIOp>(loc_, nan, vector_loop.getResult(nan_at[q] + c));
+        all = ordered_pick(id, all, results[chains * q + c]);
+        nan = b_.create<mlir::arith::OrIOp>(loc_, nan, results[nan_at[q] + c]);
       }
       // No lane holds a NaN here, so the horizontal step needs no NaN handling either.
       bool max = k_.body.node(id).as<ir::ReduceAttrs>().kind == ir::ReduceKind::Max;
@@ -384,6 +575,80 @@ std::vector<mlir::Value> CpuKernelEmitter::accumulate(const std::vector<NodeId>&
   std::vector<mlir::Value> ordered;
   for (NodeId id : ids) ordered.push_back(result.at(id));
   return ordered;
+}
+
+std::vector<mlir::Value> CpuKernelEmitter::accumulate_vectors(const std::vector<NodeId>& vectorized,
+                                                             const std::vector<mlir::Value>& kept, mlir::Value row_base,
+                                                             mlir::Value from, mlir::Value vector_end, int lanes,
+                                                             RowStash* stash, bool deferred, mlir::Value* needs_patch) {
+  // Independent accumulators per reduction (the schedule's `accumulators`): that many
+  // dependency chains in flight, combined in order after the loop. Iteration arguments:
+  // each reduction's chains, then a NaN mask per chain of each ordered_max_min() one, then
+  // (deferred) the lanes that wanted a fix-up.
+  int chains = std::max(1, k_.schedule.cpu.accumulators);
+  int64_t step = static_cast<int64_t>(chains) * lanes;
+  std::vector<mlir::Value> init;
+  for (NodeId id : vectorized) init.insert(init.end(), chains, accumulator_identity(id, lanes));
+  std::vector<size_t> nan_at(vectorized.size(), 0);  // the first NaN mask's position
+  for (size_t q = 0; q < vectorized.size(); ++q)
+    if (ordered_max_min(vectorized[q])) {
+      nan_at[q] = init.size();
+      init.insert(init.end(), chains, constant(DType::Bool, 0, 0, lanes));
+    }
+  size_t patch_at = init.size();
+  if (deferred) init.push_back(constant(DType::Bool, 0, 0, lanes));
+  auto vector_loop = b_.create<mlir::scf::ForOp>(loc_, from, vector_end, i64(step), init);
+  std::vector<mlir::Value> masks;  // deferred fix-ups of the body
+  {
+    mlir::OpBuilder::InsertionGuard guard(b_);
+    b_.setInsertionPointToStart(vector_loop.getBody());
+    auto args = vector_loop.getRegionIterArgs();
+    std::vector<mlir::Value> next(init.size());
+    if (deferred) scalar_.defer_patches(&masks);
+    for (int c = 0; c < chains; ++c) {
+      clear_caches();
+      mlir::Value j = add(vector_loop.getInductionVar(), i64(static_cast<int64_t>(c) * lanes));
+      for (size_t q = 0; q < vectorized.size(); ++q) {
+        NodeId id = vectorized[q];
+        mlir::Value x = to_accumulator(id, row_value(k_.body.node(id).inputs[0], kept, row_base, j, lanes), lanes);
+        size_t a = chains * q + c;
+        if (ordered_max_min(id)) {
+          next[a] = ordered_pick(id, args[a], x);
+          size_t m = nan_at[q] + c;
+          next[m] = b_.create<mlir::arith::OrIOp>(loc_, args[m], cmpf(mlir::arith::CmpFPredicate::UNO, x, x));
+        } else {
+          next[a] = combine(id, args[a], x);
+        }
+      }
+      if (stash) {
+        DType t = k_.body.node(stash->node).dtype;
+        store(stash->slot, t, j, row_value(stash->node, kept, row_base, j, lanes), lanes);
+      }
+    }
+    scalar_.defer_patches(nullptr);
+    if (deferred) {
+      mlir::Value seen = args[patch_at];
+      for (mlir::Value m : masks) {
+        if (m.getType() != seen.getType()) {  // a mask of other lanes: whether any is set, in every lane
+          mlir::Value any = mlir::isa<mlir::VectorType>(m.getType())
+                                ? b_.create<mlir::vector::ReductionOp>(loc_, mlir::vector::CombiningKind::OR, m).getResult()
+                                : m;
+          m = b_.create<mlir::vector::BroadcastOp>(loc_, seen.getType(), any);
+        }
+        seen = b_.create<mlir::arith::OrIOp>(loc_, seen, m);
+      }
+      next[patch_at] = seen;
+    }
+    b_.create<mlir::scf::YieldOp>(loc_, next);
+    clear_caches();
+  }
+  std::vector<mlir::Value> results(vector_loop.getResults().begin(), vector_loop.getResults().end());
+  if (deferred) {
+    if (!masks.empty())
+      *needs_patch = b_.create<mlir::vector::ReductionOp>(loc_, mlir::vector::CombiningKind::OR, results[patch_at]);
+    results.pop_back();
+  }
+  return results;
 }
 
 // One element at a time, each element's index taken apart into the reduced dims.
