@@ -239,3 +239,26 @@ TEST_CASE("long rows take a block each on the CUDA simulator", "[scan][cuda][sim
     check_sim_bounded(g, sizes, 31);
   }
 }
+
+TEST_CASE("a take in a long scan's epilogue is checked in the chunked form too", "[scan][cpu][gather]") {
+  // cumsum(x) + take(y, i): the take can fuse into the scan's kernel as a producer of its
+  // epilogue, so the chunked functions (a row of 40000 elements) carry the index checks as well.
+  Graph g;
+  Tensor x = g.input("x", DType::F32, {1, sym("N")});
+  Tensor y = g.input("y", DType::F32, {sym("K")});
+  Tensor i = g.input("i", DType::I64, {1, sym("N")});
+  int line = __LINE__ + 1;
+  g.output("z", cumsum(x, 1) + take(y, i));
+  runtime::Executable exe = compile(g);
+  INFO(ir::print_program(exe.program()));
+  ir::TensorMap inputs = testing::random_inputs(g.ir(), {{"N", 40000}, {"K", 9}}, 3, false);
+  for (int64_t k = 0; k < 40000; ++k) inputs.at("i").set_i64(k, k % 17 - 8);  // -8 .. 8: all in range
+  CHECK(testing::compare_outputs(ir::interpret_with_bounds(g.ir(), inputs), exe.run(inputs)) == "");
+  inputs.at("i").set_i64(30000, 9);
+  std::string want = "test_scan.cpp:" + std::to_string(line) + ": error: take: index 9 is out of range for axis 0 of size 9";
+  CHECK_THROWS_WITH(ir::interpret(g.ir(), inputs), Catch::EndsWith(want));
+  ir::TensorMap outputs{{"z", ir::HostArray(DType::F32, {1, 40000})}};
+  outputs.at("z").set_f64(0, 42.0);
+  CHECK_THROWS_WITH(exe.run(inputs, outputs), Catch::EndsWith(want));
+  CHECK(outputs.at("z").get_f64(0) == 42.0);
+}
