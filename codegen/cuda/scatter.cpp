@@ -143,10 +143,8 @@ void CudaKernelEmitter::emit_scatter_bins(NodeId id) {
 void CudaKernelEmitter::emit_index_add(NodeId id) {
   using mlir::gpu::Dimension;
   const Node& n = k_.body.node(id);
-  if (n.dtype == DType::Bool)
-    throw ir::Error("index_add: the CUDA target does not compile index_add on bool (no atomic add); run it on the CPU "
-                    "target or the interpreter",
-                    n.loc);
+  if (n.dtype == DType::Bool)  // (the op takes numeric x only)
+    throw ir::Error(fail_text("index_add on bool has no atomic add"));
   int axis = n.as<ir::GatherAttrs>().axis;
   NodeId x = n.inputs[0], indices = n.inputs[1], values = n.inputs[2];
   int out = output_slot_[0];
