@@ -179,3 +179,24 @@ TEST_CASE("CUDA scatter kernels assemble with ptxas", "[scatter_cuda][ptxas]") {
   CHECK(m.ptx.find("atom.shared") != std::string::npos);
   CHECK(m.ptx.find("atom.global") != std::string::npos);
 }
+
+TEST_CASE("CUDA scatter kernels with symbolic sizes: one executable serves every size", "[scatter_cuda][sim]") {
+  Graph g;
+  Tensor x = g.input("x", DType::F32, {ir::Dim::symbol("N")});
+  Tensor c = g.input("c", DType::I32, {ir::Dim::symbol("N")});
+  Tensor i = g.input("i", DType::I64, {ir::Dim::symbol("M")});
+  g.output("h", histogram(x * 2, 16, -4.0, 4.0));
+  g.output("counts", bincount(c, 300, exp(x)));
+  g.output("added", index_add(g.input("y", DType::F64, {4, 3}), i, g.input("v", DType::F64, {ir::Dim::symbol("M"), 3}), 0));
+  std::unique_ptr<runtime::CudaExecutable> exe = compile_cuda(g, Target::cuda_sim());
+  for (int64_t n : {1, 7, 1023}) {
+    INFO("n = " << n);
+    uint32_t seed = static_cast<uint32_t>(n);
+    TensorMap inputs = {{"x", random_values(DType::F32, {n}, seed)},
+                        {"c", random_ints(DType::I32, {n}, 0, 300, seed + 1)},
+                        {"i", random_ints(DType::I64, {n}, -4, 4, seed + 2)},
+                        {"y", random_values(DType::F64, {4, 3}, seed + 3)},
+                        {"v", random_values(DType::F64, {n, 3}, seed + 4)}};
+    CHECK(testing::compare_outputs(ir::interpret_with_bounds(g.ir(), inputs), exe->run_host(inputs)) == "");
+  }
+}
