@@ -58,7 +58,7 @@ void check_sim(const Graph& g, const TensorMap& inputs) {
 
 }  // namespace
 
-TEST_CASE("CUDA histogram equals the interpreter: dtypes, sizes, bins, edges and NaN", "[scatter_cuda][sim]") {
+TEST_CASE("CUDA histogram equals the interpreter over dtypes and sizes and bins and edges and NaN", "[scatter_cuda][sim]") {
   for (DType t : {DType::F32, DType::F64, DType::I32, DType::I64}) {
     for (int64_t bins : {1, 7, 256, 5000}) {
       for (int64_t n : {1, 7, 1023, 100003}) {
@@ -80,7 +80,7 @@ TEST_CASE("CUDA histogram equals the interpreter: dtypes, sizes, bins, edges and
   }
 }
 
-TEST_CASE("CUDA bincount equals the interpreter: unweighted and weighted, lengths", "[scatter_cuda][sim]") {
+TEST_CASE("CUDA bincount equals the interpreter unweighted and weighted over lengths", "[scatter_cuda][sim]") {
   for (DType it : {DType::I32, DType::I64}) {
     for (int64_t length : {1, 7, 256, 5000}) {
       for (int64_t n : {1, 7, 1023, 100003}) {
@@ -102,7 +102,7 @@ TEST_CASE("CUDA bincount equals the interpreter: unweighted and weighted, length
   }
 }
 
-TEST_CASE("CUDA index_add equals the interpreter: dtypes, axes, negative and repeated indices", "[scatter_cuda][sim]") {
+TEST_CASE("CUDA index_add equals the interpreter over dtypes and axes with negative and repeated indices", "[scatter_cuda][sim]") {
   for (DType t : {DType::F32, DType::F64, DType::I32, DType::I64}) {
     for (int64_t n : {1, 7, 1023}) {
       INFO(ir::dtype_name(t) << " n = " << n);
@@ -180,7 +180,7 @@ TEST_CASE("CUDA scatter kernels assemble with ptxas", "[scatter_cuda][ptxas]") {
   CHECK(m.ptx.find("atom.global") != std::string::npos);
 }
 
-TEST_CASE("CUDA scatter kernels with symbolic sizes: one executable serves every size", "[scatter_cuda][sim]") {
+TEST_CASE("CUDA scatter kernels with symbolic sizes serve every size from one executable", "[scatter_cuda][sim]") {
   Graph g;
   Tensor x = g.input("x", DType::F32, {ir::Dim::symbol("N")});
   Tensor c = g.input("c", DType::I32, {ir::Dim::symbol("N")});
