@@ -23,6 +23,13 @@ namespace fuse::codegen {
 /// arguments in this order.
 std::vector<std::string> program_symbols(const ir::Program& p);
 
+/// The type histogram/bincount `n` adds its bins up in (CPU and CUDA scatter kernels): i64
+/// counts and integer sums, f64 float sums (cast to the node's dtype at the end).
+inline ir::DType scatter_bin_type(const ir::Graph& body, const ir::Node& n) {
+  if (n.kind == ir::OpKind::Bincount && n.inputs.size() == 2 && ir::is_float(body.node(n.inputs[1]).dtype)) return ir::DType::F64;
+  return ir::DType::I64;
+}
+
 class KernelEmitterBase {
  public:
   virtual ~KernelEmitterBase() = default;
@@ -184,6 +191,10 @@ class KernelEmitterBase {
   /// take / take_along_axis at `idx`: idx's element at the output position, checked, then x at
   /// the gathered position (0 when the index is bad: nothing is read out of bounds).
   mlir::Value gather_value(NodeId id, const std::vector<mlir::Value>& idx);
+  /// Histogram node `id`'s bin for x value `v` (as f64), `bins` (i64) its bin count: the
+  /// interpreter's edges and NumPy's float guess corrected against them; -1 when v is outside
+  /// the range or NaN. (Shared by the CPU and CUDA scatter kernels.)
+  mlir::Value histogram_bin(NodeId id, mlir::Value v, mlir::Value bins);
 
   /// A nested region: the caches start empty in it, and what they held before it comes back
   /// after it (those values were defined before the region, so they dominate what follows it;

@@ -505,18 +505,19 @@ static std::string short_label(const Node& n) {
   return std::string(ir::op_kind_name(n.kind));
 }
 
-// How a Scatter kernel runs (docs/language.md; the CUDA target does not compile scatters yet).
+// How a Scatter kernel runs (docs/language.md): on the CPU, and on CUDA (atomics).
 static std::string scatter_explanation(const ir::Graph& g, const FusionGroup& group) {
   for (NodeId id : group.nodes) {
     const Node& n = g.node(id);
     if (n.kind == OpKind::IndexAdd)
       return "  a scatter (index_add along axis " + std::to_string(n.as<ir::GatherAttrs>().axis) +
              "): the result starts as a copy of x, then each column of it (every index but the axis) adds its "
-             "values in index order on one CPU thread; elementwise producers of x, the indices and the values run "
-             "as its prologue\n";
+             "values in index order on one CPU thread (CUDA: a copy, then one global atomic add per value); "
+             "elementwise producers of x, the indices and the values run as its prologue\n";
     if (n.kind == OpKind::Bincount || n.kind == OpKind::Histogram)
       return "  a scatter (" + std::string(ir::op_kind_name(n.kind)) + " into " + ir::shape_str(n.shape) +
-             " bins): chunks of the input counted into private bins, added up in chunk order on the CPU; "
+             " bins): chunks of the input counted into private bins, added up in chunk order on the CPU (CUDA: "
+             "per-block shared-memory bins, then global atomics); "
              "elementwise producers of its operands run as its prologue\n";
   }
   return "";

@@ -50,15 +50,6 @@ inline std::vector<std::string> input_symbols(const ir::Graph& g) {
   return {names.begin(), names.end()};
 }
 
-/// Whether `g` uses scatter ops (issue 16: index_add, bincount, histogram), which the CUDA
-/// target does not compile yet: the CUDA tests skip those graphs (with a warning) until it does.
-/// (take and take_along_axis compile.)
-inline bool uses_scatter(const ir::Graph& g) {
-  for (const ir::Node& n : g.nodes)
-    if (ir::is_gather_scatter(n.kind) && n.kind != ir::OpKind::Take && n.kind != ir::OpKind::TakeAlongAxis) return true;
-  return false;
-}
-
 /// Redraws the integer inputs that gather/scatter ops read as indices (directly or through
 /// views) into their valid range: [-size, size) for take, take_along_axis and index_add, [0, K)
 /// for bincount. Random test inputs are otherwise small integers of either sign or extremes,

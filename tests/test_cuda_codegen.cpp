@@ -117,7 +117,6 @@ TEST_CASE("every example compiles to PTX that ptxas accepts for sm_80 and sm_90"
   for (const fs::path& file : files) {
     SECTION(file.filename().string()) {
       ir::Graph g = testing::compile_example(file);
-      if (testing::uses_scatter(g)) continue;  // not compiled for CUDA yet (issue 16)
       check_compiles(g, {"sm_80", "sm_90"});
     }
   }

@@ -52,10 +52,6 @@ using testing::sizes_str;
 
 /// Runs `g` on the simulator at every size set and compares with the interpreter.
 void check_graph(const ir::Graph& g, const std::string& what, bool every_size = true) {
-  if (testing::uses_scatter(g)) {
-    WARN(what << ": skipped: the CUDA target does not compile scatter ops yet");
-    return;
-  }
   std::unique_ptr<runtime::CudaExecutable> exe = compile_cuda(g, Target::cuda_sim());
   uint64_t seed = 1;
   std::vector<ir::SymbolBindings> sets = size_sets(g);

@@ -277,9 +277,7 @@ class CpuKernelEmitter : public KernelEmitterBase {
   void emit_scatter(mlir::Value begin, mlir::Value end);
   void emit_scatter_chunk(mlir::Value chunk, mlir::Value chunks, mlir::Value bins);
   void emit_index_add_column(mlir::Value column);
-  // The bin of histogram `id` that f64 value `v` falls in (NumPy's rule, as the interpreter
-  // computes it), or -1 when it falls in none (outside the range, NaN).
-  mlir::Value histogram_bin(NodeId id, mlir::Value v, mlir::Value bins);
+  // (histogram_bin is KernelEmitterBase's: the CUDA scatter kernels use it too.)
   // Whether the kernel takes a scratch slot after its own (split reductions, histogram/bincount).
   bool takes_scratch() const;
   // ir::scatter_chunks of the run's B.

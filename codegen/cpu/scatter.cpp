@@ -25,11 +25,7 @@ using ir::OpKind;
 
 namespace {
 
-// The type a histogram/bincount adds its bins up in: i64 counts and integer sums, f64 float sums.
-DType bin_type(const ir::Graph& body, const Node& n) {
-  if (n.kind == OpKind::Bincount && n.inputs.size() == 2 && ir::is_float(body.node(n.inputs[1]).dtype)) return DType::F64;
-  return DType::I64;
-}
+DType bin_type(const ir::Graph& body, const Node& n) { return scatter_bin_type(body, n); }
 
 }  // namespace
 
@@ -96,7 +92,7 @@ void CpuKernelEmitter::emit_scatter_chunk(mlir::Value chunk, mlir::Value chunks,
   });
 }
 
-mlir::Value CpuKernelEmitter::histogram_bin(NodeId id, mlir::Value v, mlir::Value bins) {
+mlir::Value KernelEmitterBase::histogram_bin(NodeId id, mlir::Value v, mlir::Value bins) {
   using mlir::arith::CmpFPredicate;
   using mlir::arith::CmpIPredicate;
   const Node& n = k_.body.node(id);

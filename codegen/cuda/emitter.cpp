@@ -32,6 +32,7 @@ void CudaKernelEmitter::emit(mlir::gpu::GPUModuleOp module) {
     case ir::LoopForm::SharedTileMatmul: emit_matmul(); break;
     case ir::LoopForm::PerElement: emit_per_element(); break;
     case ir::LoopForm::ScanRows: emit_scan_rows(); break;
+    case ir::LoopForm::Scatter: emit_scatter(); break;  // issue 16
     default:
       throw ir::Error(fail_text("kernel " + k_.name + " has loop form " + std::string(ir::loop_form_name(k_.schedule.form)) +
                                 ", which is not a CUDA form"));
@@ -53,6 +54,11 @@ void CudaKernelEmitter::assign_args() {
     scratch_param_ = slots++;
     args_.push_back({ir::CudaArg::Kind::Scratch, static_cast<int>(plan_.scratch_bytes.size())});
     plan_.scratch_bytes.push_back(two_stage_scratch_bytes(k_));
+  }
+  if (k_.schedule.form == ir::LoopForm::Scatter && scatter_scratch_bytes(k_) > 0) {  // issue 16: 8-byte bins
+    scratch_param_ = slots++;
+    args_.push_back({ir::CudaArg::Kind::Scratch, static_cast<int>(plan_.scratch_bytes.size())});
+    plan_.scratch_bytes.push_back(scatter_scratch_bytes(k_));
   }
   if (!ir::checked_nodes(k_.body).empty()) {  // issue 16: the run's error record, one per plan
     if (plan_.error_scratch < 0) {

@@ -63,6 +63,13 @@ namespace fuse::codegen {
 constexpr int64_t kMaxPartials = 1024;
 constexpr int kWarp = 32;
 
+/// Per-block shared-memory bins of histogram/bincount kernels up to this size (else global
+/// atomics only).
+constexpr int64_t kSharedBinBytes = 32 * 1024;
+/// Scratch bytes a Scatter kernel's bins need: 0 when it adds straight into its output (an
+/// 8-byte output of the bin type: counts, i64 or f64 sums, or index_add), else 8 bytes per bin.
+int64_t scatter_scratch_bytes(const ir::Kernel& k);
+
 /// Scratch bytes a TwoStage kernel needs: the first launch's block count, then kMaxPartials
 /// 8-byte partials per reduction.
 int64_t two_stage_scratch_bytes(const ir::Kernel& k);
@@ -277,6 +284,18 @@ class CudaKernelEmitter : public KernelEmitterBase {
   // products are regrouped (f64, within the rounding model's scan bound, which holds for any
   // grouping). No carry pass across blocks yet: a single long row runs on one block.
   void block_scan_row(mlir::Value row, int threads, const ScanStore& store);
+  // ---- Scatter (codegen/cuda/scatter.cpp, issue 16) ----
+  // histogram/bincount: NAME_zero zeroes the bins (the output, or scratch_bins_bytes' scratch
+  // when the output is not the 8-byte bin type), NAME adds into per-block shared-memory bins
+  // (B static and B * 8 <= kSharedBinBytes) with atomics, then adds each block's nonzero bins to
+  // global memory with atomics (else global atomics directly); NAME_finish casts scratch bins to
+  // the output's dtype. index_add: NAME_copy copies x to the output, NAME adds each value at its
+  // checked index with a global atomic.
+  void emit_scatter();
+  void emit_scatter_bins(NodeId id);
+  void emit_index_add(NodeId id);
+  // `v` added to the element of type `t` at `address` (global or shared) by one atomicrmw.
+  void atomic_add(DType t, mlir::Value address, mlir::Value v);
   // Reduce node `id` at index `idx` of its shape, folded by this thread.
   mlir::Value reduce_here(NodeId id, const std::vector<mlir::Value>& idx);
   // Matmul node `id` at index `idx` of its shape, one dot product in k order, in f64 or i64.

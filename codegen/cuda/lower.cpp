@@ -73,22 +73,8 @@ void check_sm(int sm) {
                     "run sm_90 PTX (the driver compiles it for them)");
 }
 
-// scatters (issue 16): the CUDA kernels (privatized shared-memory bins and atomics) are not
-// written yet; refuse them by name rather than fail inside the emitter. take / take_along_axis
-// are indexed loads (codegen/emitter.cpp).
-void check_no_gather_scatter(const ir::Program& p) {
-  for (const ir::Kernel& k : p.kernels)
-    for (const ir::Node& n : k.body.nodes)
-      if (ir::is_gather_scatter(n.kind) && n.kind != ir::OpKind::Take && n.kind != ir::OpKind::TakeAlongAxis)
-        throw ir::Error(std::string(ir::op_kind_name(n.kind)) +
-                            ": the CUDA target does not compile scatter ops yet (index_add, bincount, histogram); "
-                            "run this program on the CPU target or the interpreter",
-                        n.loc);
-}
-
 Built build_module(mlir::MLIRContext& context, const ir::Program& p, const CudaOptions& options) {
   check_sm(options.sm);
-  check_no_gather_scatter(p);
   Built built;
   built.plan.sm = "sm_" + std::to_string(options.sm);
   built.plan.symbols = program_symbols(p);
