@@ -531,10 +531,13 @@ std::string explain_fusion(const ir::Graph& g, const Partition& p) {
          ir::shape_str(group.space) + "):";
     for (NodeId id : group.nodes) s += " %" + std::to_string(id);
     s += "\n";
+    // The CUDA numbers are codegen/cuda/emitter.h's kScanFewRows and kScanChunkLength.
     if (group.kind == KernelKind::Scan)
       s += "  a scan along axis " + std::to_string(group.axes.at(0)) +
            ": each row along that axis is folded in order from its first element, rows in parallel "
-           "(CPU: few long rows in chunks; CUDA: a block per long row); its elementwise producers run as the prologue of each step, "
+           "(CPU: few long rows in chunks; CUDA: a thread per short row, a block per long row, and with fewer than 256 rows "
+           "longer than 4096 elements a block per chunk in three launches: chunk totals, a scan of each row's totals, "
+           "each chunk rescanned from its carry); its elementwise producers run as the prologue of each step, "
            "its elementwise consumers as the epilogue\n";
     if (group.kind == KernelKind::Scatter) s += scatter_explanation(g, group);
     // issue 16: gathers are loads of this kernel, not kernels of their own.

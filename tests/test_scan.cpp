@@ -230,7 +230,8 @@ TEST_CASE("scan epilogues run on the CUDA simulator", "[scan][cuda][sim]") {
 
 TEST_CASE("long rows take a block each on the CUDA simulator", "[scan][cuda][sim]") {
   // Rows of 256 and more elements are block scans (warp shuffles, a carry from tile to tile);
-  // 1023 (above) and 5000 leave partial tiles; 300007 is many tiles in one block.
+  // 1023 (above) leaves a partial tile. 5000 and 300007 are few long rows: chunks on many blocks
+  // with a carry pass (np-cuda-scan; tests/test_scan_cuda.cpp has that form's cases).
   std::vector<ir::SymbolBindings> sizes = {{{"R", 1}, {"N", 256}}, {{"R", 2}, {"N", 5000}}, {{"R", 1}, {"N", 300007}}};
   for (DType t : kDTypes) {
     INFO(ir::dtype_name(t));

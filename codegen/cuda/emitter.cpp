@@ -60,6 +60,11 @@ void CudaKernelEmitter::assign_args() {
     args_.push_back({ir::CudaArg::Kind::Scratch, static_cast<int>(plan_.scratch_bytes.size())});
     plan_.scratch_bytes.push_back(scatter_scratch_bytes(k_));
   }
+  if (k_.schedule.form == ir::LoopForm::ScanRows) {  // np-cuda-scan: the chunk totals of long scans
+    scratch_param_ = slots++;
+    args_.push_back({ir::CudaArg::Kind::Scratch, static_cast<int>(plan_.scratch_bytes.size())});
+    plan_.scratch_bytes.push_back(scan_scratch_bytes(k_));
+  }
   if (!ir::checked_nodes(k_.body).empty()) {  // issue 16: the run's error record, one per plan
     if (plan_.error_scratch < 0) {
       plan_.error_scratch = static_cast<int>(plan_.scratch_bytes.size());

@@ -30,6 +30,9 @@
 //   to each output before its store.
 // - PerElement: a kernel whose outputs permute or reshape a reduction's or matmul's result: element by
 //   element, each thread folding the reductions (dot products) its elements need.
+// - ScanRows (scan.cpp): a thread per short row, a block per long row, or for few long rows
+//   three launches: chunk totals, a scan of each row's totals (the carries), each chunk rescanned
+//   from its carry and stored.
 // Reductions accumulate as the interpreter does: float sums, products and means in f64, integer
 // ones in i64, float max/min in their own type (exact), user combiners sequentially in the
 // node's dtype. A user combiner that regroups (ir::combiner_regroups: associative, its init an
@@ -69,6 +72,15 @@ constexpr int64_t kSharedBinBytes = 32 * 1024;
 /// Scratch bytes a Scatter kernel's bins need: 0 when it adds straight into its output (an
 /// 8-byte output of the bin type: counts, i64 or f64 sums, or index_add), else 8 bytes per bin.
 int64_t scatter_scratch_bytes(const ir::Kernel& k);
+
+/// np-cuda-scan: a ScanRows kernel's multi-block form (few long rows) cuts a row into chunks of
+/// at least kScanChunkLength elements when it has fewer than kScanFewRows rows (rows alone would
+/// not fill a GPU's SMs), its chunk totals in kMaxScanChunks 8-byte scratch slots.
+constexpr int64_t kScanChunkLength = 4096;
+constexpr int64_t kScanFewRows = 256;
+constexpr int64_t kMaxScanChunks = 8192;
+/// Scratch bytes a ScanRows kernel needs: the chunk totals (kMaxScanChunks slots of 8 bytes).
+int64_t scan_scratch_bytes(const ir::Kernel& k);
 
 /// Scratch bytes a TwoStage kernel needs: the first launch's block count, then kMaxPartials
 /// 8-byte partials per reduction.
@@ -272,17 +284,45 @@ class CudaKernelEmitter : public KernelEmitterBase {
   // read by another one is folded again for each of its elements). Slow, but it takes any
   // view after a reduction or matmul; the kernels the passes make rarely need it.
   void emit_per_element();
-  // ---- ScanRows (codegen/cuda/scan.cpp, np-scan) ----
-  // Chosen per run by the row length (uniform over the grid): rows shorter than a block
-  // (kBlockScanLength) take a thread each, folding in order (grid-stride over the rows); longer
-  // rows take a block each (grid-stride over the rows): block_scan_row. One launch of one
-  // block per row (at most 65536). The epilogue is stored at every step.
+  // ---- ScanRows (codegen/cuda/scan.cpp, np-scan; the carry pass across blocks: np-cuda-scan) ----
+  // Three launches; each kernel picks the form at run time from the row count R and the row
+  // length L (uniform over the grid, so every launch agrees; sizes may be symbolic), and the
+  // plan's grid rules mirror that choice (scan_launch_rules):
+  // - rows shorter than a block (kBlockScanLength): NAME, a thread per row, folding in order
+  //   (grid-stride over the rows);
+  // - R >= kScanFewRows or L <= kScanChunkLength: NAME, a block per row (grid-stride over the
+  //   rows): block_scan_row;
+  // - few long rows (R < kScanFewRows, L > kScanChunkLength): each row cut into C chunks
+  //   (scan_chunks), a block per (row, chunk) pair: NAME scans each chunk (the prologue) and
+  //   writes its total to scratch; NAME_carries, a block per row, scans the row's C totals in
+  //   place (inclusive); NAME_finish rescans each chunk from its carry (the totals before it)
+  //   and stores every step (the epilogue sees the final prefixes).
+  // NAME_carries and NAME_finish do nothing (one block each) in the first two forms.
   void emit_scan_rows();
-  // Row `row` in tiles of `threads` elements, a carry from tile to tile: thread t takes element
-  // tile + t; an inclusive warp scan with shfl.up, one slot per warp in shared memory, each
-  // thread adding the warps before its own and the carry. Integers are exact; float sums and
-  // products are regrouped (f64, within the rounding model's scan bound, which holds for any
-  // grouping). No carry pass across blocks yet: a single long row runs on one block.
+  // The chunks per row of the multi-block form at run time: 1 (a single-launch form) unless
+  // R < kScanFewRows and L > kScanChunkLength; then min(ceil(L / kScanChunkLength),
+  // kMaxScanChunks / R), so that the totals of all R * C chunks fit the scratch.
+  mlir::Value scan_chunks(mlir::Value rows, mlir::Value length);
+  // What a block scan reads and writes at position j: idx = index(j); element(idx) (an
+  // accumulator; called only for j in range); store(idx, prefix) after the scan (none: only the
+  // total is wanted).
+  struct BlockScanSteps {
+    std::function<std::vector<mlir::Value>(mlir::Value)> index;
+    std::function<mlir::Value(const std::vector<mlir::Value>&)> element;
+    std::function<void(const std::vector<mlir::Value>&, mlir::Value)> store;
+  };
+  // Positions [from, to) in tiles of `threads`, from `carry` (an accumulator), a carry from tile
+  // to tile: thread t takes position tile + t; an inclusive warp scan with shfl.up, one slot per
+  // warp in shared memory, each thread adding the warps before its own and the carry. Returns
+  // the carry after `to` (every thread has it). Integers are exact; float sums and products are
+  // regrouped (f64, within the rounding model's scan bound, which holds for any grouping). Every
+  // thread of the block must call it (barriers); each tile ends with one, so the shared slots
+  // are free again when it returns.
+  mlir::Value block_scan(mlir::Value from, mlir::Value to, mlir::Value carry, int threads, const BlockScanSteps& steps);
+  // The scan's steps over elements of row `row` (the prologue, and the outputs through `store`
+  // when given).
+  BlockScanSteps scan_row_steps(mlir::Value row, const ScanStore* store);
+  // Row `row` as one block scan from the identity, every step stored.
   void block_scan_row(mlir::Value row, int threads, const ScanStore& store);
   // ---- Scatter (codegen/cuda/scatter.cpp, issue 16) ----
   // histogram/bincount: NAME_zero zeroes the bins (the output, or scratch_bins_bytes' scratch
