@@ -8,7 +8,7 @@
 //
 // Kernel ABI (ir/cuda_plan.h): every parameter is 8 bytes, in this order: the kernel's input
 // buffers (its body's Input nodes in order), its output buffers, the constants it reads, its
-// scratch (two-stage reductions), the run's error record (kernels with index checks:
+// scratch (two-stage reductions, scatter bins, a scan's chunk totals), the run's error record (kernels with index checks:
 // ir/index_check.h, CudaPlan::error_scratch), then the size of every shape symbol of the Program (sorted by
 // name, CudaPlan::symbols). Buffers are addressed with llvm.getelementptr/load/store on plain
 // pointers; shared memory is an llvm.mlir.global in address space 3; indices are i64.
