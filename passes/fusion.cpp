@@ -199,7 +199,8 @@ class Partitioner {
     std::string name;
     reaches(id, gs, [&](const Node& m) {
       bool keeps_rows = m.kind == OpKind::Elementwise || m.kind == OpKind::BroadcastTo ||
-                        m.kind == OpKind::ExpandDims || m.kind == OpKind::Squeeze || m.kind == OpKind::Reduce;
+                        m.kind == OpKind::ExpandDims || m.kind == OpKind::Squeeze || m.kind == OpKind::Reduce ||
+                        m.kind == OpKind::Matmul;  // (refused below: a reduction or matmul into a matmul)
       if (!keeps_rows) name = std::string(ir::op_kind_name(m.kind));
       return !keeps_rows;
     });
