@@ -281,6 +281,9 @@ void Executable::launch(const ir::Kernel& k, const CpuKernelCode& code, std::vec
     }
     if (error_record) pointers.push_back(error_record);
     int64_t total = ir::evaluate(ir::parallel_iterations(k), symbols);
+    // np-gaps: with no work, a kernel with index checks still checks the indices of its empty
+    // takes (the interpreter checks them all).
+    if (total == 0 && error_record) code.fn(pointers.data(), symbol_sizes.data(), 0, 0);
     ThreadPool::global().parallel_for(0, total, std::max<int64_t>(1, k.schedule.cpu.grain),
                                       [&](int64_t begin, int64_t end) {
                                         code.fn(pointers.data(), symbol_sizes.data(), begin, end);
