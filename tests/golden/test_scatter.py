@@ -150,6 +150,18 @@ check_error("histogram_bad_range", "input x: f32[N]\noutput y = histogram(x, bin
             {"x": np.zeros(1, np.float32)}, "error: 'range' must have lower bound <= upper bound, got [1, 0]")
 check_error("histogram_bad_bins", "input x: f32[N]\noutput y = histogram(x, bins=0, range=[0.0, 1.0])\n",
             {"x": np.zeros(1, np.float32)}, "'bins' must be a positive integer")
+# bool operands (np-gaps): NumPy converts them (np.bincount(bool x) counts 0s and 1s); fuse
+# rejects them when the graph is built, with the op's name, so no scatter kernel sees a bool.
+assert np.bincount(np.array([True, False, True])).tolist() == [1, 2]
+b2, i2 = np.array([True, False]), np.array([0, 1], np.int64)
+check_error("bincount_bool_x", "input x: bool[N]\noutput y = bincount(x, minlength=2)\n", {"x": b2},
+            "bincount: x must be a 1-D i32 or i64 tensor, not bool")
+check_error("bincount_bool_weights", "input x: i64[N]\ninput w: bool[N]\noutput y = bincount(x, minlength=2, weights=w)\n",
+            {"x": i2, "w": b2}, "bincount: weights must be numeric, not bool")
+check_error("histogram_bool", "input x: bool[N]\noutput y = histogram(x, bins=2, range=[0.0, 1.0])\n", {"x": b2},
+            "histogram: x must be numeric, not bool")
+check_error("index_add_bool", "input x: bool[N]\ninput i: i64[K]\ninput v: bool[K]\noutput y = index_add(x, i, v)\n",
+            {"x": b2, "i": i2, "v": b2}, "index_add: x must be numeric, not bool")
 
 # ---- the three examples' building blocks: embedding mean and cross entropy
 table = rng.standard_normal((11, 4)).astype(np.float32)
