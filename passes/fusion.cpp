@@ -207,6 +207,23 @@ class Partitioner {
     return name;
   }
 
+  // np-gaps (issue 16): whether a value computed from `id` in the group is the x operand of a
+  // gather there, which reads it only at the positions its indices name.
+  bool gathered_from(NodeId id, const GroupState& gs) const {
+    std::vector<NodeId> stack{id};
+    std::set<NodeId> seen{id};
+    while (!stack.empty()) {
+      NodeId cur = stack.back();
+      stack.pop_back();
+      for (NodeId u : users_[cur]) {
+        if (!gs.members.count(u)) continue;
+        if (is_gather(node(u).kind) && node(u).inputs[0] == cur) return true;
+        if (seen.insert(u).second) stack.push_back(u);
+      }
+    }
+    return false;
+  }
+
   bool feeds_matmul(NodeId id, const GroupState& gs) const {
     return reaches(id, gs, [](const Node& n) { return n.kind == OpKind::Matmul; });
   }
@@ -312,6 +329,9 @@ class Partitioner {
       // part of the result (a slice of it) would skip some.
       if (reaches(id, gs, [](const Node& m) { return m.kind == OpKind::Slice; }))
         return "a slice of it reads only some of its indices (each must be checked): stored first";
+      if (gathered_from(id, gs))
+        return "another gather reads it at data-dependent positions, so only some of its indices (each must be "
+               "checked): stored first";
       return "";
     }
 

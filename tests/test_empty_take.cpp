@@ -4,7 +4,8 @@
 // even when the kernel has no work at all. CPU and CUDA simulator: the interpreter's error (the
 // op, the source line, the index, the size), the caller's outputs left as they were, and good
 // indices run. take_along_axis checks the indices that reach an output element, in the
-// interpreter and compiled alike.
+// interpreter and compiled alike. A take read by another take is stored first (fused, only the
+// elements the outer one names would be checked).
 #include <catch2/catch.hpp>
 
 #include <cstdlib>
@@ -14,6 +15,7 @@
 #include "frontends/api.h"
 #include "frontends/compile.h"
 #include "ir/interpreter.h"
+#include "passes/pipeline.h"
 #include "random_graph.h"
 #include "runtime/cuda_executable.h"
 
@@ -146,4 +148,25 @@ TEST_CASE("take_along_axis with an empty result checks only the indices it reads
   inputs = testing::random_inputs(g.ir(), {{"N", 2}}, 3);
   inputs.at("j").set_i64(0, 5);
   CHECK_THROWS_WITH(compile(g).run(inputs), Catch::Contains("take_along_axis: index 5 is out of range"));
+}
+
+TEST_CASE("a take read by another take is stored first, so each of its indices is checked", "[empty_take][fusion][errors]") {
+  // Fused, the outer take would load (and check) only the inner take's elements it names.
+  Graph g;
+  Tensor x = g.input("x", DType::F32, {sym("N")});
+  Tensor a = g.input("a", DType::I64, {sym("K")}), b = g.input("b", DType::I64, {sym("L")});
+  int line = __LINE__ + 1;
+  g.output("y", take(exp(take(x, a)), b) + 1.0f);
+  CHECK(passes::run_pipeline(g.ir()).program.kernels.size() == 2);
+  TensorMap inputs = testing::random_inputs(g.ir(), {{"N", 3}, {"K", 2}, {"L", 1}}, 5);
+  inputs["a"] = indices({0, 7});
+  inputs["b"] = indices({0});
+  std::string want = "test_empty_take.cpp:" + std::to_string(line) + ": error: take: index 7 is out of range for axis 0 of size 3";
+  CHECK_THROWS_WITH(ir::interpret(g.ir(), inputs), Catch::EndsWith(want));
+  CHECK_THROWS_WITH(compile(g).run(inputs), Catch::EndsWith(want));
+  CHECK_THROWS_WITH(compile_cuda(g, Target::cuda_sim())->run_host(inputs), Catch::EndsWith(want));
+  inputs["a"] = indices({0, -1});
+  ir::ValuesAndBounds expected = ir::interpret_with_bounds(g.ir(), inputs);
+  CHECK(testing::compare_outputs(expected, compile(g).run(inputs)) == "");
+  CHECK(testing::compare_outputs(expected, compile_cuda(g, Target::cuda_sim())->run_host(inputs)) == "");
 }
