@@ -170,3 +170,27 @@ TEST_CASE("a take read by another take is stored first, so each of its indices i
   CHECK(testing::compare_outputs(expected, compile(g).run(inputs)) == "");
   CHECK(testing::compare_outputs(expected, compile_cuda(g, Target::cuda_sim())->run_host(inputs)) == "");
 }
+
+TEST_CASE("kernels with takes and no work at all run on every loop form", "[empty_take][cpu][sim]") {
+  // N = 0: each kernel below has no work; the CPU still calls it once to check its empty takes.
+  Graph g;
+  Tensor x = g.input("x", DType::F32, {sym("N"), 3}), w = g.input("w", DType::F32, {3, sym("M")});
+  Tensor b = g.input("b", DType::F32, {5}), i = g.input("i", DType::I64, {sym("M")});
+  Tensor j = g.input("j", DType::I64, {2});
+  g.output("epilogue", matmul(x, w) + take(b, i));      // a matmul with a take in its epilogue
+  Tensor t = take(x, j, 1);
+  g.output("rows", exp(t - max(t, {1}, true)));          // a row-wise kernel
+  g.output("columns", sum(take(x, j, 1) * 2.0f, 0));     // a reduction over the empty axis
+  g.output("transposed", transpose(take(x, j, 1)) + 1.0f);
+  for (int64_t n : {0, 1, 7}) {
+    INFO("N = " << n);
+    TensorMap inputs = testing::random_inputs(g.ir(), {{"N", n}, {"M", 4}}, 9);
+    inputs["i"] = indices({0, -1, 4, 2});
+    inputs["j"] = indices({2, -3});
+    ir::ValuesAndBounds expected = ir::interpret_with_bounds(g.ir(), inputs);
+    CHECK(testing::compare_outputs(expected, compile(g).run(inputs)) == "");
+    CHECK(testing::compare_outputs(expected, compile_cuda(g, Target::cuda_sim())->run_host(inputs)) == "");
+    inputs["j"] = indices({2, 3});
+    CHECK_THROWS_WITH(compile(g).run(inputs), Catch::Contains("take: index 3 is out of range for axis 1 of size 3"));
+  }
+}
