@@ -6,13 +6,17 @@
 // the CPU and the CUDA simulator (checks on) for f32/f64/i32/i64 at sizes 1, 7 and 1023.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "frontends/compile.h"
 #include "frontends/expr/compile.h"
 #include "ir/interpreter.h"
+#include "passes/build_program.h"
 #include "passes/fusion.h"
+#include "passes/memory_plan.h"
 #include "passes/pipeline.h"
+#include "passes/schedule.h"
 #include "runtime/cuda_executable.h"
 #include "tests/random_graph.h"
 
@@ -139,4 +143,36 @@ TEST_CASE("views after reductions and matmuls on the CUDA simulator match the in
         CHECK(testing::compare_outputs(expected, exe->run_host(inputs)) == "");
       }
     }
+}
+
+TEST_CASE("the interpreted fallback still runs a reordering kernel made by hand", "[row_order][cpu]") {
+  // The pipeline no longer makes one: each reduction fused by hand with the views reading it.
+  ir::Graph g = expr_graph("input x: f64[N, M, K]\noutput y = sum(x, 2).T + 1\noutput z = reshape(max(x, 1), [N * K])\n");
+  Compilation c = run_passes(g, Target::cpu());
+  passes::Partition by_hand;
+  const ir::Graph& graph = c.result.graph;
+  for (ir::NodeId id = 0; id < static_cast<ir::NodeId>(graph.nodes.size()); ++id) {
+    const ir::Node& n = graph.node(id);
+    if (n.kind != ir::OpKind::Reduce) continue;
+    passes::FusionGroup group{ir::KernelKind::Reduction, {id}, graph.node(n.inputs[0]).shape, n.as<ir::ReduceAttrs>().axes};
+    std::vector<ir::NodeId> readers{id};
+    for (ir::NodeId u = id + 1; u < static_cast<ir::NodeId>(graph.nodes.size()); ++u)
+      for (ir::NodeId in : graph.node(u).inputs)
+        if (std::find(readers.begin(), readers.end(), in) != readers.end() && graph.node(in).kind != ir::OpKind::Input) {
+          readers.push_back(u);
+          group.nodes.push_back(u);
+          break;
+        }
+    by_hand.groups.push_back(group);
+  }
+  c.result.program = passes::build_program(graph, by_hand);
+  passes::plan_memory(c.result.program);
+  passes::schedule_program(c.result.program, c.target);
+  REQUIRE(c.result.program.kernels.size() == 2);
+  for (const ir::Kernel& k : c.result.program.kernels) CHECK(k.schedule.form == ir::LoopForm::Interpreted);
+  runtime::Executable exe = load_cpu(std::move(c));
+  for (const ir::SymbolBindings& s : sizes()) {
+    ir::TensorMap inputs = testing::random_inputs(g, s, 4);
+    CHECK(testing::compare_outputs(ir::interpret_with_bounds(g, inputs), exe.run(inputs)) == "");
+  }
 }
