@@ -330,6 +330,28 @@ mlir::Value KernelEmitterBase::gather_value(NodeId id, const std::vector<mlir::V
       [&] { return constant(n.dtype, 0, 0, 1); });
 }
 
+// np-gaps (issue 16). take_along_axis is left out: the interpreter checks only the indices that
+// reach an output element (NumPy 1.24 too, with a DeprecationWarning for the rest).
+void KernelEmitterBase::check_indices_of_empty_takes(mlir::Value once) {
+  for (NodeId id : ir::checked_nodes(k_.body)) {
+    const Node& n = k_.body.node(id);
+    if (n.kind != OpKind::Take) continue;
+    const Node& indices = k_.body.node(n.inputs[1]);
+    ir::Dim elements = ir::num_elements(n.shape), count = ir::num_elements(indices.shape);
+    if (elements.constant().value_or(0) > 0 || count.constant().value_or(1) == 0) continue;  // never needed
+    mlir::Value empty = cmpi(mlir::arith::CmpIPredicate::eq, dim(elements), i64(0));
+    auto when = b_.create<mlir::scf::IfOp>(loc_, b_.create<mlir::arith::AndIOp>(loc_, once, empty), /*withElseRegion=*/false);
+    mlir::OpBuilder::InsertionGuard guard(b_);
+    b_.setInsertionPointToStart(&when.getThenRegion().front());
+    auto each = b_.create<mlir::scf::ForOp>(loc_, i64(0), dim(count), i64(1));
+    b_.setInsertionPointToStart(each.getBody());
+    CacheScope scope(*this);
+    std::vector<mlir::Value> at = delinearize(each.getInductionVar(), indices.shape);
+    mlir::Value index = cast(general_value(n.inputs[1], at), indices.dtype, DType::I64, 1);
+    check_index(id, index, dim(k_.body.node(n.inputs[0]).shape[n.as<ir::GatherAttrs>().axis]));
+  }
+}
+
 KernelEmitterBase::CacheScope::CacheScope(KernelEmitterBase& e)
     : e_(e), general_(e.general_cache_), linear_(e.linear_memo_) {
   e_.clear_caches();

@@ -191,6 +191,11 @@ class KernelEmitterBase {
   /// take / take_along_axis at `idx`: idx's element at the output position, checked, then x at
   /// the gathered position (0 when the index is bad: nothing is read out of bounds).
   mlir::Value gather_value(NodeId id, const std::vector<mlir::Value>& idx);
+  /// np-gaps (issue 16): every index of each take whose result is empty at this run, checked
+  /// in order as the interpreter checks them (no element of such a take is loaded, so the loop
+  /// forms would check none). `once` (i1) is true on one thread of the launch. Emitted at the
+  /// function's entry, after error_record_ is set.
+  void check_indices_of_empty_takes(mlir::Value once);
   /// Histogram node `id`'s bin for x value `v` (as f64), `bins` (i64) its bin count: the
   /// interpreter's edges and NumPy's float guess corrected against them; -1 when v is outside
   /// the range or NaN. (Shared by the CPU and CUDA scatter kernels.)

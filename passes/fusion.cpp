@@ -192,6 +192,38 @@ class Partitioner {
     return name;
   }
 
+  // np-gaps (issue 16): the name of the first member below `id` in the group that moves
+  // elements across rows (a slice, permute, reshape, concatenate or pad: anything but what
+  // ir::results_in_row_order lets follow a reduction or matmul); "" when there is none.
+  std::string row_reordering_below(NodeId id, const GroupState& gs) const {
+    std::string name;
+    reaches(id, gs, [&](const Node& m) {
+      bool keeps_rows = m.kind == OpKind::Elementwise || m.kind == OpKind::BroadcastTo ||
+                        m.kind == OpKind::ExpandDims || m.kind == OpKind::Squeeze || m.kind == OpKind::Reduce ||
+                        m.kind == OpKind::Matmul;  // (refused below: a reduction or matmul into a matmul)
+      if (!keeps_rows) name = std::string(ir::op_kind_name(m.kind));
+      return !keeps_rows;
+    });
+    return name;
+  }
+
+  // np-gaps (issue 16): whether a value computed from `id` in the group is the x operand of a
+  // gather there, which reads it only at the positions its indices name.
+  bool gathered_from(NodeId id, const GroupState& gs) const {
+    std::vector<NodeId> stack{id};
+    std::set<NodeId> seen{id};
+    while (!stack.empty()) {
+      NodeId cur = stack.back();
+      stack.pop_back();
+      for (NodeId u : users_[cur]) {
+        if (!gs.members.count(u)) continue;
+        if (is_gather(node(u).kind) && node(u).inputs[0] == cur) return true;
+        if (seen.insert(u).second) stack.push_back(u);
+      }
+    }
+    return false;
+  }
+
   bool feeds_matmul(NodeId id, const GroupState& gs) const {
     return reaches(id, gs, [](const Node& n) { return n.kind == OpKind::Matmul; });
   }
@@ -283,12 +315,23 @@ class Partitioner {
     if ((n.kind == OpKind::Reduce || n.kind == OpKind::Matmul) &&
         reaches(id, gs, [](const Node& m) { return is_gather(m.kind); }))
       return "is read by a " + gather_below(id, gs) + " at data-dependent positions: computed once and stored";
+    // np-gaps (issue 16): a reduction's or matmul's loop forms write each result at its own row,
+    // so a view that moves results across rows reads them from memory in a kernel of its own
+    // (fused, the kernel could run only element by element: interpreted on the CPU).
+    if (n.kind == OpKind::Reduce || n.kind == OpKind::Matmul) {
+      std::string view = row_reordering_below(id, gs);
+      if (!view.empty())
+        return "its result is read through a " + view + ", which moves elements across its rows: computed once and stored";
+    }
     if (is_gather(n.kind)) {
       if (G.kind == KernelKind::Matmul) return "a matmul's operands are packed without indexed loads: stored first";
       // Every index must be checked, as the interpreter checks them: a kernel that reads only
       // part of the result (a slice of it) would skip some.
       if (reaches(id, gs, [](const Node& m) { return m.kind == OpKind::Slice; }))
         return "a slice of it reads only some of its indices (each must be checked): stored first";
+      if (gathered_from(id, gs))
+        return "another gather reads it at data-dependent positions, so only some of its indices (each must be "
+               "checked): stored first";
       return "";
     }
 

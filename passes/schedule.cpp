@@ -73,9 +73,10 @@ static ir::CudaSchedule cuda_schedule(const Kernel& k, const ir::Target&) {
   return s;
 }
 
-// Scatter kernels (np-scatter): compiled when the scatter's dtypes are numeric (not bool: the
-// interpreter runs those). Bad bincount values and index_add indices are reported through the
-// run's error record (ir/index_check.h).
+// Scatter kernels (np-scatter): compiled when the scatter's dtypes are numeric. (np-gaps: the
+// builders reject bool operands of every scatter, so the bool case is only a guard: a graph
+// built another way would run in the interpreter.) Bad bincount values and index_add indices
+// are reported through the run's error record (ir/index_check.h).
 static bool scatter_compiles(const Kernel& k) {
   const ir::Node& n = k.body.node(ir::scatter_node(k));
   for (ir::NodeId in : n.inputs)

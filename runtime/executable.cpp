@@ -50,6 +50,11 @@ bool run_chunked_scan(const ir::Kernel& k, const CpuKernelCode& code, std::vecto
   return true;
 }
 
+// np-gaps: whether a kernel's body holds a take (whose indices it checks even with no work).
+bool has_take(const ir::Kernel& k) {
+  return std::any_of(k.body.nodes.begin(), k.body.nodes.end(), [](const ir::Node& n) { return n.kind == ir::OpKind::Take; });
+}
+
 }  // namespace
 
 // Idle workspaces. A run takes the most recently returned one (its memory is likely still in
@@ -281,6 +286,9 @@ void Executable::launch(const ir::Kernel& k, const CpuKernelCode& code, std::vec
     }
     if (error_record) pointers.push_back(error_record);
     int64_t total = ir::evaluate(ir::parallel_iterations(k), symbols);
+    // np-gaps: with no work, a kernel with index checks still checks the indices of its empty
+    // takes (the interpreter checks them all).
+    if (total == 0 && error_record && has_take(k)) code.fn(pointers.data(), symbol_sizes.data(), 0, 0);
     ThreadPool::global().parallel_for(0, total, std::max<int64_t>(1, k.schedule.cpu.grain),
                                       [&](int64_t begin, int64_t end) {
                                         code.fn(pointers.data(), symbol_sizes.data(), begin, end);

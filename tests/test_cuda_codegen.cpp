@@ -23,7 +23,11 @@
 #include "frontends/expr/compile.h"
 #include "ir/error.h"
 #include "ir/printer.h"
+#include "passes/build_program.h"
+#include "passes/fusion.h"
+#include "passes/memory_plan.h"
 #include "passes/pipeline.h"
+#include "passes/schedule.h"
 #include "tests/examples.h"
 #include "tests/fusion_catalog.h"
 #include "tests/ptxas.h"
@@ -475,13 +479,39 @@ TEST_CASE("random graphs compile for CUDA: plans match the PTX, ptxas accepts ev
   }
 }
 
-TEST_CASE("a kernel that reorders a reduction's rows runs element by element", "[cuda]") {
+// np-gaps: fusion stores a reduction before a view that reorders its rows, so the per-element
+// form is a fallback only a partition made by hand reaches: each reduction with its readers.
+ir::Program reduction_with_its_views(const ir::Graph& g) {
+  passes::PipelineOptions options;
+  options.target = ir::Target::cuda(0, 80);
+  passes::PipelineResult r = passes::run_pipeline(g, options);
+  passes::Partition by_hand;
+  for (ir::NodeId id = 0; id < static_cast<ir::NodeId>(r.graph.nodes.size()); ++id) {
+    const ir::Node& n = r.graph.node(id);
+    if (n.kind != ir::OpKind::Reduce) continue;
+    passes::FusionGroup group{ir::KernelKind::Reduction, {id}, r.graph.node(n.inputs[0]).shape, n.as<ir::ReduceAttrs>().axes};
+    for (ir::NodeId u = id + 1; u < static_cast<ir::NodeId>(r.graph.nodes.size()); ++u)
+      if (r.graph.node(u).inputs == std::vector<ir::NodeId>{id}) group.nodes.push_back(u);
+    by_hand.groups.push_back(group);
+  }
+  ir::Program p = passes::build_program(r.graph, by_hand);
+  passes::plan_memory(p);
+  passes::schedule_program(p, options.target);
+  return p;
+}
+
+TEST_CASE("a view after a reduction is a kernel of its own; fused by hand it runs element by element", "[cuda]") {
   Graph g;
   Tensor x = g.input("x", DType::F32, {testing::N, testing::M, testing::K});
   g.output("y", transpose(sum(x, {2})));
   g.output("z", reshape(mean(x, {1}), {testing::N * testing::K}));
-  ir::Program p = cuda_program(g.ir());
-  codegen::CudaModule m = check_compiles(g.ir());
+  for (const ir::Kernel& k : cuda_program(g.ir()).kernels) CHECK(k.schedule.form != ir::LoopForm::PerElement);
+  CHECK(cuda_program(g.ir()).kernels.size() == 4);
+  ir::Program p = reduction_with_its_views(g.ir());
+  REQUIRE(p.kernels.size() == 2);
+  for (const ir::Kernel& k : p.kernels) CHECK(k.schedule.form == ir::LoopForm::PerElement);
+  codegen::CudaModule m = codegen::compile_cuda(p);
+  CHECK(testing::ptxas_errors(m.ptx, "sm_80").empty());
   REQUIRE(m.plan.launches.size() == p.kernels.size());
   for (const ir::CudaLaunch& l : m.plan.launches) CHECK(l.work[0] == testing::N * testing::M * testing::K);
   CHECK(count(m.ptx, "shfl.sync") == 0);  // each thread folds the rows its elements need

@@ -57,6 +57,8 @@ void CpuKernelEmitter::emit(mlir::func::FuncOp func) {
   mlir::Value begin = entry_->getArgument(2), end = entry_->getArgument(3);
   const ir::CpuSchedule& s = k_.schedule.cpu;
   int lanes = std::max(1, s.vector_width);
+  // np-gaps: the first chunk (the runtime calls a kernel with checks once even with no work).
+  if (error_record_) check_indices_of_empty_takes(cmpi(mlir::arith::CmpIPredicate::eq, begin, i64(0)));
   switch (k_.schedule.form) {
     case ir::LoopForm::Contiguous:
       if (lanes > 1) emit_contiguous_loops(begin, end, lanes);  // whole vectors, masked at both ends

@@ -111,7 +111,16 @@ void CudaKernelEmitter::begin_function(const std::string& name, std::array<int, 
   dims_.clear();
   clear_caches();
   for (int p = 0; p < pointer_params_; ++p) base_.push_back(entry_->getArgument(static_cast<unsigned>(p)));
-  if (error_param_ >= 0) error_record_ = base_[error_param_];
+  if (error_param_ >= 0) {
+    error_record_ = base_[error_param_];
+    // np-gaps: on the grid's first thread (every launch has at least one block).
+    mlir::Value first = b_.create<mlir::arith::ConstantIntOp>(loc_, 1, 1);
+    for (mlir::gpu::Dimension d : {mlir::gpu::Dimension::x, mlir::gpu::Dimension::y, mlir::gpu::Dimension::z}) {
+      mlir::Value at_zero = b_.create<mlir::arith::OrIOp>(loc_, thread_id(d), block_id(d));
+      first = b_.create<mlir::arith::AndIOp>(loc_, first, cmpi(mlir::arith::CmpIPredicate::eq, at_zero, i64(0)));
+    }
+    check_indices_of_empty_takes(first);
+  }
 }
 
 void CudaKernelEmitter::finish_function() { b_.create<mlir::gpu::ReturnOp>(loc_); }

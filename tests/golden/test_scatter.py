@@ -1,5 +1,6 @@
 """take, take_along_axis, index_add, bincount and histogram (issue 16) against NumPy."""
 import os
+import warnings
 
 import numpy as np
 
@@ -35,6 +36,26 @@ check_error("take_negative_out_of_range", "input x: f32[N]\ninput i: i64[K]\nout
             {"x": np.zeros(5, np.float32), "i": np.array([-6], np.int64)}, "index -6 is out of range for axis 0 of size 5")
 check_error("take_float_indices", "input x: f32[N]\ninput i: f32[K]\noutput y = take(x, i)\n",
             {"x": np.zeros(5, np.float32), "i": np.zeros(2, np.float32)}, "take: indices must be i32 or i64")
+
+# ---- take with an empty result (np-gaps): fuse checks every index, on every target, as the
+# interpreter does. NumPy's fancy indexing flags such an index too (1.24: a DeprecationWarning,
+# "In the future the index error will be raised"); np.take itself (1.24) returns the empty result.
+with warnings.catch_warnings():
+    warnings.simplefilter("error")
+    try:
+        np.zeros((0, 3))[:, [5]]
+        numpy_flags_it = False
+    except (IndexError, DeprecationWarning):
+        numpy_flags_it = True
+assert numpy_flags_it, "NumPy's fancy indexing accepted an out-of-range index into an empty result"
+empty_take = "input x: f32[N, M]\ninput i: i64[K]\noutput y = take(x, i, axis=1) + 1.0\n"
+for target in ["interp", "cpu"]:
+    check_error(f"take_empty_result_bad_{target}", empty_take,
+                {"x": np.zeros((0, 3), np.float32), "i": np.array([1, 5], np.int64)},
+                "case.expr:3:12: error: take: index 5 is out of range for axis 1 of size 3", target=target)
+    good = np.array([2, -3], np.int64)
+    check(f"take_empty_result_good_{target}", empty_take, {"x": np.zeros((0, 3), np.float32), "i": good},
+          {"y": np.take(np.zeros((0, 3), np.float32), good, axis=1) + np.float32(1)}, target=target)
 
 # ---- take_along_axis: argsort-like indices, broadcasting of the other axes
 x = rng.standard_normal((6, 7)).astype(np.float32)
@@ -129,6 +150,18 @@ check_error("histogram_bad_range", "input x: f32[N]\noutput y = histogram(x, bin
             {"x": np.zeros(1, np.float32)}, "error: 'range' must have lower bound <= upper bound, got [1, 0]")
 check_error("histogram_bad_bins", "input x: f32[N]\noutput y = histogram(x, bins=0, range=[0.0, 1.0])\n",
             {"x": np.zeros(1, np.float32)}, "'bins' must be a positive integer")
+# bool operands (np-gaps): NumPy converts them (np.bincount(bool x) counts 0s and 1s); fuse
+# rejects them when the graph is built, with the op's name, so no scatter kernel sees a bool.
+assert np.bincount(np.array([True, False, True])).tolist() == [1, 2]
+b2, i2 = np.array([True, False]), np.array([0, 1], np.int64)
+check_error("bincount_bool_x", "input x: bool[N]\noutput y = bincount(x, minlength=2)\n", {"x": b2},
+            "bincount: x must be a 1-D i32 or i64 tensor, not bool")
+check_error("bincount_bool_weights", "input x: i64[N]\ninput w: bool[N]\noutput y = bincount(x, minlength=2, weights=w)\n",
+            {"x": i2, "w": b2}, "bincount: weights must be numeric, not bool")
+check_error("histogram_bool", "input x: bool[N]\noutput y = histogram(x, bins=2, range=[0.0, 1.0])\n", {"x": b2},
+            "histogram: x must be numeric, not bool")
+check_error("index_add_bool", "input x: bool[N]\ninput i: i64[K]\ninput v: bool[K]\noutput y = index_add(x, i, v)\n",
+            {"x": b2, "i": i2, "v": b2}, "index_add: x must be numeric, not bool")
 
 # ---- the three examples' building blocks: embedding mean and cross entropy
 table = rng.standard_normal((11, 4)).astype(np.float32)
