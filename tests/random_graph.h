@@ -560,6 +560,7 @@ class GraphGenerator {
   // wrapped by a floor modulo into [-n, n) (NumPy's range: negative ones count from the end) or
   // [0, n) when `non_negative` (bincount), or clipped into it; i32 or i64. A float `i` is floored
   // first: its index may then be uncertain, which the rounding model makes an unbounded result.
+  // `n` is the size at the case's bindings, a literal: a case runs only at its own bindings.
   NodeId wrap_index(NodeId i, int64_t n, bool non_negative) {
     if (n < 1) throw ir::Error("no index fits an empty axis");
     DType t = rng_.chance(0.5) ? DType::I32 : DType::I64;
