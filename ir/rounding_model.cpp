@@ -356,6 +356,32 @@ HostArray matmul_bound(const Node& n, const HostArray& a_in, const HostArray& b_
   return out;
 }
 
+// Bounds for a result that may be anything: a gather or scatter whose indices may differ.
+HostArray unbounded(const ConcreteShape& shape) {
+  HostArray out(DType::F64, shape);
+  for (int64_t i = 0; i < out.size(); ++i) out.set_f64(i, kInf);
+  return out;
+}
+
+// Whether some value of a histogram's x, moved by up to its bound, may reach another bin (or
+// leave the range): its equal-width edges are widened by an f32 rounding so that T-rounded edges
+// (HistogramAttrs) are covered too. Exact values (bound 0) never do.
+bool may_cross_bin_edge(const Node& n, const HostArray& x, const HostArray& dx) {
+  const HistogramAttrs& h = n.as<HistogramAttrs>();
+  int64_t bins = n.shape.at(0).constant().value_or(1);
+  double width = (h.hi - h.lo) / static_cast<double>(bins);
+  for (int64_t i = 0; i < x.size(); ++i) {
+    double d = dx.get_f64(i), v = x.get_f64(i);
+    if (d == 0) continue;
+    if (!std::isfinite(d) || std::isnan(v)) return true;
+    for (int64_t b = 0; b <= bins; ++b) {
+      double edge = b == bins ? h.hi : h.lo + static_cast<double>(b) * width;
+      if (std::fabs(v - edge) <= d + 0x1p-22 * (std::fabs(edge) + 1)) return true;
+    }
+  }
+  return false;
+}
+
 }  // namespace
 
 double unit_roundoff(DType t) {
@@ -403,12 +429,14 @@ HostArray node_error_bound(const Node& n, const std::vector<const HostArray*>& o
     // gather/scatter (issue 16)
     case OpKind::Take:
     case OpKind::TakeAlongAxis: {  // δ moves with the gathered data
+      if (!all_zero(*bounds[1])) return unbounded(value.shape);  // an index that may differ
       Node gather = n;
       gather.dtype = DType::F64;
       return evaluate_node(gather, {bounds[0], operands[1]}, symbols);
     }
     case OpKind::IndexAdd:    // out = x + Σ v_j: Σ δ + γ(M + 1)·Σ |terms| (sums in any order)
     case OpKind::Bincount: {  // weighted: Σ δw + γ(count)·Σ |w|; counts are exact
+      if (!all_zero(*bounds[n.kind == OpKind::IndexAdd ? 1 : 0])) return unbounded(value.shape);
       if (n.kind == OpKind::Bincount && n.inputs.size() == 1) return HostArray(DType::F64, value.shape);
       const HostArray& values = *operands.back();
       const HostArray& dvalues = *bounds.back();
@@ -427,7 +455,9 @@ HostArray node_error_bound(const Node& n, const std::vector<const HostArray*>& o
       for (int64_t i = 0; i < delta.size(); ++i) delta.set_f64(i, sane(delta.get_f64(i) + gamma * sums.get_f64(i)));
       return delta;
     }
-    case OpKind::Histogram: return HostArray(DType::F64, value.shape);  // counts are exact
+    case OpKind::Histogram:  // counts are exact unless a value may cross a bin edge
+      if (may_cross_bin_edge(n, *operands[0], *bounds[0])) return unbounded(value.shape);
+      return HostArray(DType::F64, value.shape);
   }
   throw Error(std::string(op_kind_name(n.kind)) + ": no rounding rule", n.loc);
 }

@@ -43,6 +43,10 @@ struct RandomGraphOptions {
   // Issue 16's NumPy ops too: basic indexing, concatenate/stack, pad, argmax/argmin, cumsum/
   // cumprod. Off by default so that the seeds of the older tests keep drawing the same graphs.
   bool numpy_ops = false;
+  // Issue 16's gather/scatter ops too: take, take_along_axis, index_add, bincount, histogram.
+  // Indices are valid by construction (wrapped into [-n, n) or [0, n) inside the graph, or an
+  // argmax), histogram ranges put values on edges and outside. Off by default, as numpy_ops.
+  bool gather_scatter_ops = false;
 };
 
 struct RandomCase {
@@ -425,7 +429,8 @@ class GraphGenerator {
   // ---------------------------------------------------------------- ops
 
   void random_op() {
-    std::vector<int> weights = {8, 10, 9, 6, 9, opt_.allow_matmul ? 4 : 0, 3, 2, 2, 1, opt_.numpy_ops ? 30 : 0};
+    std::vector<int> weights = {8, 10, 9, 6, 9, opt_.allow_matmul ? 4 : 0, 3, 2, 2, 1, opt_.numpy_ops ? 30 : 0,
+                                opt_.gather_scatter_ops ? 30 : 0};
     switch (rng_.weighted(weights)) {
       case 0: elementwise({pick()}); break;
       case 1: zip(); break;
@@ -442,6 +447,7 @@ class GraphGenerator {
       case 7: select(); break;
       case 8: cast(pick()); break;
       case 10: numpy_op(pick()); break;
+      case 11: gather_scatter_op(); break;
       default: {  // a copy of a node, for common-subexpression elimination to find
         NodeId x = pick([&](NodeId id) { return node(id).kind != ir::OpKind::Input; });
         g_.add(ir::Node(node(x)));
@@ -546,6 +552,207 @@ class GraphGenerator {
         break;
       }
     }
+  }
+
+  // ---------------------------------------------------------------- gather/scatter (issue 16)
+
+  // Indices for an axis of `n` elements now, valid by construction: `i` (a node of any dtype)
+  // wrapped by a floor modulo into [-n, n) (NumPy's range: negative ones count from the end) or
+  // [0, n) when `non_negative` (bincount), or clipped into it; i32 or i64. A float `i` is floored
+  // first: its index may then be uncertain, which the rounding model makes an unbounded result.
+  // `n` is the size at the case's bindings, a literal: a case runs only at its own bindings.
+  NodeId wrap_index(NodeId i, int64_t n, bool non_negative) {
+    if (n < 1) throw ir::Error("no index fits an empty axis");
+    DType t = rng_.chance(0.5) ? DType::I32 : DType::I64;
+    int how = rng_.below(non_negative ? 2 : 3);
+    bool from_float = ir::is_float(dtype(i));
+    return traced({i}, [&](ScalarBuilder& b, const std::vector<ScalarId>& p) {
+      ScalarId v = p[0];
+      if (from_float) v = b.unary(ScalarOp::Floor, b.binary(ScalarOp::Mul, v, b.literal(2.0)));
+      v = b.cast(v, DType::I64);
+      ScalarId r;
+      if (how == 0) {
+        r = b.binary(ScalarOp::Mod, v, b.literal_int(n));
+      } else if (how == 1) {
+        r = b.binary(ScalarOp::Minimum, b.binary(ScalarOp::Maximum, v, b.literal_int(non_negative ? 0 : -n)),
+                     b.literal_int(n - 1));
+      } else {
+        r = b.binary(ScalarOp::Sub, b.binary(ScalarOp::Mod, v, b.literal_int(2 * n)), b.literal_int(n));
+      }
+      return b.cast(r, t);
+    });
+  }
+
+  // A node of shape `s` to make indices from: a new i32/i64 input (small values, sometimes near
+  // the type's limits), an existing node of that shape, an integer constant or an arange.
+  NodeId index_source(Shape s) {
+    bool constant_shape = std::all_of(s.begin(), s.end(), [](const ir::Dim& d) { return d.is_constant(); });
+    switch (rng_.weighted({5, 3, constant_shape ? 2 : 0, s.size() == 1 ? 2 : 0})) {
+      case 0: return new_input(s, rng_.chance(0.6) ? DType::I64 : DType::I32);
+      case 1: return pick([&](NodeId id) { return shape(id) == s; });
+      case 2: {
+        ir::ConcreteShape cs;
+        for (const ir::Dim& d : s) cs.push_back(*d.constant());
+        ir::HostArray value(rng_.chance(0.5) ? DType::I64 : DType::I32, cs);
+        for (int64_t i = 0; i < value.size(); ++i) value.set_i64(i, rng_.range(-9, 9));
+        return ir::add_constant(g_, value);
+      }
+      default: return ir::add_arange(g_, s[0]);
+    }
+  }
+
+  // Dims already in use (an arange's or a constant's may not introduce a symbol).
+  Shape known_shape(int rank) {
+    Shape s;
+    for (int i = 0; i < rank; ++i) s.push_back(known_dim());
+    return s;
+  }
+
+  // np.take of `x` along a random axis: indices of rank 0-2, new or an existing node's values.
+  NodeId take(NodeId x) {
+    int r = rank(x);
+    if (r == 0) throw ir::Error("nothing to take from");
+    int axis = rng_.below(r);
+    NodeId source = rng_.chance(0.3) ? pick([&](NodeId id) { return rank(id) <= 2; })
+                                     : index_source(known_shape(rng_.weighted({1, 4, 2})));
+    NodeId idx = wrap_index(source, size_now(shape(x)[axis]), false);
+    notes_.push_back("take");
+    return ir::add_take(g_, x, idx, rng_.chance(0.3) ? axis - r : axis);
+  }
+
+  // A take of shape `s` (rank >= 1) from a new tensor: an operand for some kernel's epilogue.
+  NodeId take_shaped_like(Shape s) {  // a copy: adding nodes moves the node that holds it
+    if (s.empty()) throw ir::Error("a take has at least one dim");
+    Shape from = s;
+    from[0] = rng_.range(1, 7);
+    NodeId x = rng_.chance(0.5) ? new_input(from, random_dtype()) : generator(from);
+    NodeId idx = wrap_index(index_source({s[0]}), size_now(from[0]), false);
+    notes_.push_back("take");
+    return ir::add_take(g_, x, idx, 0);
+  }
+
+  void gather_scatter_op() {
+    switch (rng_.weighted({6, 3, 4, 3, 3})) {
+      case 0: take_op(); break;
+      case 1: take_along_axis_op(); break;
+      case 2: index_add_op(); break;
+      case 3: bincount_op(); break;
+      default: histogram_op(); break;
+    }
+  }
+
+  // Takes where fusion matters: of a reduction, scan or matmul (the gather reads their result),
+  // a take of a take, a take reduced or scanned at once (a prologue) or joined to a reduction's
+  // or matmul's result elementwise (an epilogue operand).
+  void take_op() {
+    NodeId x = -1;
+    switch (rng_.below(6)) {
+      case 0: x = reduction(pick([&](NodeId id) { return rank(id) >= 1; })); break;
+      case 1: {
+        NodeId y = pick([&](NodeId id) { return rank(id) >= 1; });
+        x = ir::add_scan(g_, y, ir::ReduceKind::Sum, rng_.below(rank(y)));
+        notes_.push_back("cumsum");
+        break;
+      }
+      case 2: {
+        matmul();
+        NodeId m = static_cast<NodeId>(g_.nodes.size()) - 1;
+        if (rng_.chance(0.5)) {  // a take in the matmul's epilogue
+          elementwise({m, take_shaped_like(shape(m))});
+          return;
+        }
+        x = m;
+        break;
+      }
+      case 3: {  // a take in a reduction's epilogue
+        NodeId red = reduction(pick([&](NodeId id) { return rank(id) >= 1; }));
+        elementwise({red, take_shaped_like(shape(red))});
+        return;
+      }
+      default: x = pick([&](NodeId id) { return rank(id) >= 1; }); break;
+    }
+    NodeId t = take(x);
+    if (rng_.chance(0.25)) t = take(t);  // a take of a take
+    switch (rng_.below(4)) {
+      case 0: reduction(t); break;
+      case 1:
+        if (rank(t) >= 1) {
+          ir::add_scan(g_, t, ir::ReduceKind::Sum, rng_.below(rank(t)));
+          notes_.push_back("cumsum");
+        }
+        break;
+      default: break;
+    }
+  }
+
+  // np.take_along_axis with wrapped indices (other dims sometimes 1, broadcasting), or the
+  // NumPy idiom: x's values at its argmax/argmin along the axis.
+  void take_along_axis_op() {
+    NodeId x = pick([&](NodeId id) { return rank(id) >= 1; });
+    int r = rank(x), axis = rng_.below(r);
+    int64_t n = size_now(shape(x)[axis]);
+    NodeId idx;
+    if (rng_.chance(0.3) && n >= 1 && dtype(x) != DType::Bool) {
+      idx = ir::add_reduce(g_, x, rng_.chance(0.5) ? ir::ReduceKind::ArgMax : ir::ReduceKind::ArgMin, {axis}, true);
+      notes_.push_back("argmax-along");
+    } else {
+      Shape s = shape(x);
+      s[axis] = rng_.chance(0.5) ? known_dim() : ir::Dim(rng_.range(1, 7));
+      for (int k = 0; k < r; ++k)
+        if (k != axis && rng_.chance(0.25)) s[k] = 1;
+      idx = wrap_index(index_source(s), n, false);
+    }
+    NodeId t = ir::add_take_along_axis(g_, x, idx, rng_.chance(0.3) ? axis - r : axis);
+    notes_.push_back("take_along_axis");
+    if (rng_.chance(0.3)) reduction(t);
+  }
+
+  // index_add with M indices along an axis of n, M often > n (repeated indices accumulate); the
+  // values new, computed elementwise (a prologue) or gathered from x itself.
+  void index_add_op() {
+    NodeId x = pick([&](NodeId id) { return rank(id) >= 1 && dtype(id) != DType::Bool; });
+    int r = rank(x), axis = rng_.below(r);
+    int64_t n = size_now(shape(x)[axis]);
+    ir::Dim m = rng_.chance(0.4) ? known_dim() : ir::Dim(rng_.range(1, 12));
+    NodeId idx = wrap_index(index_source({m}), n, false);
+    Shape vs = shape(x);
+    vs[axis] = m;
+    NodeId values;
+    switch (rng_.below(3)) {
+      case 0: values = new_input(vs, dtype(x)); break;
+      case 1: values = elementwise({new_input(vs, random_dtype())}); break;
+      default: values = elementwise({ir::add_take(g_, x, wrap_index(index_source({m}), n, false), axis)}); break;
+    }
+    if (dtype(values) != dtype(x)) values = ir::add_cast(g_, values, dtype(x));
+    ir::add_index_add(g_, x, idx, values, rng_.chance(0.3) ? axis - r : axis);
+    notes_.push_back("index_add");
+  }
+
+  // bincount of wrapped values (a new or existing node's elements), with or without weights.
+  void bincount_op() {
+    ir::Dim length = rng_.chance(0.3) ? known_dim() : ir::Dim(rng_.range(1, 9));
+    NodeId source = rng_.chance(0.3) ? ir::add_reshape(g_, pick(), {-1})
+                                     : index_source({rng_.chance(0.5) ? known_dim() : ir::Dim(rng_.range(1, 40))});
+    NodeId x = wrap_index(source, size_now(length), true);
+    NodeId weights = -1;
+    if (rng_.chance(0.5)) {
+      weights = elementwise({rng_.chance(0.5) ? source : new_input(shape(x), random_dtype())});
+      if (dtype(weights) == DType::Bool) weights = ir::add_cast(g_, weights, rng_.chance(0.5) ? DType::F32 : DType::I32);
+    }
+    ir::add_bincount(g_, x, length, weights);
+    notes_.push_back(weights >= 0 ? "bincount.weighted" : "bincount");
+  }
+
+  // np.histogram with ranges of multiples of 0.5, so that values (often halves or integers) fall
+  // on bin edges and outside the range; sometimes lo == hi (NumPy widens it).
+  void histogram_op() {
+    NodeId x = pick([&](NodeId id) { return dtype(id) != DType::Bool; });
+    if (rng_.chance(0.4)) x = elementwise({x});  // a prologue
+    if (dtype(x) == DType::Bool) x = ir::add_cast(g_, x, DType::F32);
+    static const std::vector<int64_t> bin_counts = {1, 2, 3, 4, 5, 8, 16};
+    double lo = 0.5 * rng_.range(-6, 2), hi = lo + 0.5 * rng_.range(rng_.chance(0.1) ? 0 : 1, 8);
+    ir::add_histogram(g_, x, rng_.pick(bin_counts), lo, hi);
+    notes_.push_back("histogram");
   }
 
   void zip() {

@@ -387,3 +387,41 @@ TEST_CASE("embedding and cross_entropy: the take fuses into its consumer's kerne
     CHECK(dot.find("take", cluster) != std::string::npos);
   }
 }
+
+// np-random, seed 170285: a take by a computed index beside a row reduction, in its epilogue
+// `r * r + take(x1, i)`, gave `take * r + take` on the CUDA simulator. MLIR 19's block merging
+// (in convert-gpu-to-nvvm's greedy rewrite) mis-merged the epilogue of the on-chip and the
+// by-loops branches, one op using one value twice; codegen/cuda/lower.cpp now lowers SCF to
+// branches after that pass and canonicalizes without block merging.
+TEST_CASE("a take by a computed index in a row reduction's epilogue that uses the reduction twice", "[gather][cpu][sim]") {
+  using ir::ScalarBuilder;
+  using ir::ScalarId;
+  using ir::ScalarOp;
+  for (ir::ReduceKind kind : {ir::ReduceKind::Max, ir::ReduceKind::Sum, ir::ReduceKind::Min}) {
+    for (bool square_both : {false, true}) {
+      for (int64_t m : {2, 7}) {
+        INFO(ir::reduce_kind_name(kind) << ", both squared " << square_both << ", M = " << m);
+        ir::Graph g;
+        ir::Dim sym = ir::Dim::symbol("M");
+        ir::NodeId x0 = ir::add_input(g, "x0", DType::F32, {sym, sym});
+        ir::NodeId r = ir::add_reduce(g, x0, kind, {1}, true);
+        ir::NodeId x1 = ir::add_input(g, "x1", DType::F32, {6, 1});
+        ScalarBuilder clip;
+        ScalarId p = clip.param(DType::I64);
+        ScalarId i = clip.cast(clip.binary(ScalarOp::Minimum, clip.binary(ScalarOp::Maximum, p, clip.literal_int(-6)),
+                                           clip.literal_int(5)), DType::I32);
+        ir::NodeId idx = ir::add_elementwise(g, {ir::add_arange(g, sym)}, clip.finish({i}));
+        ir::NodeId t = ir::add_take(g, x1, idx, 0);
+        ScalarBuilder body;
+        ScalarId p0 = body.param(DType::F32), p1 = body.param(DType::F32);
+        ScalarId rr = body.binary(ScalarOp::Mul, p0, p0);
+        ScalarId y = body.binary(ScalarOp::Add, rr, square_both ? body.binary(ScalarOp::Mul, p1, p1) : p1);
+        ir::add_output(g, "y", ir::add_elementwise(g, {r, t}, body.finish({y})));
+        TensorMap inputs = {{"x0", random_values(DType::F32, {m, m}, 31)}, {"x1", random_values(DType::F32, {6, 1}, 32)}};
+        ir::ValuesAndBounds expected = ir::interpret_with_bounds(g, inputs);
+        CHECK(testing::compare_outputs(expected, compile(g).run(inputs)) == "");
+        CHECK(testing::compare_outputs(expected, compile_cuda(g, Target::cuda_sim())->run_host(inputs)) == "");
+      }
+    }
+  }
+}

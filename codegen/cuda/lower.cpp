@@ -28,6 +28,11 @@
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Pass/PassManager.h"
+#include "mlir/Transforms/GreedyPatternRewriteDriver.h"
+#include "mlir/Transforms/Passes.h"
+#include "mlir/Conversion/ArithToLLVM/ArithToLLVM.h"
+#include "mlir/Conversion/ControlFlowToLLVM/ControlFlowToLLVM.h"
+#include "mlir/Conversion/ConvertToLLVM/ToLLVMPass.h"
 #include "mlir/Target/LLVM/NVVM/Target.h"
 #include "mlir/Target/LLVMIR/Dialect/Builtin/BuiltinToLLVMIRTranslation.h"
 #include "mlir/Target/LLVMIR/Dialect/GPU/GPUToLLVMIRTranslation.h"
@@ -51,6 +56,8 @@ std::unique_ptr<mlir::MLIRContext> make_context() {
   mlir::registerNVVMDialectTranslation(registry);
   mlir::registerGPUDialectTranslation(registry);
   mlir::NVVM::registerNVVMTargetInterfaceExternalModels(registry);
+  mlir::arith::registerConvertArithToLLVMInterface(registry);  // for convert-to-llvm (lower())
+  mlir::cf::registerConvertControlFlowToLLVMInterface(registry);
   auto context = std::make_unique<mlir::MLIRContext>(registry);
   context->loadDialect<mlir::gpu::GPUDialect, mlir::arith::ArithDialect, mlir::math::MathDialect, mlir::scf::SCFDialect,
                        mlir::LLVM::LLVMDialect, mlir::NVVM::NVVMDialect, mlir::cf::ControlFlowDialect>();
@@ -113,19 +120,30 @@ void lower(Built& built) {
   });
   mlir::PassManager pm(context);
   mlir::OpPassManager& device = pm.nest<mlir::gpu::GPUModuleOp>();
-  device.addPass(mlir::createConvertSCFToCFPass());
   // Fold first. convert-gpu-to-nvvm begins with a greedy rewrite (gpu.all_reduce etc., with
   // folding) and fails the pass with no diagnostic if that does not converge in 10 iterations.
   // Random graph 1371 (`x mod 1` folds to 0, and with it a whole 16-way unrolled on-chip row)
   // failed that way; folded beforehand by the canonicalizer, which does not fail on
   // non-convergence, the pass has next to nothing left to fold. (mlir-opt-19 on the printed IR
   // converges, so the exact trigger depends on the in-memory op order.)
-  device.addPass(mlir::createCanonicalizerPass());
+  //
+  // SCF becomes branches only after convert-gpu-to-nvvm, and no canonicalizer merges blocks:
+  // MLIR 19's mergeIdenticalBlocks (on in the canonicalizer and in that pass's greedy rewrite)
+  // miscompiles blocks that already have arguments when an op uses one value twice (fixed
+  // upstream in llvm-project#102038, MLIR 20). Seed 170285 of test_np_random: a row
+  // reduction's epilogue `r * r + take(x, i)`, emitted alike in the on-chip and the by-loops
+  // branch, became `take * r + take` (tests/test_gather.cpp). LLVM's own CFG simplification
+  // merges blocks later, correctly. cf and arith -> llvm then come from convert-to-llvm.
+  mlir::GreedyRewriteConfig no_block_merging;
+  no_block_merging.enableRegionSimplification = mlir::GreedySimplifyRegionLevel::Normal;
+  device.addPass(mlir::createCanonicalizerPass(no_block_merging));
   mlir::ConvertGpuOpsToNVVMOpsOptions nvvm;
   nvvm.indexBitwidth = 64;
   device.addPass(mlir::createConvertGpuOpsToNVVMOps(nvvm));
+  device.addPass(mlir::createConvertSCFToCFPass());
+  device.addPass(mlir::createConvertToLLVMPass());
   device.addPass(mlir::createConvertMathToLLVMPass());
-  device.addPass(mlir::createCanonicalizerPass());
+  device.addPass(mlir::createCanonicalizerPass(no_block_merging));
   device.addPass(mlir::createCSEPass());
   device.addPass(mlir::createReconcileUnrealizedCastsPass());
   if (mlir::failed(pm.run(*built.module))) {
