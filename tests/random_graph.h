@@ -476,16 +476,22 @@ class GraphGenerator {
     return item;
   }
 
+  static ir::IndexItem item_of_kind(ir::IndexItem::Kind kind) {
+    ir::IndexItem item;
+    item.kind = kind;
+    return item;
+  }
+
   void numpy_op(NodeId x) {
     const Shape s = shape(x);
     const int r = rank(x);
     switch (rng_.below(6)) {
       case 0: {  // basic indexing: a slice per axis, sometimes None or a leading ...
         std::vector<ir::IndexItem> items;
-        if (rng_.chance(0.2)) items.push_back({ir::IndexItem::Kind::Ellipsis});
+        if (rng_.chance(0.2)) items.push_back(item_of_kind(ir::IndexItem::Kind::Ellipsis));
         for (int k = items.empty() ? 0 : std::max(r - 1, 0); k < r; ++k) items.push_back(random_index_item(size_now(s[k])));
         if (rng_.chance(0.2)) items.insert(items.begin() + rng_.below(static_cast<int>(items.size()) + 1),
-                                           ir::IndexItem{ir::IndexItem::Kind::NewAxis});
+                                           item_of_kind(ir::IndexItem::Kind::NewAxis));
         ir::add_index(g_, x, items);
         notes_.push_back("index");
         break;
@@ -542,7 +548,7 @@ class GraphGenerator {
       default: {  // a stencil: neighbours along the last axis, one kernel with the consumer
         if (r == 0 || size_now(s[r - 1]) < 3) throw ir::Error("too short for a stencil");
         auto shifted = [&](int64_t from, int64_t to) {
-          std::vector<ir::IndexItem> items{{ir::IndexItem::Kind::Ellipsis}, {}};
+          std::vector<ir::IndexItem> items{item_of_kind(ir::IndexItem::Kind::Ellipsis), {}};
           items[1].start_int = from;
           if (to) items[1].stop_int = to;
           return ir::add_index(g_, x, items);

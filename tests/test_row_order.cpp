@@ -97,7 +97,7 @@ TEST_CASE("a view after a reduction or matmul runs in a kernel of its own, in co
   }
 }
 
-TEST_CASE("--explain-fusion says why a reduction read through a view is stored", "[row_order][fusion]") {
+TEST_CASE("the fusion explanation says why a reduction read through a view is stored", "[row_order][fusion]") {
   ir::Graph g = expr_graph("input x: f32[N, M, K]\noutput y = sum(x, 2).T + 1\n");
   passes::PipelineResult r = passes::run_pipeline(g);
   CHECK_THAT(passes::explain_fusion(r.graph, r.partition), Contains("read through a permute, which moves elements across its rows"));
