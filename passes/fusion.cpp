@@ -305,11 +305,6 @@ class Partitioner {
         return "cost " + std::to_string(cost) + " would be recomputed across an expanding broadcast";
       return "";
     }
-    // scatters outside Scatter kernels (issue 16): each runs in a kernel of its own.
-    for (NodeId m : gs.members)
-      if (ir::is_gather_scatter(node(m).kind) && !is_gather(node(m).kind))
-        return std::string("feeds a ") + std::string(ir::op_kind_name(node(m).kind)) +
-               ", which runs in a kernel of its own (scatter ops are not fused yet)";
     // take / take_along_axis (issue 16) read their operand x at data-dependent positions: x's
     // producer must be recomputable anywhere (elementwise), so a reduction or matmul is stored.
     if ((n.kind == OpKind::Reduce || n.kind == OpKind::Matmul) &&
@@ -386,9 +381,6 @@ class Partitioner {
       updated = {KernelKind::Matmul, {}, n.shape, {}};
       return "";
     }
-    if (ir::is_gather_scatter(n.kind))
-      return "is a " + std::string(ir::op_kind_name(n.kind)) +
-             ", which runs in a kernel of its own (scatter ops are not fused yet)";
     return "is not fusible";
   }
 
