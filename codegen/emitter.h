@@ -200,6 +200,11 @@ class KernelEmitterBase {
   /// interpreter's edges and NumPy's float guess corrected against them; -1 when v is outside
   /// the range or NaN. (Shared by the CPU and CUDA scatter kernels.)
   mlir::Value histogram_bin(NodeId id, mlir::Value v, mlir::Value bins);
+  /// Histogram or bincount node `id`'s bin for the element of its x at `idx`: {counts (i1),
+  /// bin (i64)}. A histogram value outside the range (or NaN) counts nowhere; a bincount value
+  /// outside [0, bins) counts nowhere and is reported in the run's error record (no negative
+  /// wrap). (Shared by the CPU and CUDA scatter kernels.)
+  std::pair<mlir::Value, mlir::Value> scatter_bin(NodeId id, const std::vector<mlir::Value>& idx, mlir::Value bins);
 
   /// A nested region: the caches start empty in it, and what they held before it comes back
   /// after it (those values were defined before the region, so they dominate what follows it;

@@ -62,19 +62,10 @@ void CpuKernelEmitter::emit_scatter_chunk(mlir::Value chunk, mlir::Value chunks,
   mlir::Value elements = dim(ir::num_elements(k_.space));
   mlir::Value from = div(mul(chunk, elements), chunks);
   mlir::Value to = div(mul(add(chunk, i64(1)), elements), chunks);
-  const NodeId x = n.inputs[0];
-  DType xt = k_.body.node(x).dtype;
   loop(from, to, 1, [&](mlir::Value i) {
     std::vector<mlir::Value> idx = delinearize(i, k_.space);
-    mlir::Value bin, inside;
-    if (n.kind == OpKind::Histogram) {
-      bin = histogram_bin(id, cast(general_value(x, idx), xt, DType::F64, 1), bins);
-      inside = cmpi(mlir::arith::CmpIPredicate::sge, bin, i64(0));
-    } else {
-      // A value outside [0, B) is reported in the run's error record (no negative wrap) and
-      // counts nowhere.
-      std::tie(inside, bin) = check_index(id, cast(general_value(x, idx), xt, DType::I64, 1), bins, /*wrap_negative=*/false);
-    }
+    mlir::Value inside, bin;
+    std::tie(inside, bin) = scatter_bin(id, idx, bins);
     auto if_op = b_.create<mlir::scf::IfOp>(loc_, inside, /*withElseRegion=*/false);
     mlir::OpBuilder::InsertionGuard guard(b_);
     b_.setInsertionPoint(if_op.thenBlock()->getTerminator());
@@ -90,6 +81,18 @@ void CpuKernelEmitter::emit_scatter_chunk(mlir::Value chunk, mlir::Value chunks,
                                       : mlir::Value(b_.create<mlir::arith::AddIOp>(loc_, count, weight));
     store(scratch, t, at, sum, 1);
   });
+}
+
+std::pair<mlir::Value, mlir::Value> KernelEmitterBase::scatter_bin(NodeId id, const std::vector<mlir::Value>& idx,
+                                                                    mlir::Value bins) {
+  const Node& n = k_.body.node(id);
+  const NodeId x = n.inputs[0];
+  const DType xt = k_.body.node(x).dtype;
+  if (n.kind == OpKind::Histogram) {
+    mlir::Value bin = histogram_bin(id, cast(general_value(x, idx), xt, DType::F64, 1), bins);
+    return {cmpi(mlir::arith::CmpIPredicate::sge, bin, i64(0)), bin};
+  }
+  return check_index(id, cast(general_value(x, idx), xt, DType::I64, 1), bins, /*wrap_negative=*/false);
 }
 
 mlir::Value KernelEmitterBase::histogram_bin(NodeId id, mlir::Value v, mlir::Value bins) {

@@ -92,18 +92,10 @@ void CudaKernelEmitter::emit_scatter_bins(NodeId id) {
     loop(tid, bins, i64(kScatterBlock), [&](mlir::Value b) { shared_store(shared_bins, bin_type, b, zero_of(t)); });
     barrier();
   }
-  const NodeId x = n.inputs[0];
-  DType xt = k_.body.node(x).dtype;
   grid_stride(dim(ir::num_elements(k_.space)), [&](mlir::Value i) {
     std::vector<mlir::Value> idx = delinearize(i, k_.space);
-    mlir::Value bin, inside;
-    if (n.kind == OpKind::Histogram) {
-      bin = histogram_bin(id, cast(general_value(x, idx), xt, DType::F64, 1), bins);
-      inside = cmpi(mlir::arith::CmpIPredicate::sge, bin, i64(0));
-    } else {
-      // A value outside [0, B) is reported in the run's error record and counts nowhere.
-      std::tie(inside, bin) = check_index(id, cast(general_value(x, idx), xt, DType::I64, 1), bins, /*wrap_negative=*/false);
-    }
+    mlir::Value inside, bin;
+    std::tie(inside, bin) = scatter_bin(id, idx, bins);
     if_then(inside, [&] {
       mlir::Value weight = constant(t, 1, 1, 1);
       if (n.kind == OpKind::Bincount && n.inputs.size() == 2) {

@@ -1,0 +1,95 @@
+#!/usr/bin/python3
+"""Runs fuse_bench once per workload (with the STREAM rows) and prints the summary tables joined.
+
+Why: on the 2-vCPU EPYC VM of bench/README.md, in one run of every row (every workload's
+buffers, several GB, alive at once, all repetitions interleaved; the cause is not pinned down)
+on an otherwise idle machine (2026-11-24), the medians of rows running the very same single kernel (a
+workload's fused and unfused rows) differed by up to 8.7x (max_10M: 10.3 against 1.18 ms) while
+their best repetitions agreed. Run one workload at a time, the same pairs differed by at most
+1.31x in two runs (sum_100M: 8.20 against 6.27 ms). Each row here comes from its own process:
+compare ratios within a row (fuse and its peers ran together), not times across rows.
+
+    bench/run_each.py [--binary build/bench/fuse_bench] [--filter REGEX] [fuse_bench flags...]
+"""
+import argparse
+import os
+import re
+import subprocess
+import sys
+
+
+def workloads(binary):
+    listed = subprocess.run([binary, "--benchmark_list_tests"], capture_output=True, text=True, check=True).stdout
+    names = []
+    for line in listed.splitlines():
+        m = re.match(r"^([A-Za-z0-9_]+)/(fused|unfused)", line)
+        if m and m.group(1) not in names:
+            names.append(m.group(1))
+    return names
+
+
+def cells(line):
+    return [c.strip() for c in line.strip().strip("|").split("|")]
+
+
+def tables(text):
+    """The Markdown tables of one run's summary: {header cells: [alignment cells, row cells...]}."""
+    found, header = {}, None
+    for line in text.splitlines():
+        if line.startswith("| workload"):
+            header = tuple(cells(line))
+            found.setdefault(header, [])
+        elif header and line.startswith("| "):
+            found[header].append(cells(line))  # the first is the alignment row
+        else:
+            header = None
+    return found
+
+
+def markdown(header, rows):
+    """One table, columns padded to their widest cell (numbers right-aligned, as fuse_bench prints)."""
+    align, body = rows[0], rows[1:]
+    widths = [max(len(r[c]) for r in [list(header)] + body) for c in range(len(header))]
+    widths = [max(w, 3) for w in widths]
+    def line(r):
+        return "| " + " | ".join(v.ljust(w) if a.startswith(":") and not a.endswith(":") else v.rjust(w)
+                                 for v, w, a in zip(r, widths, align)) + " |"
+    marks = [(":" + "-" * (w - 1)) if a.startswith(":") and not a.endswith(":") else ("-" * (w - 1) + ":")
+             for w, a in zip(widths, align)]
+    return "\n".join([line(header), "| " + " | ".join(marks) + " |"] + [line(r) for r in body])
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--binary", default="build/bench/fuse_bench")
+    parser.add_argument("--filter", default="", help="only workloads whose name matches this regex")
+    args, passthrough = parser.parse_known_args()
+    joined, order, context = {}, [], []
+    status = 0
+    for name in workloads(args.binary):
+        if args.filter and not re.search(args.filter, name):
+            continue
+        run = subprocess.run([args.binary, f"--benchmark_filter=^({name}/|compile/{name}/|stream/)"] + passthrough,
+                             capture_output=True, text=True)
+        status = status or run.returncode
+        if run.returncode:
+            sys.stderr.write(run.stdout[-2000:] + run.stderr[-2000:])
+        limit = re.search(r"^bandwidth limit: .*$", run.stdout, re.M)
+        cpu = re.search(r"^CPU: .*$", run.stdout, re.M)
+        context.append(f"{name}: {cpu.group(0) if cpu else '?'}; {limit.group(0) if limit else ''}")
+        for header, rows in tables(run.stdout).items():
+            if header not in joined:
+                joined[header] = rows[:1]
+                order.append(header)
+            joined[header] += [r for r in rows[1:] if r[0] == name]
+        print(f"{name} done", file=sys.stderr, flush=True)
+    print("\n".join(context))
+    for header in order:
+        print()
+        print(markdown(header, joined[header]))
+    return status
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    sys.exit(main())
