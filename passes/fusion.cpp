@@ -130,21 +130,29 @@ class Partitioner {
     return false;
   }
 
-  // Whether a member of `gs` satisfying `pred` is reachable from `id` through members of `gs`.
-  template <class Pred>
-  bool reaches(NodeId id, const GroupState& gs, Pred pred) const {
+  // Whether an edge from `from` to its user `u`, both reachable from `id` through members of
+  // `gs` (u a member), satisfies `pred(node(u), from)`. Every edge is tested, not only the first
+  // one into u: which operand of u the edge feeds can matter (gathered_from).
+  template <class EdgePred>
+  bool reaches_edge(NodeId id, const GroupState& gs, EdgePred pred) const {
     std::vector<NodeId> stack{id};
     std::set<NodeId> seen;
     while (!stack.empty()) {
       NodeId cur = stack.back();
       stack.pop_back();
       for (NodeId u : users_[cur]) {
-        if (!gs.members.count(u) || !seen.insert(u).second) continue;
-        if (pred(node(u))) return true;
-        stack.push_back(u);
+        if (!gs.members.count(u)) continue;
+        if (pred(node(u), cur)) return true;
+        if (seen.insert(u).second) stack.push_back(u);
       }
     }
     return false;
+  }
+
+  // Whether a member of `gs` satisfying `pred` is reachable from `id` through members of `gs`.
+  template <class Pred>
+  bool reaches(NodeId id, const GroupState& gs, Pred pred) const {
+    return reaches_edge(id, gs, [&](const Node& u, NodeId) { return pred(u); });
   }
 
   // Whether `id`'s value is broadcast back to `full` inside the group (a row-wise pattern).
@@ -210,18 +218,7 @@ class Partitioner {
   // np-gaps (issue 16): whether a value computed from `id` in the group is the x operand of a
   // gather there, which reads it only at the positions its indices name.
   bool gathered_from(NodeId id, const GroupState& gs) const {
-    std::vector<NodeId> stack{id};
-    std::set<NodeId> seen{id};
-    while (!stack.empty()) {
-      NodeId cur = stack.back();
-      stack.pop_back();
-      for (NodeId u : users_[cur]) {
-        if (!gs.members.count(u)) continue;
-        if (is_gather(node(u).kind) && node(u).inputs[0] == cur) return true;
-        if (seen.insert(u).second) stack.push_back(u);
-      }
-    }
-    return false;
+    return reaches_edge(id, gs, [](const Node& u, NodeId from) { return is_gather(u.kind) && u.inputs[0] == from; });
   }
 
   bool feeds_matmul(NodeId id, const GroupState& gs) const {

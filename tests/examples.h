@@ -24,15 +24,21 @@ inline std::vector<std::filesystem::path> example_files() {
   return files;
 }
 
-/// The graph of an .expr file; a test failure with the diagnostics when it does not compile.
+/// The graph of .expr `source` (named `file` in diagnostics); a test failure with the
+/// diagnostics when it does not compile.
+inline ir::Graph compile_source(const std::string& source, const std::string& file) {
+  expr::CompileResult r = expr::compile_expr(source, file);
+  INFO(expr::format_diagnostics(r.errors, source));
+  REQUIRE(r.graph);
+  return std::move(*r.graph);
+}
+
+/// The graph of an .expr file, as compile_source.
 inline ir::Graph compile_example(const std::filesystem::path& path) {
   std::ifstream in(path);
   std::stringstream source;
   source << in.rdbuf();
-  expr::CompileResult r = expr::compile_expr(source.str(), path.string());
-  INFO(expr::format_diagnostics(r.errors, source.str()));
-  REQUIRE(r.graph);
-  return std::move(*r.graph);
+  return compile_source(source.str(), path.string());
 }
 
 /// "N=7, M=5" (or "no symbols"): the sizes a case ran at, for INFO messages.

@@ -8,6 +8,8 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <functional>
+#include <memory>
 
 #include "frontends/compile.h"
 #include "frontends/expr/compile.h"
@@ -18,6 +20,7 @@
 #include "passes/pipeline.h"
 #include "passes/schedule.h"
 #include "runtime/cuda_executable.h"
+#include "tests/examples.h"
 #include "tests/random_graph.h"
 
 using namespace fuse;
@@ -31,12 +34,7 @@ const bool kSimulator = [] {
   return setenv("FUSE_CUDA_SIM_CHECKS", "all", 1) == 0;
 }();
 
-ir::Graph expr_graph(const std::string& source) {
-  expr::CompileResult r = expr::compile_expr(source, "row_order.expr");
-  INFO(expr::format_diagnostics(r.errors, source));
-  REQUIRE(r.graph);
-  return std::move(*r.graph);
-}
+ir::Graph expr_graph(const std::string& source) { return testing::compile_source(source, "row_order.expr"); }
 
 // Each a reduction or matmul read through a view that reorders its rows (x of dtype DT);
 // under the earlier rule each was one kernel the CPU interpreted.
@@ -73,6 +71,33 @@ std::vector<ir::SymbolBindings> sizes() {
           {{"N", 2}, {"M", 1023}, {"K", 2}}};
 }
 
+// A compiled program's outputs for its inputs.
+using RunFn = std::function<ir::TensorMap(const ir::TensorMap&)>;
+
+// Every program of kPrograms at every numeric dtype and size: what `compile_program` makes of it
+// against the interpreter; a random take index out of range fails with the interpreter's error.
+template <class Compile>
+void check_programs(Compile compile_program) {
+  for (const std::string& program : kPrograms)
+    for (const char* dtype : {"f32", "f64", "i32", "i64"}) {
+      ir::Graph g = expr_graph(with_dtype(program, dtype));
+      RunFn run = compile_program(g);
+      uint64_t seed = 1;
+      for (const ir::SymbolBindings& s : sizes()) {
+        INFO(with_dtype(program, dtype) << " at N=" << s.at("N") << " M=" << s.at("M"));
+        ir::TensorMap inputs = testing::random_inputs(g, s, seed++);
+        ir::ValuesAndBounds expected;
+        try {
+          expected = ir::interpret_with_bounds(g, inputs);
+        } catch (const ir::Error&) {
+          CHECK_THROWS_WITH(run(inputs), Contains("out of range"));
+          continue;
+        }
+        CHECK(testing::compare_outputs(expected, run(inputs)) == "");
+      }
+    }
+}
+
 ir::Program program_for(const ir::Graph& g, bool cuda) {
   passes::PipelineOptions options;
   if (cuda) options.target = ir::Target::cuda(0, 80);
@@ -104,45 +129,17 @@ TEST_CASE("the fusion explanation says why a reduction read through a view is st
 }
 
 TEST_CASE("views after reductions and matmuls on the CPU match the interpreter", "[row_order][cpu]") {
-  for (const std::string& program : kPrograms)
-    for (const char* dtype : {"f32", "f64", "i32", "i64"}) {
-      ir::Graph g = expr_graph(with_dtype(program, dtype));
-      runtime::Executable exe = compile(g);
-      uint64_t seed = 1;
-      for (const ir::SymbolBindings& s : sizes()) {
-        INFO(with_dtype(program, dtype) << " at N=" << s.at("N") << " M=" << s.at("M"));
-        ir::TensorMap inputs = testing::random_inputs(g, s, seed++);
-        ir::ValuesAndBounds expected;
-        try {
-          expected = ir::interpret_with_bounds(g, inputs);
-        } catch (const ir::Error& e) {  // a random take index out of range: the same error
-          CHECK_THROWS_WITH(exe.run(inputs), Contains("out of range"));
-          continue;
-        }
-        CHECK(testing::compare_outputs(expected, exe.run(inputs)) == "");
-      }
-    }
+  check_programs([](const ir::Graph& g) -> RunFn {
+    auto exe = std::make_shared<runtime::Executable>(compile(g));
+    return [exe](const ir::TensorMap& inputs) { return exe->run(inputs); };
+  });
 }
 
 TEST_CASE("views after reductions and matmuls on the CUDA simulator match the interpreter", "[row_order][cuda][sim]") {
-  for (const std::string& program : kPrograms)
-    for (const char* dtype : {"f32", "f64", "i32", "i64"}) {
-      ir::Graph g = expr_graph(with_dtype(program, dtype));
-      std::unique_ptr<runtime::CudaExecutable> exe = compile_cuda(g, Target::cuda_sim());
-      uint64_t seed = 1;
-      for (const ir::SymbolBindings& s : sizes()) {
-        INFO(with_dtype(program, dtype) << " at N=" << s.at("N") << " M=" << s.at("M"));
-        ir::TensorMap inputs = testing::random_inputs(g, s, seed++);
-        ir::ValuesAndBounds expected;
-        try {
-          expected = ir::interpret_with_bounds(g, inputs);
-        } catch (const ir::Error&) {
-          CHECK_THROWS_WITH(exe->run_host(inputs), Contains("out of range"));
-          continue;
-        }
-        CHECK(testing::compare_outputs(expected, exe->run_host(inputs)) == "");
-      }
-    }
+  check_programs([](const ir::Graph& g) -> RunFn {
+    std::shared_ptr<runtime::CudaExecutable> exe = compile_cuda(g, Target::cuda_sim());
+    return [exe](const ir::TensorMap& inputs) { return exe->run_host(inputs); };
+  });
 }
 
 TEST_CASE("the interpreted fallback still runs a reordering kernel made by hand", "[row_order][cpu]") {

@@ -19,6 +19,7 @@
 #include "runtime/bundle.h"
 #include "runtime/cuda_driver.h"
 #include "runtime/cuda_executable.h"
+#include "tests/examples.h"
 #include "tests/ptxas.h"
 #include "tests/random_graph.h"
 
@@ -33,12 +34,7 @@ const bool kSimulator = [] {
   return setenv("FUSE_CUDA_SIM_CHECKS", "all", 1) == 0;
 }();
 
-ir::Graph expr_graph(const std::string& source) {
-  expr::CompileResult r = expr::compile_expr(source, "views.expr");
-  INFO(expr::format_diagnostics(r.errors, source));
-  REQUIRE(r.graph);
-  return std::move(*r.graph);
-}
+ir::Graph expr_graph(const std::string& source) { return testing::compile_source(source, "views.expr"); }
 
 std::string compile_error(const std::string& source) {
   expr::CompileResult r = expr::compile_expr(source, "views.expr");
