@@ -272,8 +272,6 @@ CpuObject compile_cpu_object(const ir::Program& p, const CpuOptions& options, Ob
   return object;
 }
 
-const char* codegen_build_stamp() { return __DATE__ " " __TIME__; }
-
 std::string emit_cpu_asm(const ir::Program& p, const CpuOptions& options) {
   return compile_cpu_object(p, options, ObjectKind::Assembly).bytes;
 }
