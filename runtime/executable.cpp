@@ -200,6 +200,23 @@ void Executable::run_views(const std::vector<InputView>& inputs, std::vector<ir:
   std::vector<ir::HostArray> fresh;
   std::vector<ir::HostArray>& targets = may_raise_ ? fresh : outputs;
   targets.resize(program_.outputs.size());
+  // An output array that overlaps an input (the caller passed a view of it) is not written in
+  // place: kernels read each input as it was (a transpose, a CPU loop that runs a block again),
+  // so the output gets a new array and the old one lives until the run ends.
+  std::vector<ir::HostArray> overlapped;
+  for (ir::HostArray& o : targets) {
+    const auto* first = reinterpret_cast<const std::byte*>(o.data());
+    const std::byte* last = first + o.bytes.size();
+    for (size_t i = 0; i < inputs.size() && !o.bytes.empty(); ++i) {
+      ir::ConcreteShape shape(inputs[i].shape, inputs[i].shape + inputs[i].rank);
+      const auto* in_first = static_cast<const std::byte*>(inputs[i].data);
+      const std::byte* in_last = in_first + ir::num_elements(shape) * static_cast<int64_t>(ir::dtype_size(inputs[i].dtype));
+      if (in_first < last && first < in_last) {
+        overlapped.push_back(std::move(o));
+        o = ir::HostArray();
+      }
+    }
+  }
   std::vector<ir::HostArray*> output_arrays;
   for (ir::HostArray& o : targets) output_arrays.push_back(&o);
   run_bound(symbols, input_data, output_arrays);

@@ -514,6 +514,74 @@ TEST_CASE("softmax rows with subnormal exp(x - max) rerun with the fix-up", "[cp
   }
 }
 
+// The contiguous loop runs whole vectors in blocks that compute f32 exp without its fix-up
+// for arguments below -87.3 and run the block again with it when a lane needed it: exp and a
+// Gaussian density (broadcast scalars, hoisted out of the loop) of inputs where no lane, one
+// lane, every fifth lane, or the first and last element need it must equal the interpreter's
+// exactly scaled values (no absolute tolerance), at sizes that end mid-block, mid-vector, and
+// large enough for streaming stores (one output, > 32 MiB moved).
+TEST_CASE("contiguous blocks with subnormal exp rerun with the fix-up", "[cpu][threads]") {
+  for (bool two_outputs : {false, true}) {
+    Graph g;
+    Tensor x = g.input("x", DType::F32, {sym("N")});
+    Tensor mu = g.input("mu", DType::F32);
+    Tensor sigma = g.input("sigma", DType::F32);
+    Tensor z = (x - mu) / sigma;
+    g.output("pdf", exp(-0.5 * z * z) / (sigma * 2.5066282746));
+    if (two_outputs) g.output("e", exp(x));
+    runtime::Executable exe = compile(g);
+    INFO(ir::print_program(exe.program()));
+    REQUIRE(exe.program().kernels.size() == 1);
+    CHECK(exe.program().kernels[0].schedule.form == ir::LoopForm::Contiguous);
+    for (int64_t n : {1, 7, 16, 1023, 1024, 1025, 3 * 1024 + 17, 4'500'001}) {
+      for (int pattern = 0; pattern < 4; ++pattern) {
+        if (n > 100'000 && pattern % 2 == 1) continue;  // (time)
+        INFO("N = " << n << ", pattern " << pattern << ", two outputs " << two_outputs);
+        ir::TensorMap inputs = inputs_of(g.ir(), {{"N", n}}, 17);
+        inputs["mu"].set_f64(0, 0.25);
+        inputs["sigma"].set_f64(0, two_outputs ? 1.0 : 0.5);
+        ir::HostArray& in = inputs["x"];
+        for (int64_t i = 0; i < n; ++i) {
+          double v = in.get_f64(i);
+          if (pattern == 1 && i == n / 2) in.set_f64(i, -100.0);     // one lane of one block
+          if (pattern == 2 && i % 5 == 1) in.set_f64(i, -90.0 - 10 * v);  // exp(x) and the pdf subnormal or 0
+          if (pattern == 3 && (i == 0 || i == n - 1)) in.set_f64(i, 13.5 + v);  // in the masked head and tail
+        }
+        CHECK(testing::compare_outputs(ir::interpret(g.ir(), inputs), exe.run(inputs), 1e-5, 0) == "");
+      }
+    }
+  }
+}
+
+// run_views with an output array that the caller also passed as an input: the kernels must
+// read the input as it was (a transpose reads elements the output overwrote; the contiguous
+// loop reads a block again for its fix-ups), so the output gets a new array.
+TEST_CASE("run_views gives an output that overlaps an input a new array", "[cpu]") {
+  Graph g;
+  Tensor x = g.input("x", DType::F32, {sym("N"), sym("N")});
+  g.output("t", transpose(x) * 2.0);
+  g.output("e", exp(x));
+  runtime::Executable exe = compile(g);
+  for (int64_t n : {1, 7, 33, 130}) {
+    INFO("N = " << n);
+    ir::TensorMap inputs = inputs_of(g.ir(), {{"N", n}}, 3);
+    for (int64_t i = 0; i < n * n; i += 3) inputs["x"].set_f64(i, -95.0);  // exp's fix-up in some lanes
+    ir::TensorMap expected = ir::interpret(g.ir(), inputs);
+    for (int reused : {0, 1}) {
+      INFO("the input is output " << reused);
+      std::vector<ir::HostArray> outputs(2, ir::HostArray(DType::F32, {n, n}));
+      outputs[reused] = inputs["x"];  // the same bytes, in the array that output `reused` may reuse
+      const void* shared = outputs[reused].data();
+      std::vector<runtime::Executable::InputView> views{{DType::F32, inputs["x"].shape.data(), 2, shared}};
+      exe.run_views(views, outputs);
+      CHECK(outputs[reused].data() != shared);
+      ir::TensorMap got;
+      for (size_t o = 0; o < outputs.size(); ++o) got[exe.program().outputs[o].name] = outputs[o];
+      CHECK(testing::compare_outputs(expected, got, 1e-5, 0) == "");
+    }
+  }
+}
+
 TEST_CASE("reductions of transposed, permuted, reshaped and broadcast inputs", "[cpu][reduce][views]") {
   Graph g;
   Tensor x = g.input("x", DType::F32, {sym("N"), sym("M")});

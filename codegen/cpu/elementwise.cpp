@@ -69,26 +69,89 @@ void CpuKernelEmitter::emit_contiguous_loops(mlir::Value begin, mlir::Value end,
     mask_ = {};
     clear_caches();
   };
+  // Values that are the same in every lane and iteration, computed once before the loops: the
+  // stores inside might alias a broadcast input as far as LLVM knows, so it would reload and
+  // recompute them for every vector.
+  for (const ir::GraphOutput& out : k_.body.outputs) hoist_invariants(out.node, lanes);
   // Before `aligned`: lanes [lanes - (aligned - begin), lanes) of the vector ending there.
   mlir::Value head = sub(aligned, i64(lanes));
   masked_vector(head, sub(begin, head), min_i64(i64(lanes), sub(end, head)));
-  loop(aligned, vector_end, lanes, [&](mlir::Value i) {
+  // The whole vectors in blocks of kPatchBlockVectors: each block's loop defers the f32
+  // fix-ups (ScalarLowering::defer_patches) and runs again with them when any lane wanted one
+  // (an exp whose result is subnormal). A call in the loop, even one never taken, makes LLVM
+  // reload the loop's constants every iteration; the block is still in L1 when it runs again.
+  // Running again reads the inputs a second time: the runtime never gives a kernel an output
+  // that overlaps one of its inputs (Executable::run_views gives such an output a new array).
+  loop(aligned, vector_end, kPatchBlockVectors * lanes, [&](mlir::Value block) {
+    mlir::Value block_end = min_i64(add(block, i64(kPatchBlockVectors * lanes)), vector_end);
+    mlir::Value needs_patch = emit_contiguous_vectors(block, block_end, lanes, streaming, /*deferred=*/true);
+    if (!needs_patch) return;
+    auto again = b_.create<mlir::scf::IfOp>(loc_, needs_patch, /*withElseRegion=*/false);
+    mlir::OpBuilder::InsertionGuard guard(b_);
+    b_.setInsertionPointToStart(&again.getThenRegion().front());
+    emit_contiguous_vectors(block, block_end, lanes, streaming, /*deferred=*/false);
+  });
+  // After the last whole vector: lanes [0, end - vector_end), when the head did not cover them.
+  masked_vector(vector_end, max_i64(i64(0), sub(begin, vector_end)), sub(end, vector_end));
+  invariant_.clear();
+}
+
+bool CpuKernelEmitter::hoist_invariants(NodeId id, int lanes) {
+  if (invariant_.count(id)) return true;
+  const Node& n = k_.body.node(id);
+  bool invariant = n.kind == OpKind::BroadcastTo;
+  if (n.kind == OpKind::Elementwise && !n.inputs.empty()) {
+    invariant = true;
+    for (NodeId in : n.inputs) invariant = hoist_invariants(in, lanes) && invariant;  // every input hoisted
+  }
+  if (invariant) invariant_[id] = contiguous_value(id, {}, lanes);
+  return invariant;
+}
+
+// Whole vectors [from, to) of the contiguous form, stored with streaming stores when
+// `streaming`. With `deferred`, the body's f32 fix-ups are left out: the result is whether any
+// lane wanted one (null when the body has none).
+mlir::Value CpuKernelEmitter::emit_contiguous_vectors(mlir::Value from, mlir::Value to, int lanes, mlir::Value streaming,
+                                                      bool deferred) {
+  mlir::Value no_lane = constant(DType::Bool, 0, 0, lanes);
+  auto vector_loop = b_.create<mlir::scf::ForOp>(loc_, from, to, i64(lanes), mlir::ValueRange{no_lane});
+  std::vector<mlir::Value> masks;  // the deferred fix-ups of the body
+  {
+    mlir::OpBuilder::InsertionGuard guard(b_);
+    b_.setInsertionPointToStart(vector_loop.getBody());
+    clear_caches();
+    mlir::Value i = vector_loop.getInductionVar();
+    if (deferred) scalar_.defer_patches(&masks);
     for (size_t o = 0; o < k_.body.outputs.size(); ++o) {
       const Node& n = k_.body.node(k_.body.outputs[o].node);
       mlir::Value v = contiguous_value(k_.body.outputs[o].node, i, lanes);
       auto branch = b_.create<mlir::scf::IfOp>(loc_, streaming, /*withElseRegion=*/true);
-      mlir::OpBuilder::InsertionGuard guard(b_);
+      mlir::OpBuilder::InsertionGuard inner(b_);
       b_.setInsertionPointToStart(&branch.getThenRegion().front());
       store(output_slot_[o], n.dtype, i, v, lanes, true);
       b_.setInsertionPointToStart(&branch.getElseRegion().front());
       store(output_slot_[o], n.dtype, i, v, lanes, false);
     }
-  });
-  // After the last whole vector: lanes [0, end - vector_end), when the head did not cover them.
-  masked_vector(vector_end, max_i64(i64(0), sub(begin, vector_end)), sub(end, vector_end));
+    scalar_.defer_patches(nullptr);
+    mlir::Value seen = vector_loop.getRegionIterArgs()[0];
+    for (mlir::Value m : masks) {
+      if (m.getType() != seen.getType()) {  // a mask of other lanes: whether any is set, in every lane
+        mlir::Value any = mlir::isa<mlir::VectorType>(m.getType())
+                              ? b_.create<mlir::vector::ReductionOp>(loc_, mlir::vector::CombiningKind::OR, m).getResult()
+                              : m;
+        m = b_.create<mlir::vector::BroadcastOp>(loc_, seen.getType(), any);
+      }
+      seen = b_.create<mlir::arith::OrIOp>(loc_, seen, m);
+    }
+    b_.create<mlir::scf::YieldOp>(loc_, seen);
+    clear_caches();
+  }
+  if (masks.empty()) return {};
+  return b_.create<mlir::vector::ReductionOp>(loc_, mlir::vector::CombiningKind::OR, vector_loop.getResult(0));
 }
 
 mlir::Value CpuKernelEmitter::contiguous_value(NodeId id, mlir::Value base, int lanes) {
+  if (auto hoisted = invariant_.find(id); hoisted != invariant_.end()) return hoisted->second;
   auto it = contiguous_cache_.find(id);
   if (it != contiguous_cache_.end()) return it->second;
   const Node& n = k_.body.node(id);

@@ -102,7 +102,19 @@ class CpuKernelEmitter : public KernelEmitterBase {
   // output starts at the 64-byte boundary below `begin` and writes its whole vectors with
   // non-temporal stores.
   void emit_contiguous_loops(mlir::Value begin, mlir::Value end, int lanes);
+  // How many whole vectors the contiguous loop runs before it checks for deferred f32 fix-ups
+  // (and, when one was wanted, runs those vectors again with them).
+  static constexpr int64_t kPatchBlockVectors = 64;
+  // Whole vectors [from, to) of the contiguous form, stored with streaming stores when
+  // `streaming`. With `deferred`, the body's f32 fix-ups are left out: the result is whether any
+  // lane wanted one (null when the body has none).
+  mlir::Value emit_contiguous_vectors(mlir::Value from, mlir::Value to, int lanes, mlir::Value streaming, bool deferred);
   mlir::Value contiguous_value(NodeId id, mlir::Value base, int lanes);
+  // Computes, before the contiguous loops, the nodes of `id`'s expression that are the same for
+  // every element (broadcast scalars and elementwise ops of them) into invariant_; whether `id`
+  // is one.
+  bool hoist_invariants(NodeId id, int lanes);
+  std::map<NodeId, mlir::Value> invariant_;  // while emitting the contiguous loops
   // Outputs may differ in shape from the space (same element count, e.g. x.T and its reshape):
   // each is evaluated at its own index of the same row-major position.
   void emit_general(mlir::Value linear);
