@@ -161,12 +161,11 @@ int64_t module_bytes(const std::string& key, const CpuObject& object) {
   return bytes;
 }
 
+// The host's target, for its data layout. Loading objects needs no asm printer (compiling does:
+// codegen/cpu/lower.cpp registers it), and a disk-cache hit should not pay for it.
 void initialize_native_target() {
   static std::once_flag once;
-  std::call_once(once, [] {
-    llvm::InitializeNativeTarget();
-    llvm::InitializeNativeTargetAsmPrinter();
-  });
+  std::call_once(once, [] { llvm::InitializeNativeTarget(); });
 }
 
 // ---- the key ----
@@ -200,14 +199,38 @@ std::string literal_bits(const ir::Program& p) {
   return bits;
 }
 
-const std::string& host_description() {
-  static const std::string description = [] {
-    auto host = llvm::orc::JITTargetMachineBuilder::detectHost();
-    if (!host) throw ir::Error(fail_text("cannot detect the host CPU: " + llvm::toString(host.takeError())));
-    return host->getTargetTriple().str() + " " + host->getCPU() + " " + host->getFeatures().getString();
+// The host as the JIT sees it, detected once per process (each detection reads /proc/cpuinfo
+// and asks every feature).
+struct Host {
+  llvm::orc::JITTargetMachineBuilder machine;
+  llvm::DataLayout data_layout;
+  std::string description;  // triple, CPU and features: part of every cache key
+};
+
+const Host& host() {
+  static const Host detected = [] {
+    initialize_native_target();
+    auto machine = llvm::orc::JITTargetMachineBuilder::detectHost();
+    if (!machine) throw ir::Error(fail_text("cannot detect the host CPU: " + llvm::toString(machine.takeError())));
+    auto layout = machine->getDefaultDataLayoutForTarget();  // (builds a TargetMachine once)
+    if (!layout) throw ir::Error(fail_text("no data layout for the host: " + llvm::toString(layout.takeError())));
+    std::string description = machine->getTargetTriple().str() + " " + machine->getCPU() + " " + machine->getFeatures().getString();
+    return Host{std::move(*machine), std::move(*layout), std::move(description)};
   }();
-  return description;
+  return detected;
 }
+
+const std::string& host_description() { return host().description; }
+
+// The JIT only links objects compiled beforehand, so it gets no IR compiler: LLJIT's default one
+// builds a TargetMachine for every JIT, about a fifth of a disk-cache hit.
+class ObjectsOnly : public llvm::orc::IRCompileLayer::IRCompiler {
+ public:
+  ObjectsOnly() : IRCompiler(llvm::orc::IRSymbolMapper::ManglingOptions()) {}
+  llvm::Expected<std::unique_ptr<llvm::MemoryBuffer>> operator()(llvm::Module&) override {
+    return llvm::make_error<llvm::StringError>("fuse's JIT links objects only", llvm::inconvertibleErrorCode());
+  }
+};
 
 std::string cache_key(const ir::Program& p, const CpuOptions& options) {
   std::string key = "fuse " FUSE_VERSION " codegen ";
@@ -538,7 +561,17 @@ struct ModuleLoader {
     for (bool compiled : object.compiled) any = any || compiled;
     if (!any) return module;  // nothing to load (every kernel runs in the interpreter)
 
-    auto jit = llvm::orc::LLJITBuilder().create();
+    // No platform (kernels have no static initializers or thread-locals: the generic platform
+    // costs a module of its own per JIT) and the host detected once.
+    auto jit = llvm::orc::LLJITBuilder()
+                   .setJITTargetMachineBuilder(host().machine)
+                   .setDataLayout(host().data_layout)
+                   .setCompileFunctionCreator([](llvm::orc::JITTargetMachineBuilder)
+                                                  -> llvm::Expected<std::unique_ptr<llvm::orc::IRCompileLayer::IRCompiler>> {
+                     return std::make_unique<ObjectsOnly>();
+                   })
+                   .setPlatformSetUp(llvm::orc::setUpInactivePlatform)
+                   .create();
     if (!jit) throw ir::Error(fail_text("cannot create the JIT: " + llvm::toString(jit.takeError())));
     // Kernels may call libm and SLEEF (codegen/scalar_lowering.cpp): resolve them in this process.
     auto process = llvm::orc::DynamicLibrarySearchGenerator::GetForCurrentProcess((*jit)->getDataLayout().getGlobalPrefix());
