@@ -553,6 +553,28 @@ TEST_CASE("contiguous blocks with subnormal exp rerun with the fix-up", "[cpu][t
   }
 }
 
+// A matrix plus a broadcast row (the Rows form) writes with non-temporal stores when the kernel
+// moves more than 32 MiB and every row starts on a 64-byte line, in the pieces of rows that start
+// on a line (a thread's range may start mid-row): results at sizes with and without whole-line
+// rows, f32 and f64, at 1 and 7 threads ([threads]).
+TEST_CASE("rows plus a broadcast row with streaming stores", "[cpu][threads]") {
+  for (DType t : {DType::F32, DType::F64}) {
+    Graph g;
+    Tensor a = g.input("a", t, {sym("N"), sym("M")});
+    Tensor row = g.input("row", t, {sym("M")});
+    g.output("c", a * 2.0 + row);
+    runtime::Executable exe = compile(g);
+    INFO(ir::dtype_name(t) << "\n" << ir::print_program(exe.program()));
+    REQUIRE(exe.program().kernels.size() == 1);
+    CHECK(exe.program().kernels[0].schedule.form == ir::LoopForm::Rows);
+    for (auto [n, m] : std::vector<std::pair<int64_t, int64_t>>{{1100, 4096}, {1031, 4112}, {4099, 1100}, {3, 7}}) {
+      INFO("N = " << n << ", M = " << m);
+      ir::TensorMap inputs = inputs_of(g.ir(), {{"N", n}, {"M", m}}, 5);
+      CHECK(testing::compare_outputs(ir::interpret(g.ir(), inputs), exe.run(inputs), 1e-6, 0) == "");
+    }
+  }
+}
+
 // run_views with an output array that the caller also passed as an input: the kernels must
 // read the input as it was (a transpose reads elements the output overwrote; the contiguous
 // loop reads a block again for its fix-ups), so the output gets a new array.

@@ -209,14 +209,27 @@ mlir::Value CpuKernelEmitter::lane_value(NodeId id, const std::vector<mlir::Valu
   return v;
 }
 
-// Stores every output at columns [c, c + lanes) of the row `row` (its index `outer`).
-void CpuKernelEmitter::emit_lanes(const std::vector<mlir::Value>& outer, mlir::Value row_start, mlir::Value c, int lanes) {
+// Stores every output at columns [c, c + lanes) of the row `row` (its index `outer`), with
+// non-temporal stores where `streaming` (set, and true at run time).
+void CpuKernelEmitter::emit_lanes(const std::vector<mlir::Value>& outer, mlir::Value row_start, mlir::Value c, int lanes,
+                                  mlir::Value streaming) {
   std::vector<mlir::Value> idx0 = outer;
   idx0.push_back(i64(0));
   int axis = static_cast<int>(k_.space.size()) - 1;
   for (size_t o = 0; o < k_.body.outputs.size(); ++o) {
     NodeId out = k_.body.outputs[o].node;
-    store(output_slot_[o], k_.body.node(out).dtype, add(row_start, c), lane_value(out, idx0, axis, c, lanes), lanes);
+    DType t = k_.body.node(out).dtype;
+    mlir::Value v = lane_value(out, idx0, axis, c, lanes);
+    if (!streaming) {
+      store(output_slot_[o], t, add(row_start, c), v, lanes);
+      continue;
+    }
+    auto branch = b_.create<mlir::scf::IfOp>(loc_, streaming, /*withElseRegion=*/true);
+    mlir::OpBuilder::InsertionGuard guard(b_);
+    b_.setInsertionPointToStart(&branch.getThenRegion().front());
+    store(output_slot_[o], t, add(row_start, c), v, lanes, /*streaming=*/true);
+    b_.setInsertionPointToStart(&branch.getElseRegion().front());
+    store(output_slot_[o], t, add(row_start, c), v, lanes);
   }
 }
 
@@ -230,15 +243,42 @@ void CpuKernelEmitter::emit_element(const std::vector<mlir::Value>& outer, mlir:
   }
 }
 
-// Elements [begin, end) row by row: SIMD columns and a scalar tail in each row.
+// Elements [begin, end) row by row: SIMD columns and a scalar tail in each row. A large kernel
+// with one output whose rows all start on 64-byte lines writes with non-temporal stores, as the
+// contiguous form does (a row plus a broadcast row as fast as two rows), in the pieces of rows
+// that start on a line (a thread's range may start mid-row).
 void CpuKernelEmitter::emit_rows(mlir::Value begin, mlir::Value end, int lanes) {
   ir::Shape outer_shape(k_.space.begin(), k_.space.end() - 1);
+  mlir::Value streaming;
+  if (lanes > 1 && k_.body.outputs.size() == 1) {
+    DType t = k_.body.node(k_.body.outputs[0].node).dtype;
+    int64_t out_size = static_cast<int64_t>(ir::dtype_size(t));
+    if (out_size * lanes == 64) {
+      int64_t bytes_per_element = out_size;
+      for (const Node& n : k_.body.nodes)
+        if (n.kind == OpKind::Input && n.shape == k_.space) bytes_per_element += static_cast<int64_t>(ir::dtype_size(n.dtype));
+      mlir::Value large =
+          cmpi(mlir::arith::CmpIPredicate::sgt, mul(dim(ir::num_elements(k_.space)), i64(bytes_per_element)), i64(kStreamingBytes));
+      mlir::Value address = b_.create<mlir::LLVM::PtrToIntOp>(loc_, i64_type(), base_[output_slot_[0]]);
+      mlir::Value line_start = cmpi(mlir::arith::CmpIPredicate::eq, b_.create<mlir::arith::RemUIOp>(loc_, address, i64(64)), i64(0));
+      mlir::Value whole_lines = cmpi(mlir::arith::CmpIPredicate::eq,
+                                     b_.create<mlir::arith::RemUIOp>(loc_, mul(dim(k_.space.back()), i64(out_size)), i64(64)), i64(0));
+      streaming = b_.create<mlir::arith::AndIOp>(loc_, large, b_.create<mlir::arith::AndIOp>(loc_, line_start, whole_lines));
+    }
+  }
   for_each_row_piece(begin, end, k_.space.back(), outer_shape,
                      [&](const std::vector<mlir::Value>& outer, mlir::Value row_start, mlir::Value from, mlir::Value to) {
                        mlir::Value vector_end = from;
                        if (lanes > 1) {
+                         mlir::Value piece_streaming;
+                         if (streaming) {
+                           mlir::Value on_line = cmpi(mlir::arith::CmpIPredicate::eq,
+                                                      b_.create<mlir::arith::RemUIOp>(loc_, from, i64(lanes)), i64(0));
+                           piece_streaming = b_.create<mlir::arith::AndIOp>(loc_, streaming, on_line);
+                         }
                          vector_end = whole_steps_end(from, to, lanes);
-                         loop(from, vector_end, lanes, [&](mlir::Value c) { emit_lanes(outer, row_start, c, lanes); });
+                         loop(from, vector_end, lanes,
+                              [&](mlir::Value c) { emit_lanes(outer, row_start, c, lanes, piece_streaming); });
                        }
                        loop(vector_end, to, 1, [&](mlir::Value c) { emit_lanes(outer, row_start, c, 1); });
                      });

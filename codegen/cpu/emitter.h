@@ -121,8 +121,10 @@ class CpuKernelEmitter : public KernelEmitterBase {
   // Value of `id` at columns [c, c + lanes) of the row whose index (with the innermost index 0
   // on `axis`) is `idx0`. Only for nodes whose inner_access is Constant or Unit.
   mlir::Value lane_value(NodeId id, const std::vector<mlir::Value>& idx0, int axis, mlir::Value c, int lanes);
-  // Stores every output at columns [c, c + lanes) of the row `row` (its index `outer`).
-  void emit_lanes(const std::vector<mlir::Value>& outer, mlir::Value row_start, mlir::Value c, int lanes);
+  // Stores every output at columns [c, c + lanes) of the row `row` (its index `outer`), with
+  // non-temporal stores where `streaming` (set, and true at run time).
+  void emit_lanes(const std::vector<mlir::Value>& outer, mlir::Value row_start, mlir::Value c, int lanes,
+                  mlir::Value streaming = {});
   // One element at column c of a row, through general_value (any strides).
   void emit_element(const std::vector<mlir::Value>& outer, mlir::Value row_start, mlir::Value c);
   // Flattened positions [begin, end) of rows of `width` (of shape outer_shape x width), row by
