@@ -27,6 +27,11 @@ void CpuKernelEmitter::emit_contiguous(mlir::Value base, int lanes) {
 // output starts at the 64-byte boundary below `begin` and writes its whole vectors with
 // non-temporal stores.
 void CpuKernelEmitter::emit_contiguous_loops(mlir::Value begin, mlir::Value end, int lanes) {
+  // Nothing, not even the hoisted loads below, for an empty range (a kernel with takes runs
+  // with one to check their indices; an operand broadcast from an empty array has no element 0).
+  auto nonempty = b_.create<mlir::scf::IfOp>(loc_, cmpi(mlir::arith::CmpIPredicate::slt, begin, end), /*withElseRegion=*/false);
+  mlir::OpBuilder::InsertionGuard guard(b_);
+  b_.setInsertionPointToStart(&nonempty.getThenRegion().front());
   mlir::Value streaming = b_.create<mlir::arith::ConstantIntOp>(loc_, 0, 1);
   mlir::Value aligned = begin;
   DType out_type = k_.body.node(k_.body.outputs[0].node).dtype;
