@@ -86,7 +86,7 @@ TEST_CASE("transposes and permutes run tiled", "[cpu][rows][transpose]") {
 namespace {
 
 const std::vector<std::pair<int64_t, int64_t>> kTileShapes = {{16, 16},  {1, 7},    {7, 1},      {17, 33}, {1023, 5},
-                                                              {64, 48}, {4096, 16}, {257, 1031}, {0, 16}};
+                                                              {64, 48}, {48, 64}, {4096, 16}, {257, 1031}, {0, 16}};
 
 // The kernel's MLIR, and checks that the program is one TiledRows kernel.
 std::string one_tiled_kernel(const Graph& g, const CompileOptions& options = {}) {

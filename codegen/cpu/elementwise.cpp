@@ -236,6 +236,12 @@ std::vector<mlir::Value> transpose_in_registers(mlir::OpBuilder& b, mlir::Locati
 
 }  // namespace
 
+// Tiles per band of rows in emit_register_tiles: two, so that a transposed operand's rows are
+// read 128 bytes (two adjacent cache lines) at a time. On the Zen 4 VM, 4096 x 4096 transposes
+// took (medians, same runs) f64 30.5 ms with one tile, 19.5 ms with two, 24 ms with four; f32
+// about 10% less with two than with one or four.
+constexpr int kBandTiles = 2;
+
 struct CpuKernelEmitter::RegisterTile {
   int lanes = 0;
   mlir::Value first_row_of_matrix, first_column;   // along the space's last two axes
@@ -374,29 +380,39 @@ void CpuKernelEmitter::emit_register_tiles(mlir::Value full_first, mlir::Value f
     mlir::Value matrix_row = mul(m, height);
     mlir::Value n_first = max_i64(sub(full_first, matrix_row), i64(0));
     mlir::Value n_end = min_i64(sub(full_last, matrix_row), height);
-    mlir::Value tiled_end = whole_steps_end(n_first, n_end, lanes);
-    loop(n_first, tiled_end, lanes, [&](mlir::Value n0) {
-      loop(i64(0), tiled_width, lanes, [&](mlir::Value c0) {
-        RegisterTile t;
-        t.lanes = lanes;
-        t.first_row_of_matrix = n0;
-        t.first_column = c0;
-        for (int i = 0; i < lanes; ++i) {
-          mlir::Value n = add(n0, i64(i));
-          std::vector<mlir::Value> row = matrix;
-          row.insert(row.end(), {n, i64(0)});
-          t.row_index.push_back(row);
-          t.row_start.push_back(mul(add(matrix_row, n), width));
-          std::vector<mlir::Value> column = matrix;
-          column.insert(column.end(), {i64(0), add(c0, i64(i))});
-          t.column_index.push_back(column);
-        }
-        emit_register_tile(t, streaming);
+    // Bands of `group` tiles down the rows [from, to) (a multiple of group * lanes of them),
+    // walked across the columns: each row of a transposed operand is read group * 64 bytes at
+    // a time.
+    auto tile_bands = [&](mlir::Value from, mlir::Value to, int group) {
+      loop(from, to, group * lanes, [&](mlir::Value band) {
+        loop(i64(0), tiled_width, lanes, [&](mlir::Value c0) {
+          for (int g = 0; g < group; ++g) {
+            RegisterTile t;
+            t.lanes = lanes;
+            t.first_row_of_matrix = add(band, i64(g * lanes));
+            t.first_column = c0;
+            for (int i = 0; i < lanes; ++i) {
+              mlir::Value n = add(t.first_row_of_matrix, i64(i));
+              std::vector<mlir::Value> row = matrix;
+              row.insert(row.end(), {n, i64(0)});
+              t.row_index.push_back(row);
+              t.row_start.push_back(mul(add(matrix_row, n), width));
+              std::vector<mlir::Value> column = matrix;
+              column.insert(column.end(), {i64(0), add(c0, i64(i))});
+              t.column_index.push_back(column);
+            }
+            emit_register_tile(t, streaming);
+          }
+        });
+        loop(band, add(band, i64(group * lanes)), 1, [&](mlir::Value n) {
+          elements(matrix, add(matrix_row, n), n, tiled_width, width);
+        });
       });
-      loop(n0, add(n0, i64(lanes)), 1, [&](mlir::Value n) {
-        elements(matrix, add(matrix_row, n), n, tiled_width, width);
-      });
-    });
+    };
+    mlir::Value banded_end = whole_steps_end(n_first, n_end, kBandTiles * lanes);
+    tile_bands(n_first, banded_end, kBandTiles);
+    mlir::Value tiled_end = whole_steps_end(banded_end, n_end, lanes);
+    tile_bands(banded_end, tiled_end, 1);
     loop(tiled_end, n_end, 1, [&](mlir::Value n) { elements(matrix, add(matrix_row, n), n, i64(0), width); });
   });
 }
