@@ -3,6 +3,7 @@
 // thread pool.
 #include <catch2/catch.hpp>
 
+#include "codegen/cpu_codegen.h"
 #include "frontends/compile.h"
 #include "ir/printer.h"
 #include "random_graph.h"
@@ -11,9 +12,9 @@ using namespace fuse;
 
 namespace {
 
-void check(const Graph& g, const ir::SymbolBindings& sizes) {
+void check(const Graph& g, const ir::SymbolBindings& sizes, const CompileOptions& options = {}) {
   ir::TensorMap inputs = testing::random_inputs(g.ir(), sizes, 5);
-  runtime::Executable exe = compile(g);
+  runtime::Executable exe = compile(g, options);
   INFO(ir::print_program(exe.program()));
   CHECK(exe.compiled_kernel_count() == static_cast<int>(exe.program().kernels.size()));
   CHECK(testing::compare_outputs(ir::interpret(g.ir(), inputs), exe.run(inputs), 2e-6, 1e-6) == "");
@@ -76,6 +77,95 @@ TEST_CASE("transposes and permutes run tiled", "[cpu][rows][transpose]") {
   g.output("p210", permute(t, {2, 1, 0}) * 2.0);
   check(g, {{"A", 3}, {"B", 17}, {"C", 33}});
   check(g, {{"A", 2}, {"B", 300}, {"C", 1001}});
+}
+
+// issue 15: whole lanes x lanes tiles of a transpose are transposed in registers (vector.shuffle
+// in the kernel's MLIR); rows and columns past the last whole tile, ranges the thread pool splits
+// mid-row (CTest runs [transpose] at 1, 2 and 7 threads) and bool (1-byte) outputs go element by
+// element. Shapes are the output's, rows x columns.
+namespace {
+
+const std::vector<std::pair<int64_t, int64_t>> kTileShapes = {{16, 16},  {1, 7},    {7, 1},      {17, 33}, {1023, 5},
+                                                              {64, 48}, {48, 64}, {4096, 16}, {257, 1031}, {0, 16}};
+
+// The kernel's MLIR, and checks that the program is one TiledRows kernel.
+std::string one_tiled_kernel(const Graph& g, const CompileOptions& options = {}) {
+  runtime::Executable exe = compile(g, options);
+  REQUIRE(exe.program().kernels.size() == 1);
+  CHECK(exe.program().kernels[0].schedule.form == ir::LoopForm::TiledRows);
+  return codegen::emit_cpu_mlir(exe.program());
+}
+
+bool shuffles(const std::string& mlir) { return mlir.find("vector.shuffle") != std::string::npos; }
+
+}  // namespace
+
+TEST_CASE("transposes in registers across dtypes and odd sizes", "[cpu][rows][transpose]") {
+  for (DType t : {DType::F32, DType::F64, DType::I32, DType::I64, DType::Bool}) {
+    INFO(ir::dtype_name(t));
+    Graph g;
+    Tensor x = g.input("x", t, {sym("M"), sym("N")});
+    g.output("xt", transpose(x));
+    CHECK(shuffles(one_tiled_kernel(g)) == (t != DType::Bool));  // bool takes the element path
+    for (auto [n, m] : kTileShapes) {
+      INFO("N = " << n << ", M = " << m);
+      check(g, {{"N", n}, {"M", m}});
+    }
+  }
+}
+
+TEST_CASE("transposes in registers with an elementwise body", "[cpu][rows][transpose]") {
+  Graph g;
+  Tensor x = g.input("x", DType::F32, {sym("M"), sym("N")});
+  Tensor y = g.input("y", DType::F32, {sym("N"), sym("M")});
+  Tensor row = g.input("row", DType::F32, {sym("M")});
+  Tensor column = g.input("column", DType::F32, {sym("N"), 1});
+  Tensor x64 = g.input("x64", DType::F64, {sym("M"), sym("N")});
+  g.output("scaled", transpose(x) * 2.0 + y);       // one operand transposed, one along the rows
+  g.output("biased", exp(transpose(x)) - row * column);  // broadcast rows and columns
+  g.output("selected", where(transpose(x) > y, y, transpose(x) + 1.0));  // a bool computed after the shuffles
+  g.output("mixed", cast(transpose(x64), DType::F32) + y);  // f64 lanes: 8 x 8 tiles of f32 outputs
+  CHECK(shuffles(one_tiled_kernel(g)));
+  for (auto [n, m] : kTileShapes) {
+    INFO("N = " << n << ", M = " << m);
+    check(g, {{"N", n}, {"M", m}});
+  }
+}
+
+TEST_CASE("batched transposes of the last two axes in registers", "[cpu][rows][transpose]") {
+  for (DType t : {DType::F32, DType::F64, DType::I32}) {
+    INFO(ir::dtype_name(t));
+    Graph g;
+    Tensor x = g.input("x", t, {sym("B"), sym("M"), sym("N")});
+    Tensor y = g.input("y", t, {sym("B"), sym("N"), sym("M")});
+    g.output("z", permute(x, {0, 2, 1}) + y);
+    CHECK(shuffles(one_tiled_kernel(g)));
+    // Matrices whose rows are not whole tiles make tiles that would straddle two matrices.
+    for (auto [n, m] : std::vector<std::pair<int64_t, int64_t>>{{16, 16}, {17, 33}, {64, 48}, {7, 300}, {300, 7}, {1, 7}}) {
+      INFO("N = " << n << ", M = " << m);
+      check(g, {{"B", 3}, {"N", n}, {"M", m}});
+      check(g, {{"B", 40}, {"N", n}, {"M", m}});
+    }
+  }
+}
+
+TEST_CASE("transposes in registers on 256-bit vectors and large enough to stream", "[cpu][rows][transpose]") {
+  Graph g;
+  Tensor x = g.input("x", DType::F32, {sym("M"), sym("N")});
+  g.output("xt", transpose(x) * 3.0);
+  CompileOptions avx2;
+  avx2.pipeline.target = Target::host();
+  avx2.pipeline.target.vector_bits = 256;  // 8 x 8 tiles of f32 (this host runs AVX2 code too)
+  std::string mlir = one_tiled_kernel(g, avx2);
+  CHECK(shuffles(mlir));
+  CHECK(mlir.find("vector<16xf32>") == std::string::npos);
+  for (auto [n, m] : kTileShapes) {
+    INFO("N = " << n << ", M = " << m);
+    check(g, {{"N", n}, {"M", m}}, avx2);
+  }
+  // Over kStreamingBytes / 2 of output with rows of whole 64-byte lines: non-temporal stores;
+  // 2051 rows: a partial tile of rows at the end, and thread ranges that start mid-row.
+  check(g, {{"N", 2051}, {"M", 2048}});
 }
 
 TEST_CASE("kernels larger than the caches stream their output (non-temporal stores)", "[cpu][streaming]") {

@@ -145,6 +145,23 @@ class CpuKernelEmitter : public KernelEmitterBase {
   // Elements [begin, end) row by row: SIMD columns and a scalar tail in each row.
   void emit_rows(mlir::Value begin, mlir::Value end, int lanes);
   void emit_tiled(mlir::Value begin, mlir::Value end);
+  // ---- TiledRows in registers (issue 15, codegen/cpu/elementwise.cpp) ----
+  // Whole lanes x lanes tiles of the rows [full_first, full_last) (each within one matrix of
+  // the space's last two axes): a node read down the output's columns (strided along the row,
+  // unit stride along the second-to-last axis: a transpose) is loaded as `lanes` vectors along
+  // its own rows and transposed with shuffles; one read along the rows (or constant) is loaded
+  // as rows; elementwise ops whose operands mix the two run on the tile's row vectors; each
+  // output row of the tile is one full-width store (non-temporal when the kernel is large).
+  // The rows and columns past the last whole tile go element by element (emit_element).
+  enum class TileRead { Rows, Columns, Elementwise, Unsupported };
+  TileRead tile_read(NodeId id);
+  // Whether every output (4 or 8 bytes per element) and every node it reads through
+  // elementwise ops is Rows or Columns: emit_tiled then uses register tiles.
+  bool register_tiles_apply();
+  struct RegisterTile;  // one tile's indices and row vectors (elementwise.cpp)
+  mlir::Value tile_row(NodeId id, RegisterTile& tile, int row);
+  void emit_register_tile(RegisterTile& tile, mlir::Value streaming);
+  void emit_register_tiles(mlir::Value full_first, mlir::Value full_last, mlir::Value width);
   // A row: every reduction in order (a later one may use an earlier one's result, as softmax's
   // sum uses its max), then the outputs: reduced-space ones once, full-space ones over the row.
   void emit_reduction_row(mlir::Value row);
