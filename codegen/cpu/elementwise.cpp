@@ -99,17 +99,22 @@ void CpuKernelEmitter::emit_contiguous_loops(mlir::Value begin, mlir::Value end,
   // After the last whole vector: lanes [0, end - vector_end), when the head did not cover them.
   masked_vector(vector_end, max_i64(i64(0), sub(begin, vector_end)), sub(end, vector_end));
   invariant_.clear();
+  varying_.clear();
 }
 
 bool CpuKernelEmitter::hoist_invariants(NodeId id, int lanes) {
   if (invariant_.count(id)) return true;
+  if (!varying_.insert(id).second) return false;  // visited (a diamond's second path): varying
   const Node& n = k_.body.node(id);
   bool invariant = n.kind == OpKind::BroadcastTo;
   if (n.kind == OpKind::Elementwise && !n.inputs.empty()) {
     invariant = true;
     for (NodeId in : n.inputs) invariant = hoist_invariants(in, lanes) && invariant;  // every input hoisted
   }
-  if (invariant) invariant_[id] = contiguous_value(id, {}, lanes);
+  if (invariant) {
+    varying_.erase(id);
+    invariant_[id] = contiguous_value(id, {}, lanes);
+  }
   return invariant;
 }
 

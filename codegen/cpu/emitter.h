@@ -14,6 +14,7 @@
 
 #include <array>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -115,6 +116,7 @@ class CpuKernelEmitter : public KernelEmitterBase {
   // is one.
   bool hoist_invariants(NodeId id, int lanes);
   std::map<NodeId, mlir::Value> invariant_;  // while emitting the contiguous loops
+  std::set<NodeId> varying_;                  // visited by hoist_invariants and not invariant
   // Outputs may differ in shape from the space (same element count, e.g. x.T and its reshape):
   // each is evaluated at its own index of the same row-major position.
   void emit_general(mlir::Value linear);
