@@ -143,17 +143,7 @@ mlir::Value CpuKernelEmitter::emit_contiguous_vectors(mlir::Value from, mlir::Va
       store(output_slot_[o], n.dtype, i, v, lanes, false);
     }
     scalar_.defer_patches(nullptr);
-    mlir::Value seen = vector_loop.getRegionIterArgs()[0];
-    for (mlir::Value m : masks) {
-      if (m.getType() != seen.getType()) {  // a mask of other lanes: whether any is set, in every lane
-        mlir::Value any = mlir::isa<mlir::VectorType>(m.getType())
-                              ? b_.create<mlir::vector::ReductionOp>(loc_, mlir::vector::CombiningKind::OR, m).getResult()
-                              : m;
-        m = b_.create<mlir::vector::BroadcastOp>(loc_, seen.getType(), any);
-      }
-      seen = b_.create<mlir::arith::OrIOp>(loc_, seen, m);
-    }
-    b_.create<mlir::scf::YieldOp>(loc_, seen);
+    b_.create<mlir::scf::YieldOp>(loc_, or_patch_masks(vector_loop.getRegionIterArgs()[0], masks));
     clear_caches();
   }
   if (masks.empty()) return {};

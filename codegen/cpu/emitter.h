@@ -203,6 +203,9 @@ class CpuKernelEmitter : public KernelEmitterBase {
   // The SIMD loop of accumulate(): the loop's results, each reduction's `chains` accumulators
   // (then NaN masks, see ordered_max_min). With `deferred`, f32 fix-ups in the body are deferred
   // (ScalarLowering::defer_patches): *needs_patch becomes whether any lane wanted one.
+  // `seen` (a vector of i1) ORed with the deferred fix-up masks of a loop body (defer_patches):
+  // a mask of another width counts as all of `seen`'s lanes when any of its lanes is set.
+  mlir::Value or_patch_masks(mlir::Value seen, const std::vector<mlir::Value>& masks);
   std::vector<mlir::Value> accumulate_vectors(const std::vector<NodeId>& vectorized, const std::vector<mlir::Value>& kept,
                                               mlir::Value row_base, mlir::Value from, mlir::Value vector_end, int lanes,
                                               RowStash* stash, bool deferred, mlir::Value* needs_patch);

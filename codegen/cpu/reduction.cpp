@@ -626,19 +626,7 @@ std::vector<mlir::Value> CpuKernelEmitter::accumulate_vectors(const std::vector<
       }
     }
     scalar_.defer_patches(nullptr);
-    if (deferred) {
-      mlir::Value seen = args[patch_at];
-      for (mlir::Value m : masks) {
-        if (m.getType() != seen.getType()) {  // a mask of other lanes: whether any is set, in every lane
-          mlir::Value any = mlir::isa<mlir::VectorType>(m.getType())
-                                ? b_.create<mlir::vector::ReductionOp>(loc_, mlir::vector::CombiningKind::OR, m).getResult()
-                                : m;
-          m = b_.create<mlir::vector::BroadcastOp>(loc_, seen.getType(), any);
-        }
-        seen = b_.create<mlir::arith::OrIOp>(loc_, seen, m);
-      }
-      next[patch_at] = seen;
-    }
+    if (deferred) next[patch_at] = or_patch_masks(args[patch_at], masks);
     b_.create<mlir::scf::YieldOp>(loc_, next);
     clear_caches();
   }
@@ -649,6 +637,19 @@ std::vector<mlir::Value> CpuKernelEmitter::accumulate_vectors(const std::vector<
     results.pop_back();
   }
   return results;
+}
+
+mlir::Value CpuKernelEmitter::or_patch_masks(mlir::Value seen, const std::vector<mlir::Value>& masks) {
+  for (mlir::Value m : masks) {
+    if (m.getType() != seen.getType()) {  // a mask of other lanes: whether any is set, in every lane
+      mlir::Value any = mlir::isa<mlir::VectorType>(m.getType())
+                            ? b_.create<mlir::vector::ReductionOp>(loc_, mlir::vector::CombiningKind::OR, m).getResult()
+                            : m;
+      m = b_.create<mlir::vector::BroadcastOp>(loc_, seen.getType(), any);
+    }
+    seen = b_.create<mlir::arith::OrIOp>(loc_, seen, m);
+  }
+  return seen;
 }
 
 // One element at a time, each element's index taken apart into the reduced dims.
