@@ -76,7 +76,9 @@ class Executable {
     const void* data;
   };
   /// run() without copying or naming: inputs read in place, in program().inputs order; outputs
-  /// in program().outputs order, reused when their dtype and shape fit. Checks the inputs as
+  /// in program().outputs order, reused when their dtype and shape fit and their bytes overlap
+  /// no input (one that does gets a new array: kernels read their inputs as they were, some
+  /// more than once, while they write their outputs). Checks the inputs as
   /// run() does (dtype, rank, dims against the symbols). What a caller that already holds its
   /// arrays (the Python package) calls on every dispatch.
   void run_views(const std::vector<InputView>& inputs, std::vector<ir::HostArray>& outputs);
