@@ -38,11 +38,9 @@ void CpuKernelEmitter::emit_contiguous_loops(mlir::Value begin, mlir::Value end,
   int64_t out_size = static_cast<int64_t>(ir::dtype_size(out_type));
   // Streaming needs one output whose vectors span whole 64-byte lines.
   if (k_.body.outputs.size() == 1 && out_size * lanes >= 64) {
-    int64_t bytes_per_element = out_size;
-    for (const Node& n : k_.body.nodes)
-      if (n.kind == OpKind::Input && n.shape == k_.space) bytes_per_element += static_cast<int64_t>(ir::dtype_size(n.dtype));
     mlir::Value total = dim(ir::num_elements(k_.space));
-    mlir::Value large = cmpi(mlir::arith::CmpIPredicate::sgt, mul(total, i64(bytes_per_element)), i64(kStreamingBytes));
+    mlir::Value large =
+        cmpi(mlir::arith::CmpIPredicate::sgt, mul(total, i64(bytes_moved_per_element(out_type))), i64(kStreamingBytes));
     mlir::Value address = b_.create<mlir::LLVM::PtrToIntOp>(loc_, i64_type(), base_[output_slot_[0]]);
     // Elements are aligned to their size (the runtime's buffers are), so a boundary is an element.
     mlir::Value element_aligned =
@@ -134,13 +132,7 @@ mlir::Value CpuKernelEmitter::emit_contiguous_vectors(mlir::Value from, mlir::Va
     if (deferred) scalar_.defer_patches(&masks);
     for (size_t o = 0; o < k_.body.outputs.size(); ++o) {
       const Node& n = k_.body.node(k_.body.outputs[o].node);
-      mlir::Value v = contiguous_value(k_.body.outputs[o].node, i, lanes);
-      auto branch = b_.create<mlir::scf::IfOp>(loc_, streaming, /*withElseRegion=*/true);
-      mlir::OpBuilder::InsertionGuard inner(b_);
-      b_.setInsertionPointToStart(&branch.getThenRegion().front());
-      store(output_slot_[o], n.dtype, i, v, lanes, true);
-      b_.setInsertionPointToStart(&branch.getElseRegion().front());
-      store(output_slot_[o], n.dtype, i, v, lanes, false);
+      store_or_stream(streaming, output_slot_[o], n.dtype, i, contiguous_value(k_.body.outputs[o].node, i, lanes), lanes);
     }
     scalar_.defer_patches(nullptr);
     b_.create<mlir::scf::YieldOp>(loc_, or_patch_masks(vector_loop.getRegionIterArgs()[0], masks));
@@ -218,18 +210,8 @@ void CpuKernelEmitter::emit_lanes(const std::vector<mlir::Value>& outer, mlir::V
   int axis = static_cast<int>(k_.space.size()) - 1;
   for (size_t o = 0; o < k_.body.outputs.size(); ++o) {
     NodeId out = k_.body.outputs[o].node;
-    DType t = k_.body.node(out).dtype;
-    mlir::Value v = lane_value(out, idx0, axis, c, lanes);
-    if (!streaming) {
-      store(output_slot_[o], t, add(row_start, c), v, lanes);
-      continue;
-    }
-    auto branch = b_.create<mlir::scf::IfOp>(loc_, streaming, /*withElseRegion=*/true);
-    mlir::OpBuilder::InsertionGuard guard(b_);
-    b_.setInsertionPointToStart(&branch.getThenRegion().front());
-    store(output_slot_[o], t, add(row_start, c), v, lanes, /*streaming=*/true);
-    b_.setInsertionPointToStart(&branch.getElseRegion().front());
-    store(output_slot_[o], t, add(row_start, c), v, lanes);
+    store_or_stream(streaming, output_slot_[o], k_.body.node(out).dtype, add(row_start, c),
+                    lane_value(out, idx0, axis, c, lanes), lanes);
   }
 }
 
@@ -252,19 +234,8 @@ void CpuKernelEmitter::emit_rows(mlir::Value begin, mlir::Value end, int lanes) 
   mlir::Value streaming;
   if (lanes > 1 && k_.body.outputs.size() == 1) {
     DType t = k_.body.node(k_.body.outputs[0].node).dtype;
-    int64_t out_size = static_cast<int64_t>(ir::dtype_size(t));
-    if (out_size * lanes == 64) {
-      int64_t bytes_per_element = out_size;
-      for (const Node& n : k_.body.nodes)
-        if (n.kind == OpKind::Input && n.shape == k_.space) bytes_per_element += static_cast<int64_t>(ir::dtype_size(n.dtype));
-      mlir::Value large =
-          cmpi(mlir::arith::CmpIPredicate::sgt, mul(dim(ir::num_elements(k_.space)), i64(bytes_per_element)), i64(kStreamingBytes));
-      mlir::Value address = b_.create<mlir::LLVM::PtrToIntOp>(loc_, i64_type(), base_[output_slot_[0]]);
-      mlir::Value line_start = cmpi(mlir::arith::CmpIPredicate::eq, b_.create<mlir::arith::RemUIOp>(loc_, address, i64(64)), i64(0));
-      mlir::Value whole_lines = cmpi(mlir::arith::CmpIPredicate::eq,
-                                     b_.create<mlir::arith::RemUIOp>(loc_, mul(dim(k_.space.back()), i64(out_size)), i64(64)), i64(0));
-      streaming = b_.create<mlir::arith::AndIOp>(loc_, large, b_.create<mlir::arith::AndIOp>(loc_, line_start, whole_lines));
-    }
+    if (static_cast<int64_t>(ir::dtype_size(t)) * lanes == 64)
+      streaming = streams_rows(output_slot_[0], t, bytes_moved_per_element(t), dim(k_.space.back()));
   }
   for_each_row_piece(begin, end, k_.space.back(), outer_shape,
                      [&](const std::vector<mlir::Value>& outer, mlir::Value row_start, mlir::Value from, mlir::Value to) {
@@ -458,15 +429,8 @@ void CpuKernelEmitter::emit_register_tiles(mlir::Value full_first, mlir::Value f
   mlir::Value streaming;
   DType out_type = k_.body.node(k_.body.outputs[0].node).dtype;
   int64_t out_size = static_cast<int64_t>(ir::dtype_size(out_type));
-  if (k_.body.outputs.size() == 1 && out_size * lanes == 64) {
-    mlir::Value total = dim(ir::num_elements(k_.space));
-    mlir::Value large = cmpi(mlir::arith::CmpIPredicate::sgt, mul(total, i64(out_size)), i64(kStreamingBytes / 2));
-    mlir::Value address = b_.create<mlir::LLVM::PtrToIntOp>(loc_, i64_type(), base_[output_slot_[0]]);
-    mlir::Value aligned = cmpi(mlir::arith::CmpIPredicate::eq,
-                               b_.create<mlir::arith::RemUIOp>(loc_, address, i64(64)), i64(0));
-    mlir::Value whole_lines = cmpi(mlir::arith::CmpIPredicate::eq, rem(mul(width, i64(out_size)), i64(64)), i64(0));
-    streaming = b_.create<mlir::arith::AndIOp>(loc_, b_.create<mlir::arith::AndIOp>(loc_, large, aligned), whole_lines);
-  }
+  if (k_.body.outputs.size() == 1 && out_size * lanes == 64)
+    streaming = streams_rows(output_slot_[0], out_type, 2 * out_size, width);
   mlir::Value tiled_width = mul(div(width, i64(lanes)), i64(lanes));
   // Elements [from, to) of row `row` (row `n` of matrix `matrix`), one at a time.
   auto elements = [&](const std::vector<mlir::Value>& matrix, mlir::Value row, mlir::Value n, mlir::Value from,

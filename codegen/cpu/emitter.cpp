@@ -159,6 +159,37 @@ void CpuKernelEmitter::store(int slot, DType t, mlir::Value offset, mlir::Value 
   b_.create<mlir::LLVM::StoreOp>(loc_, v, element_address(slot, t, offset), align, false, streaming);
 }
 
+void CpuKernelEmitter::store_or_stream(mlir::Value streaming, int slot, DType t, mlir::Value offset, mlir::Value v,
+                                       int lanes) {
+  if (!streaming) {
+    store(slot, t, offset, v, lanes);
+    return;
+  }
+  auto branch = b_.create<mlir::scf::IfOp>(loc_, streaming, /*withElseRegion=*/true);
+  mlir::OpBuilder::InsertionGuard guard(b_);
+  b_.setInsertionPointToStart(&branch.getThenRegion().front());
+  store(slot, t, offset, v, lanes, /*streaming=*/true);
+  b_.setInsertionPointToStart(&branch.getElseRegion().front());
+  store(slot, t, offset, v, lanes);
+}
+
+int64_t CpuKernelEmitter::bytes_moved_per_element(DType out) const {
+  int64_t bytes = static_cast<int64_t>(ir::dtype_size(out));
+  for (const Node& n : k_.body.nodes)
+    if (n.kind == ir::OpKind::Input && n.shape == k_.space) bytes += static_cast<int64_t>(ir::dtype_size(n.dtype));
+  return bytes;
+}
+
+mlir::Value CpuKernelEmitter::streams_rows(int slot, DType out, int64_t bytes_per_element, mlir::Value row_length) {
+  int64_t out_size = static_cast<int64_t>(ir::dtype_size(out));
+  mlir::Value large =
+      cmpi(mlir::arith::CmpIPredicate::sgt, mul(dim(ir::num_elements(k_.space)), i64(bytes_per_element)), i64(kStreamingBytes));
+  mlir::Value address = b_.create<mlir::LLVM::PtrToIntOp>(loc_, i64_type(), base_[slot]);
+  mlir::Value line_start = cmpi(mlir::arith::CmpIPredicate::eq, rem(address, i64(64)), i64(0));
+  mlir::Value whole_lines = cmpi(mlir::arith::CmpIPredicate::eq, rem(mul(row_length, i64(out_size)), i64(64)), i64(0));
+  return b_.create<mlir::arith::AndIOp>(loc_, large, b_.create<mlir::arith::AndIOp>(loc_, line_start, whole_lines));
+}
+
 // An llvm.call to a C library function (declared in the module on first use).
 mlir::Value CpuKernelEmitter::call_c(const std::string& name, mlir::Type result, mlir::ValueRange args) {
   auto module = b_.getBlock()->getParentOp()->getParentOfType<mlir::ModuleOp>();

@@ -91,6 +91,15 @@ class CpuKernelEmitter : public KernelEmitterBase {
   // `streaming`: a non-temporal store (the address must be 64-byte aligned), which writes
   // around the caches instead of first reading the line it overwrites.
   void store(int slot, DType t, mlir::Value offset, mlir::Value v, int lanes, bool streaming = false);
+  // store(), non-temporal where `streaming` is true at run time (null: never).
+  void store_or_stream(mlir::Value streaming, int slot, DType t, mlir::Value offset, mlir::Value v, int lanes);
+  // Bytes a kernel moves per element of its space: an output of `out` and the inputs laid out
+  // like the space.
+  int64_t bytes_moved_per_element(DType out) const;
+  // Whether the output in `slot` can be written row by row with non-temporal stores: the kernel
+  // moves more than kStreamingBytes (`bytes_per_element` per element of the space), the output
+  // starts on a 64-byte line and its rows of `row_length` elements are whole lines.
+  mlir::Value streams_rows(int slot, DType out, int64_t bytes_per_element, mlir::Value row_length);
   // ---- Contiguous, Rows, TiledRows, General (codegen/cpu/elementwise.cpp) ----
   void emit_contiguous(mlir::Value base, int lanes);
   // Kernels moving more than this many bytes write their output with non-temporal stores: the

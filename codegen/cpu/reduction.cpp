@@ -148,43 +148,20 @@ void CpuKernelEmitter::emit_reduction_row(mlir::Value row) {
         // when every row starts on a 64-byte line (an ordinary store first reads the line it
         // overwrites: a third more memory traffic), unless the stash is in the output's row.
         mlir::Value streaming = b_.create<mlir::arith::ConstantIntOp>(loc_, 0, 1);
-        int64_t out_size = static_cast<int64_t>(ir::dtype_size(n.dtype));
-        if (full_space_outputs == 1 && out_size * lanes == 64) {
-          int64_t bytes_per_element = out_size;
-          for (const Node& in : k_.body.nodes)
-            if (in.kind == OpKind::Input && in.shape == k_.space) bytes_per_element += static_cast<int64_t>(ir::dtype_size(in.dtype));
-          mlir::Value total = dim(ir::num_elements(k_.space));
-          mlir::Value large = cmpi(mlir::arith::CmpIPredicate::sgt, mul(total, i64(bytes_per_element)), i64(kStreamingBytes));
-          mlir::Value address = b_.create<mlir::LLVM::PtrToIntOp>(loc_, i64_type(), base_[output_slot_[o]]);
-          mlir::Value line_start = cmpi(mlir::arith::CmpIPredicate::eq, b_.create<mlir::arith::RemUIOp>(loc_, address, i64(64)), i64(0));
-          mlir::Value whole_lines = cmpi(mlir::arith::CmpIPredicate::eq,
-                                         b_.create<mlir::arith::RemUIOp>(loc_, mul(dim(row_length), i64(out_size)), i64(64)), i64(0));
-          streaming = b_.create<mlir::arith::AndIOp>(loc_, large, b_.create<mlir::arith::AndIOp>(loc_, line_start, whole_lines));
-        }
+        if (full_space_outputs == 1 && static_cast<int64_t>(ir::dtype_size(n.dtype)) * lanes == 64)
+          streaming = streams_rows(output_slot_[o], n.dtype, bytes_moved_per_element(n.dtype), dim(row_length));
         mlir::Value computed_from = i64(0);
         if (stash.node >= 0 && static_cast<int>(o) == stash.output) {
           // The stashed value read back from the stash row (still in cache), not recomputed.
           loop(i64(0), stash.end, lanes, [&](mlir::Value j) {
             row_cache_[stash.node] = load(stash.slot, n.dtype, j, lanes);
-            mlir::Value v = row_value(out, kept, row_base, j, lanes);
-            auto branch = b_.create<mlir::scf::IfOp>(loc_, b_.create<mlir::arith::AndIOp>(loc_, streaming, stash.in_scratch),
-                                                     /*withElseRegion=*/true);
-            mlir::OpBuilder::InsertionGuard guard(b_);
-            b_.setInsertionPointToStart(&branch.getThenRegion().front());
-            store(output_slot_[o], n.dtype, add(row_base, j), v, lanes, /*streaming=*/true);
-            b_.setInsertionPointToStart(&branch.getElseRegion().front());
-            store(output_slot_[o], n.dtype, add(row_base, j), v, lanes);
+            store_or_stream(b_.create<mlir::arith::AndIOp>(loc_, streaming, stash.in_scratch), output_slot_[o], n.dtype,
+                            add(row_base, j), row_value(out, kept, row_base, j, lanes), lanes);
           });
           computed_from = stash.end;
         }
         loop(computed_from, vector_end, lanes, [&](mlir::Value j) {
-          mlir::Value v = row_value(out, kept, row_base, j, lanes);
-          auto branch = b_.create<mlir::scf::IfOp>(loc_, streaming, /*withElseRegion=*/true);
-          mlir::OpBuilder::InsertionGuard guard(b_);
-          b_.setInsertionPointToStart(&branch.getThenRegion().front());
-          store(output_slot_[o], n.dtype, add(row_base, j), v, lanes, /*streaming=*/true);
-          b_.setInsertionPointToStart(&branch.getElseRegion().front());
-          store(output_slot_[o], n.dtype, add(row_base, j), v, lanes);
+          store_or_stream(streaming, output_slot_[o], n.dtype, add(row_base, j), row_value(out, kept, row_base, j, lanes), lanes);
         });
         scalar_from = vector_end;
       }
