@@ -332,6 +332,9 @@ class Partitioner {
       if (cost > kCheapCost && is_expanded(id, gs))
         return "cost " + std::to_string(cost) + " would be recomputed across an expanding broadcast";
       if (G.kind == KernelKind::Matmul && feeds_matmul(id, gs)) {
+        // A view computes nothing: the packing reads the stored result through its index map
+        // (`q @ k.T` with k a matmul result needs no kernel copying k.T).
+        if (ir::is_view(n.kind) && !is_output_[id]) return "";
         if (computed_from_anchor(id))
           return "it follows a reduction or matmul, whose epilogue computes it once instead of per tile";
         if (cost > kCheapCost)

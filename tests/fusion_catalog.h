@@ -260,6 +260,27 @@ inline const std::vector<Case>& catalog() {
          g.output("s", sum(matmul(a, b), 1));
        },
        2, {ir::KernelKind::Matmul, ir::KernelKind::Reduction}},
+      // Views between matmuls (issue 15): attention's q @ k.T with k itself a product. The
+      // transpose computes nothing, so the second matmul's packing reads k through it: no
+      // kernel copies k.T.
+      {"matmul_reads_a_transposed_matmul_result_through_the_view",
+       [](Graph& g) {
+         Tensor h = g.input("h", DType::F32, {N, K});
+         Tensor wq = g.input("wq", DType::F32, {K, K});
+         Tensor wk = g.input("wk", DType::F32, {K, K});
+         g.output("scores", matmul(matmul(h, wq), transpose(matmul(h, wk) * 0.5)) * 0.25);
+       },
+       3, {ir::KernelKind::Matmul, ir::KernelKind::Matmul, ir::KernelKind::Matmul}},
+      // A view of a matmul result as the left operand, and one chained after an elementwise
+      // epilogue (the epilogue stays with its own matmul; only the view moves).
+      {"matmul_reads_a_transposed_product_as_its_left_operand",
+       [](Graph& g) {
+         Tensor a = g.input("a", DType::F32, {K, N});
+         Tensor b = g.input("b", DType::F32, {K, K});
+         Tensor c = g.input("c", DType::F32, {K, M});
+         g.output("y", matmul(transpose(relu(matmul(b, a))), c));
+       },
+       2, {ir::KernelKind::Matmul, ir::KernelKind::Matmul}},
   };
   return cases;
 }

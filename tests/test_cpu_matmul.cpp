@@ -170,7 +170,9 @@ TEST_CASE("batched matmul with broadcast batch dims", "[cpu][matmul]") {
 }
 
 TEST_CASE("transposed operands are absorbed by the packing", "[cpu][matmul]") {
-  for (DType t : {DType::F32, DType::I32}) {
+  // 4- and 8-byte types: a transposed B is packed in lanes x lanes register transposes (16 or 8
+  // lanes on AVX-512), with K remainders element by element.
+  for (DType t : {DType::F32, DType::F64, DType::I32, DType::I64}) {
     INFO(ir::dtype_name(t));
     Graph g;
     Tensor a = g.input("a", t, {sym("M"), sym("K")});
@@ -182,12 +184,29 @@ TEST_CASE("transposed operands are absorbed by the packing", "[cpu][matmul]") {
     g.output("at_bt", matmul(transpose(at), transpose(bt)));
     Tensor x = g.input("x", t, {2, sym("K"), sym("M")});
     g.output("batched_xt_b", matmul(permute(x, {0, 2, 1}), b));
+    Tensor y = g.input("y", t, {2, sym("N"), sym("K")});
+    g.output("batched_a_yt", matmul(a, permute(y, {0, 2, 1})));
+    g.output("a_bt_prologue", matmul(a, transpose(bt + bt)));
     runtime::Executable exe = compile(g, with_target(tiny_caches()));
     // One kernel per matmul: no transposed copy materialized first.
-    CHECK(exe.program().kernels.size() == 4);
+    CHECK(exe.program().kernels.size() == 6);
     check(g, exe, mkn({{1, 1, 1}, {7, 33, 17}, {50, 100, 70}}), 100);
     runtime::Executable host = compile(g);
     check(g, host, mkn({{257, 300, 129}}), 300);
+
+    // Views between matmuls (attention's q @ k.T, k a product): the second matmul's packing
+    // reads the stored product through the transpose. Two sums of K products in a row: the
+    // tolerance of a dot product of length K^2.
+    Graph chain;
+    Tensor ca = chain.input("a", t, {sym("M"), sym("K")});
+    Tensor cbt = chain.input("bt", t, {sym("N"), sym("K")});
+    Tensor ck = chain.input("k", t, {sym("K"), sym("K")});
+    chain.output("a_pt", matmul(ca, transpose(matmul(cbt, ck))));
+    runtime::Executable chained = compile(chain, with_target(tiny_caches()));
+    CHECK(chained.program().kernels.size() == 2);
+    check(chain, chained, mkn({{1, 1, 1}, {7, 33, 17}}), 33 * 33);
+    runtime::Executable chained_host = compile(chain);
+    check(chain, chained_host, mkn({{130, 150, 129}}), 150 * 150);
   }
 }
 

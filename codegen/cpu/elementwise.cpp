@@ -283,33 +283,6 @@ void CpuKernelEmitter::emit_tiled(mlir::Value begin, mlir::Value end) {
 
 // ---- TiledRows in registers (issue 15) ----
 
-namespace {
-
-// The transpose of the square matrix whose rows are `rows` (n vectors of n elements, n a power
-// of two): log2(n) rounds that interleave row i with row i + n/2 (their lower halves make row
-// 2i, their upper halves row 2i + 1). A round moves the element at (row, column) to the position
-// whose bits are those of (row, column) rotated left by one, so log2(n) rounds swap the row's
-// bits with the column's. Each interleave is one two-source permute (vpermt2ps on AVX-512).
-std::vector<mlir::Value> transpose_in_registers(mlir::OpBuilder& b, mlir::Location loc, std::vector<mlir::Value> rows) {
-  int64_t n = static_cast<int64_t>(rows.size());
-  std::vector<int64_t> low, high;
-  for (int64_t k = 0; k < n / 2; ++k) {
-    low.insert(low.end(), {k, n + k});
-    high.insert(high.end(), {n / 2 + k, n + n / 2 + k});
-  }
-  for (int64_t round = 1; round < n; round *= 2) {
-    std::vector<mlir::Value> next(rows.size());
-    for (int64_t i = 0; i < n / 2; ++i) {
-      next[2 * i] = b.create<mlir::vector::ShuffleOp>(loc, rows[i], rows[i + n / 2], low);
-      next[2 * i + 1] = b.create<mlir::vector::ShuffleOp>(loc, rows[i], rows[i + n / 2], high);
-    }
-    rows = std::move(next);
-  }
-  return rows;
-}
-
-}  // namespace
-
 // Tiles per band of rows in emit_register_tiles: two, so that a transposed operand's rows are
 // read 128 bytes (two adjacent cache lines) at a time. On the Zen 4 VM, 4096 x 4096 transposes
 // took (medians, same runs) f64 30.5 ms with one tile, 19.5 ms with two, 24 ms with four; f32

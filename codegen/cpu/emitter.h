@@ -34,6 +34,10 @@ namespace fuse::codegen {
 // large machine to take a few, few enough that combining them costs nothing.
 constexpr int64_t kSplitChunks = 64;
 
+// The transpose of the square matrix whose rows are `rows` (n vectors of n elements, n a power
+// of two), in log2(n) rounds of two-source shuffles (codegen/cpu/emitter.cpp).
+std::vector<mlir::Value> transpose_in_registers(mlir::OpBuilder& b, mlir::Location loc, std::vector<mlir::Value> rows);
+
 /// Scratch bytes a SplitReduction kernel needs: one 8-byte accumulator per reduction and chunk.
 int64_t split_scratch_bytes(const ir::Kernel& k);
 
