@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <filesystem>
@@ -25,6 +26,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <cblas.h>
@@ -65,7 +67,14 @@ struct Workload {
   /// The .expr file's stem ("softmax", "matmul"): what the peers implement.
   std::string kind() const { return std::filesystem::path(file).stem().string(); }
   bool is_matmul() const { return kind() == "matmul" || kind() == "mlp_layer"; }
-  double flops() const { return is_matmul() ? 2.0 * dims.at("M") * dims.at("K") * dims.at("N") : 0; }
+  /// The products' floating-point operations: 0 for the workloads bound by memory.
+  double flops() const {
+    if (is_matmul()) return 2.0 * dims.at("M") * dims.at("K") * dims.at("N");
+    if (kind() != "transformer_block") return 0;
+    // q, k, v and the output projection (4 T D^2), scores and attention (2 T^2 D), the MLP (2 T D F).
+    double t = dims.at("T"), d = dims.at("D"), f = dims.at("F");
+    return 2.0 * (4 * t * d * d + 2 * t * t * d + 2 * t * d * f);
+  }
 };
 
 constexpr int64_t k10M = 10'000'000, k100M = 100'000'000;
@@ -94,6 +103,9 @@ const std::vector<Workload>& workloads() {
       {"matmul_1024", "examples/matmul.expr", {{"M", 1024}, {"K", 1024}, {"N", 1024}}, 0, {}},
       {"mlp_layer_1024", "bench/mlp_layer.expr", {{"M", 1024}, {"K", 1024}, {"N", 1024}}, 0, {}},
       {"mlp_layer_2048", "bench/mlp_layer.expr", {{"M", 2048}, {"K", 2048}, {"N", 2048}}, 0, {}},
+      // Bound by its products (about 1.07 GFLOP), not by memory: no bandwidth target.
+      {"transformer_block_512", "bench/transformer_block.expr", {{"T", 512}, {"D", 256}, {"F", 1024}}, 0,
+       {{"ln1_gain", {0.5f, 1.5f}}, {"ln2_gain", {0.5f, 1.5f}}}},
   };
   return all;
 }
@@ -327,7 +339,10 @@ Tolerance tolerance(const Workload& w) {
   if (k == "sum") return {4, true};
   // Sums along rows of length L (and the K of a matmul) in f32, in different orders: their
   // rounding grows like sqrt(L) ulps, and the loops sum exp() one by one.
-  double length = static_cast<double>(w.is_matmul() ? w.dims.at("K") : w.dims.at(k == "softmax" ? "M" : "D"));
+  // The transformer block's longest sums are its MLP's, of length F.
+  double length = static_cast<double>(w.is_matmul()            ? w.dims.at("K")
+                                      : k == "transformer_block" ? w.dims.at("F")
+                                                                 : w.dims.at(k == "softmax" ? "M" : "D"));
   return {4 + 2 * std::sqrt(length), false};
 }
 
@@ -705,7 +720,7 @@ void register_benchmarks() {
     // The matmuls run fewer repetitions: the loop peer's 2048^3 takes seconds.
     auto timed = [&](benchmark::internal::Benchmark* b) {
       row(b)->UseRealTime();
-      if (w.is_matmul()) b->Repetitions(kMatmulRepetitions);
+      if (w.flops() > 0) b->Repetitions(kMatmulRepetitions);
     };
     timed(benchmark::RegisterBenchmark((w.name + "/fused").c_str(), run_workload, w, true));
     timed(benchmark::RegisterBenchmark((w.name + "/unfused").c_str(), run_workload, w, false));
@@ -916,7 +931,7 @@ void print_peer_table(const MedianReporter& rep) {
       row.push_back(r ? format("%.2f", rep.seconds(*r) * 1e3) : peer_supports(peer, w.kind()) ? rep.missing(name) : "");
     }
     row.push_back(best && f ? format("%.2f", best->seconds / rep.seconds(*f)) : "-");
-    row.push_back(f && w.is_matmul() ? format("%.1f", w.flops() / rep.seconds(*f) / 1e9) : "");
+    row.push_back(f && w.flops() > 0 ? format("%.1f", w.flops() / rep.seconds(*f) / 1e9) : "");
     row.push_back(worst_ulps >= 0 ? format("%.2g", worst_ulps) + " / " + format("%.3g", tolerance(w).ulps) : "-");
     rows.push_back(row);
   }
@@ -1004,12 +1019,18 @@ int compile_once(const std::string& name, bool cached) {
 int main(int argc, char** argv) {
   using namespace fuse::bench;
   // OpenMP's threads (Eigen, the loops, oneDNN) spin for milliseconds after each parallel region
-  // by default, taking a core from whichever row runs next; fuse's pool sleeps. libgomp reads
-  // OMP_WAIT_POLICY when it is loaded, so this sets it and starts again.
-  if (!std::getenv("OMP_WAIT_POLICY")) {
-    setenv("OMP_WAIT_POLICY", "passive", 1);
-    execv("/proc/self/exe", argv);
+  // by default, and OpenBLAS's own pool for 2^28 cycles (about 0.1 s) after each call, taking a
+  // core from whichever row runs next; fuse's pool sleeps. Measured on the 2-vCPU EPYC VM
+  // (2026-11-25), the transformer block's fused row took 7.02 ms after OpenBLAS rows and 4.29 ms
+  // with OPENBLAS_THREAD_TIMEOUT=4 (2^4 cycles). Both libraries read these when they are loaded,
+  // so this sets them and starts again.
+  bool restart = false;
+  for (auto [name, value] : {std::pair{"OMP_WAIT_POLICY", "passive"}, std::pair{"OPENBLAS_THREAD_TIMEOUT", "4"}}) {
+    if (std::getenv(name)) continue;
+    setenv(name, value, 1);
+    restart = true;
   }
+  if (restart) execv("/proc/self/exe", argv);
   try {
     if (argc == 2 && std::string_view(argv[1]).starts_with("--compile-once="))
       return compile_once(std::string(argv[1]).substr(std::strlen("--compile-once=")), false);

@@ -32,7 +32,7 @@ bool peer_supports(Peer peer, const std::string& kind) {
   static const std::set<std::string> onednn = {"add",       "add_vectors", "gaussian_pdf", "hidden_layer",
                                                "sum",       "max",         "softmax",      "layernorm",
                                                "transpose", "matmul",      "mlp_layer"};
-  static const std::set<std::string> openblas = {"matmul", "mlp_layer"};
+  static const std::set<std::string> openblas = {"matmul", "mlp_layer", "transformer_block"};
   switch (peer) {
     case Peer::Eigen:
     case Peer::Loop: return true;

@@ -38,6 +38,9 @@ std::function<void()> eigen_peer(const std::string& kind, const ir::TensorMap& i
 std::function<void()> loop_peer(const std::string& kind, const ir::TensorMap& inputs, ir::TensorMap& outputs);
 std::function<void()> onednn_peer(const std::string& kind, const ir::TensorMap& inputs, ir::TensorMap& outputs);
 std::function<void()> openblas_peer(const std::string& kind, const ir::TensorMap& inputs, ir::TensorMap& outputs);
+/// bench/transformer_block.expr op by op (peers_transformer.cpp): its products by sgemm
+/// (OpenBlas) or by i-k-j loops (Loop), its row-wise steps by OpenMP loops.
+std::function<void()> transformer_block_peer(Peer peer, const ir::TensorMap& inputs, ir::TensorMap& outputs);
 
 // Shared by the peers: raw views of fuse's arrays.
 inline const float* in(const ir::TensorMap& m, const std::string& name) { return m.at(name).as<float>(); }

@@ -5,6 +5,7 @@
 #include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <vector>
 
 #include "bench/peers.h"
@@ -195,6 +196,65 @@ std::function<void()> eigen_peer(const std::string& kind, const ir::TensorMap& i
         Map<Rows> Y(c + r * n, rows, n);
         Y = (Y.rowwise() + Map<const RowVector>(bias, n)).max(0.f);
       });
+    };
+  }
+  if (kind == "transformer_block") {
+    // Eigen's products (OpenMP inside) with the 1/sqrt(fan-in) scales as their alpha (powers of
+    // two: exact), and array expressions row by row for layernorm, softmax and GELU.
+    int64_t t = dim(i, "x", 0), d = dim(i, "x", 1), f = dim(i, "w1", 1);
+    const float *x = in(i, "x"), *ln1_gain = in(i, "ln1_gain"), *ln1_bias = in(i, "ln1_bias"), *wq = in(i, "wq"),
+                *wk = in(i, "wk"), *wv = in(i, "wv"), *wo = in(i, "wo"), *ln2_gain = in(i, "ln2_gain"),
+                *ln2_bias = in(i, "ln2_bias"), *w1 = in(i, "w1"), *b1 = in(i, "b1"), *w2 = in(i, "w2"),
+                *b2 = in(i, "b2");
+    float* y = out(o, "y");
+    struct Scratch {
+      Matrix h1, q, k, v, scores, attention, r, h2, u;
+    };
+    auto s = std::make_shared<Scratch>();
+    for (Matrix* m : {&s->h1, &s->q, &s->k, &s->v, &s->attention, &s->r, &s->h2}) m->resize(t, d);
+    s->scores.resize(t, t);
+    s->u.resize(t, f);
+    auto layernorm = [=](const float* in_rows, const float* gain, const float* bias, float* out_rows) {
+      split(t, [&](int64_t r0, int64_t rows) {
+        Map<const Rows> X(in_rows + r0 * d, rows, d);
+        Map<Rows> Y(out_rows + r0 * d, rows, d);
+        Map<const RowVector> G(gain, d), B(bias, d);
+        for (int64_t r = 0; r < rows; ++r) {
+          float mu = X.row(r).mean();
+          float variance = (X.row(r) - mu).square().mean();
+          Y.row(r) = (X.row(r) - mu) * (1.f / std::sqrt(variance + kLayerNormEps)) * G + B;
+        }
+      });
+    };
+    return [=] {
+      constexpr float kInvSqrtD = 0.0625f, kInvSqrtF = 0.03125f;
+      Map<const Matrix> X(x, t, d), Wq(wq, d, d), Wk(wk, d, d), Wv(wv, d, d), Wo(wo, d, d), W1(w1, d, f),
+          W2(w2, f, d);
+      layernorm(x, ln1_gain, ln1_bias, s->h1.data());
+      s->q.noalias() = kInvSqrtD * s->h1 * Wq;
+      s->k.noalias() = kInvSqrtD * s->h1 * Wk;
+      s->v.noalias() = kInvSqrtD * s->h1 * Wv;
+      s->scores.noalias() = kInvSqrtD * s->q * s->k.transpose();
+      split(t, [&](int64_t r0, int64_t rows) {
+        for (int64_t r = r0; r < r0 + rows; ++r) {
+          auto row = s->scores.row(r).array();
+          row = (row - row.maxCoeff()).exp();
+          row *= 1.f / row.sum();
+        }
+      });
+      s->attention.noalias() = s->scores * s->v;
+      s->r = X;
+      s->r.noalias() += kInvSqrtD * s->attention * Wo;
+      layernorm(s->r.data(), ln2_gain, ln2_bias, s->h2.data());
+      s->u.noalias() = kInvSqrtD * s->h2 * W1;
+      split(t, [&](int64_t r0, int64_t rows) {
+        Map<Rows> U(s->u.data() + r0 * f, rows, f);
+        U = U.rowwise() + Map<const RowVector>(b1, f);
+        U = 0.5f * U * (1.f + (0.7978845608f * (U + 0.044715f * U * U * U)).tanh());
+      });
+      Map<Matrix> Y(y, t, d);
+      Y = (s->r.array().rowwise() + Map<const RowVector>(b2, d)).matrix();
+      Y.noalias() += kInvSqrtF * s->u * W2;
     };
   }
   return nullptr;

@@ -31,6 +31,7 @@ float max_of(const float* x, int64_t n) {
 }  // namespace
 
 std::function<void()> loop_peer(const std::string& kind, const ir::TensorMap& i, ir::TensorMap& o) {
+  if (kind == "transformer_block") return transformer_block_peer(Peer::Loop, i, o);
   if (kind == "add") {
     int64_t n = dim(i, "a", 0), m = dim(i, "a", 1);
     const float *a = in(i, "a"), *b = in(i, "b");

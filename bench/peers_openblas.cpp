@@ -9,6 +9,7 @@
 namespace fuse::bench {
 
 std::function<void()> openblas_peer(const std::string& kind, const ir::TensorMap& i, ir::TensorMap& o) {
+  if (kind == "transformer_block") return transformer_block_peer(Peer::OpenBlas, i, o);
   if (kind != "matmul" && kind != "mlp_layer") return nullptr;
   bool mlp = kind == "mlp_layer";
   const char* a_name = mlp ? "x" : "a";
