@@ -379,6 +379,17 @@ TEST_CASE("the running mean and attention examples fuse as documented", "[np_red
   // product with v the two matmuls (two matmuls never fuse).
   ir::Program attention = passes::run_pipeline(testing::compile_example(dir / "attention.expr")).program;
   CHECK(attention.kernels.size() == 3);
+  // transformer_block (issue 15): 11 kernels, one per matmul (8), the two layernorms and the
+  // softmax as row-wise kernels; k.T is read by the scores' packing, not copied by a kernel.
+  ir::Program transformer = passes::run_pipeline(testing::compile_example(dir / "transformer_block.expr")).program;
+  CHECK(transformer.kernels.size() == 11);
+  int matmuls = 0, rowwise = 0;
+  for (const ir::Kernel& k : transformer.kernels) {
+    matmuls += k.kind == ir::KernelKind::Matmul;
+    rowwise += k.kind == ir::KernelKind::RowWise;
+  }
+  CHECK(matmuls == 8);
+  CHECK(rowwise == 3);
   // running_mean: a scan with its division as its epilogue per output (np-scan; 4 kernels before).
   ir::Program running = passes::run_pipeline(testing::compile_example(dir / "running_mean.expr")).program;
   CHECK(running.kernels.size() == 2);
