@@ -154,7 +154,8 @@ std::shared_ptr<const CpuModule> memory_insert(const std::string& key, std::shar
 
 // What a module made from `object` is counted as against the memory cache's limit.
 int64_t module_bytes(const std::string& key, const CpuObject& object) {
-  int64_t bytes = static_cast<int64_t>(key.size() + object.bytes.size() + sizeof(CpuModule));
+  int64_t bytes = static_cast<int64_t>(key.size() + sizeof(CpuModule));
+  for (const std::string& part : object.parts) bytes += static_cast<int64_t>(part.size());
   for (const std::vector<ir::HostArray>& constants : object.constants)
     for (const ir::HostArray& a : constants) bytes += static_cast<int64_t>(a.bytes.size());
   if (std::find(object.compiled.begin(), object.compiled.end(), true) != object.compiled.end()) bytes += kJitBytes;
@@ -256,7 +257,7 @@ std::string key_digest(const std::string& key) {
 
 // ---- disk entries: magic, key, the CpuObject, then a checksum of everything before it ----
 
-constexpr char kMagic[8] = {'F', 'U', 'S', 'E', 'O', 'B', 'J', '1'};
+constexpr char kMagic[8] = {'F', 'U', 'S', 'E', 'O', 'B', 'J', '2'};  // 2: objects in parts
 
 void put_u64(std::string& s, uint64_t v) { append_raw(s, &v, sizeof v); }
 void put_string(std::string& s, const std::string& v) {
@@ -282,7 +283,8 @@ std::string serialize(const std::string& key, const CpuObject& object) {
       put_string(s, std::string(a.bytes.begin(), a.bytes.end()));
     }
   }
-  put_string(s, object.bytes);
+  put_u64(s, object.parts.size());
+  for (const std::string& part : object.parts) put_string(s, part);
   put_u64(s, llvm::xxh3_64bits(llvm::StringRef(s)));
   return s;
 }
@@ -355,7 +357,11 @@ bool deserialize(const std::string& data, const std::string& key, CpuObject& obj
       object.constants[k].push_back(std::move(a));
     }
   }
-  return r.string(object.bytes) && r.pos() == body.size();
+  if (!r.count(n, 1 << 10)) return false;
+  object.parts.resize(n);
+  for (std::string& part : object.parts)
+    if (!r.string(part)) return false;
+  return r.pos() == body.size();
 }
 
 // ---- the disk cache: one <sha256 of the key>.fuseobj per entry ----
@@ -585,8 +591,9 @@ struct ModuleLoader {
       if (!sleef) throw ir::Error(fail_text("cannot load " + sleef_library_file() + ": " + llvm::toString(sleef.takeError())));
       (*jit)->getMainJITDylib().addGenerator(std::move(*sleef));
     }
-    if (llvm::Error e = (*jit)->addObjectFile(llvm::MemoryBuffer::getMemBufferCopy(object.bytes, "fuse-kernels")))
-      throw ir::Error(fail_text("the JIT rejected the object: " + llvm::toString(std::move(e))));
+    for (const std::string& part : object.parts)
+      if (llvm::Error e = (*jit)->addObjectFile(llvm::MemoryBuffer::getMemBufferCopy(part, "fuse-kernels")))
+        throw ir::Error(fail_text("the JIT rejected the object: " + llvm::toString(std::move(e))));
     for (size_t k = 0; k < p.kernels.size(); ++k) {
       if (k >= object.compiled.size() || !object.compiled[k]) continue;
       auto address = (*jit)->lookup(p.kernels[k].name);
@@ -687,7 +694,7 @@ int64_t clear_disk_cache() {
 std::shared_ptr<const CpuModule> compile_cpu(const ir::Program& p, const CpuOptions& options) {
   if (!options.use_cache) {
     ++counters().compilations;
-    return ModuleLoader::load(p, compile_cpu_object(p, options, ObjectKind::Object));
+    return ModuleLoader::load(p, compile_cpu_object(p, options, ObjectKind::Object, compile_parts()));
   }
   std::string key = cache_key(p, options);
   if (std::shared_ptr<const CpuModule> module = memory_lookup(key)) {
@@ -699,7 +706,7 @@ std::shared_ptr<const CpuModule> compile_cpu(const ir::Program& p, const CpuOpti
     ++counters().disk_hits;
   } else {
     ++counters().compilations;
-    object = compile_cpu_object(p, options, ObjectKind::Object);
+    object = compile_cpu_object(p, options, ObjectKind::Object, compile_parts());
     write_entry(key, object);
   }
   int64_t bytes = module_bytes(key, object);

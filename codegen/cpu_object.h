@@ -23,7 +23,9 @@ constexpr int64_t kScanChunkedRows = 16;
 constexpr int64_t kScanChunkedLength = 32768;
 
 struct CpuObject {
-  std::string bytes;                      // an ELF object (or assembly text)
+  // ELF objects (or assembly texts), each defining the functions of some of the kernels: the
+  // kernels are compiled in parts on threads of their own (compile_cpu_object).
+  std::vector<std::string> parts;
   std::vector<std::string> symbols;       // the order of the symbol sizes kernels receive
   std::vector<bool> compiled;             // per Program kernel: present in the object
   std::vector<std::vector<ir::HostArray>> constants;  // per Program kernel
@@ -31,8 +33,14 @@ struct CpuObject {
   std::vector<int64_t> scratch_bytes;     // per kernel: a split reduction's scratch buffer
 };
 
-/// Program -> MLIR -> LLVM IR -> optimized machine code for the host.
-CpuObject compile_cpu_object(const ir::Program& p, const CpuOptions& options, ObjectKind kind);
+/// Program -> MLIR -> LLVM IR -> optimized machine code for the host, in at most `max_parts`
+/// parts compiled at once on threads of their own (each part a module of some kernels, with its
+/// own MLIR and LLVM contexts), balanced by an estimate of each kernel's compile time.
+CpuObject compile_cpu_object(const ir::Program& p, const CpuOptions& options, ObjectKind kind, int max_parts = 1);
+
+/// How many parts the JIT compiles a Program in: FUSE_NUM_THREADS when set, else this machine's
+/// hardware threads; at most 16.
+int compile_parts();
 
 }  // namespace fuse::codegen
 

@@ -147,6 +147,36 @@ TEST_CASE("the disk cache serves a new process (memory cache cleared)", "[cpu][c
   check_runs(exe, g, 1023);
 }
 
+// A program of several kernels is compiled in parts on threads of their own (one object per
+// part; CTest runs this under FUSE_NUM_THREADS=7 too, for more parts than a 2-core machine makes).
+TEST_CASE("a program compiled in parts runs and round-trips through the disk cache", "[cpu][cache][parts]") {
+  FreshCache cache;
+  Graph g;
+  Tensor x = g.input("x", DType::F32, {sym("N"), sym("M")});
+  Tensor w = g.input("w", DType::F32, {sym("M"), sym("M")});
+  Tensor e = exp(x - max(x, 1, true));
+  Tensor softmax = e / sum(e, 1, true);
+  Tensor h = tanh(matmul(softmax, w));
+  g.output("y", matmul(h, transpose(matmul(h, w))) + 1.0);
+  g.output("total", sum(h * h));
+  g.output("scan", cumsum(x, 1));
+  for (bool from_disk : {false, true}) {
+    INFO((from_disk ? "from the disk cache" : "compiled"));
+    if (from_disk) codegen::clear_memory_cache();
+    codegen::CacheStats before = codegen::cache_stats();
+    runtime::Executable exe = compile(g);
+    codegen::CacheStats after = codegen::cache_stats();
+    CHECK(after.disk_hits == before.disk_hits + (from_disk ? 1 : 0));
+    CHECK(exe.program().kernels.size() >= 6);
+    CHECK(exe.compiled_kernel_count() == static_cast<int>(exe.program().kernels.size()));
+    for (int64_t n : {1, 7, 130}) {
+      ir::TensorMap inputs = testing::random_inputs(g.ir(), {{"N", n}, {"M", 33}}, 5, /*special_values=*/false);
+      CHECK(testing::compare_outputs(ir::interpret(g.ir(), inputs), exe.run(inputs), 1e-4, 1e-4) == "");
+    }
+  }
+  CHECK(cache.entries().size() == 1);
+}
+
 TEST_CASE("corrupt, truncated or stale disk entries are rebuilt, not loaded", "[cpu][cache]") {
   FreshCache cache;
   Graph g;

@@ -8,13 +8,17 @@
 #include "codegen/cpu_codegen.h"
 #include "codegen/host_machine.h"
 #include "ir/index_check.h"
+#include "ir/scalar.h"
 #include "codegen/cpu_object.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <exception>
 #include <limits>
 #include <map>
 #include <mutex>
 #include <set>
+#include <thread>
 #include <tuple>
 
 #include "mlir/Conversion/Passes.h"
@@ -65,7 +69,8 @@ namespace {
 std::string fail_text(const std::string& what) { return "internal error in CPU codegen: " + what; }
 
 std::unique_ptr<mlir::MLIRContext> make_context() {
-  auto context = std::make_unique<mlir::MLIRContext>();
+  // No thread pool of MLIR's own: compile_cpu_object runs its parts on threads already.
+  auto context = std::make_unique<mlir::MLIRContext>(mlir::MLIRContext::Threading::DISABLED);
   context->loadDialect<mlir::func::FuncDialect, mlir::arith::ArithDialect, mlir::math::MathDialect,
                        mlir::scf::SCFDialect, mlir::vector::VectorDialect, mlir::LLVM::LLVMDialect,
                        mlir::cf::ControlFlowDialect>();
@@ -75,8 +80,10 @@ std::unique_ptr<mlir::MLIRContext> make_context() {
 }
 
 // The kernels of `p` that the backend compiles, as functions named after the kernels.
+// `include` (empty: every kernel) picks the kernels of one part of compile_cpu_object.
 mlir::OwningOpRef<mlir::ModuleOp> build_module(mlir::MLIRContext& context, const ir::Program& p,
-                                               const CpuOptions& options, CpuObject& object) {
+                                               const CpuOptions& options, CpuObject& object,
+                                               const std::vector<bool>& include = {}) {
   object.symbols = program_symbols(p);
   const std::vector<std::string>& symbol_names = object.symbols;
   std::map<std::string, int> symbols;
@@ -90,7 +97,7 @@ mlir::OwningOpRef<mlir::ModuleOp> build_module(mlir::MLIRContext& context, const
   object.scratch_bytes.assign(p.kernels.size(), 0);
   for (size_t ki = 0; ki < p.kernels.size(); ++ki) {
     const ir::Kernel& k = p.kernels[ki];
-    if (k.schedule.form == ir::LoopForm::Interpreted) continue;
+    if (k.schedule.form == ir::LoopForm::Interpreted || (!include.empty() && !include[ki])) continue;
     object.compiled[ki] = true;
     b.setInsertionPointToEnd(module->getBody());
     auto func = b.create<mlir::func::FuncOp>(b.getUnknownLoc(), k.name,
@@ -215,10 +222,10 @@ namespace {
 
 // The kernels of `p` as LLVM IR (lowered, not yet optimized by LLVM).
 std::unique_ptr<llvm::Module> to_llvm_ir(const ir::Program& p, const CpuOptions& options, llvm::LLVMContext& llvm_context,
-                                         CpuObject& object) {
+                                         CpuObject& object, const std::vector<bool>& include = {}) {
   initialize_llvm();
   auto context = make_context();
-  auto module = build_module(*context, p, options, object);
+  auto module = build_module(*context, p, options, object, include);
   lower_to_llvm(module.get());
   std::unique_ptr<llvm::Module> llvm_module = mlir::translateModuleToLLVMIR(module.get(), llvm_context);
   if (!llvm_module) throw ir::Error(fail_text("translation to LLVM IR failed"));
@@ -251,10 +258,13 @@ std::string emit_cpu_llvm(const ir::Program& p, const CpuOptions& options) {
   return text;
 }
 
-CpuObject compile_cpu_object(const ir::Program& p, const CpuOptions& options, ObjectKind kind) {
+namespace {
+
+// One part of compile_cpu_object: the kernels in `include` (empty: all) as one object.
+CpuObject compile_part(const ir::Program& p, const CpuOptions& options, ObjectKind kind, const std::vector<bool>& include) {
   llvm::LLVMContext llvm_context;
   CpuObject object;
-  std::unique_ptr<llvm::Module> llvm_module = to_llvm_ir(p, options, llvm_context, object);
+  std::unique_ptr<llvm::Module> llvm_module = to_llvm_ir(p, options, llvm_context, object, include);
   std::unique_ptr<llvm::TargetMachine> machine = host_target_machine();
   llvm_module->setDataLayout(machine->createDataLayout());
   llvm_module->setTargetTriple(machine->getTargetTriple().str());
@@ -268,16 +278,101 @@ CpuObject compile_cpu_object(const ir::Program& p, const CpuOptions& options, Ob
   if (machine->addPassesToEmitFile(codegen, out, nullptr, file_type))
     throw ir::Error(fail_text("the host target cannot emit this file type"));
   codegen.run(*llvm_module);
-  object.bytes.assign(buffer.begin(), buffer.end());
+  object.parts.emplace_back(buffer.begin(), buffer.end());
+  return object;
+}
+
+// A kernel's compile time, roughly, in milliseconds on the Zen 4 VM: LLVM's O2 and instruction
+// selection dominate and grow with the code the form emits. Measured one kernel per part on the
+// transformer block: a blocked matmul about 110 ms (packing, micro-kernel, edge paths), 290 ms
+// with a GELU epilogue (the epilogue is emitted once per accumulator of the register tile),
+// row-wise kernels about 50 ms.
+int64_t compile_cost(const ir::Kernel& k) {
+  int64_t scalar_cost = 0;
+  for (const ir::Node& n : k.body.nodes)
+    if (n.kind == ir::OpKind::Elementwise)
+      for (const ir::ScalarNode& s : n.as<ir::ElementwiseAttrs>().body.nodes) scalar_cost += ir::scalar_op_info(s.op).cost;
+  if (k.kind == ir::KernelKind::Matmul) return 100 + 8 * scalar_cost;
+  int64_t cost = 30 + 2 * scalar_cost + static_cast<int64_t>(k.body.nodes.size());
+  if (k.schedule.form == ir::LoopForm::SplitReduction || k.schedule.form == ir::LoopForm::ScanRows) cost += 30;
+  return cost;
+}
+
+// The compiled kernels in at most `max_parts` parts of about equal cost: the costliest first,
+// each to the part with the least so far (longest processing time first).
+std::vector<std::vector<bool>> partition_kernels(const ir::Program& p, int max_parts) {
+  std::vector<size_t> compiled;
+  for (size_t k = 0; k < p.kernels.size(); ++k)
+    if (p.kernels[k].schedule.form != ir::LoopForm::Interpreted) compiled.push_back(k);
+  size_t parts = std::clamp<size_t>(compiled.size(), 1, static_cast<size_t>(std::max(max_parts, 1)));
+  std::stable_sort(compiled.begin(), compiled.end(),
+                   [&](size_t a, size_t b) { return compile_cost(p.kernels[a]) > compile_cost(p.kernels[b]); });
+  std::vector<std::vector<bool>> include(parts, std::vector<bool>(p.kernels.size(), false));
+  std::vector<int64_t> load(parts, 0);
+  for (size_t k : compiled) {
+    size_t least = static_cast<size_t>(std::min_element(load.begin(), load.end()) - load.begin());
+    include[least][k] = true;
+    load[least] += compile_cost(p.kernels[k]);
+  }
+  return include;
+}
+
+}  // namespace
+
+int compile_parts() {
+  // FUSE_NUM_THREADS, as the runtime's pool reads it (which rejects a bad value), else the
+  // machine's hardware threads; at most 16.
+  static const int parts = [] {
+    long threads = std::thread::hardware_concurrency();
+    if (const char* env = std::getenv("FUSE_NUM_THREADS")) {
+      char* end = nullptr;
+      long value = std::strtol(env, &end, 10);
+      if (end != env && *end == '\0' && value > 0) threads = value;
+    }
+    return static_cast<int>(std::clamp(threads, 1L, 16L));
+  }();
+  return parts;
+}
+
+CpuObject compile_cpu_object(const ir::Program& p, const CpuOptions& options, ObjectKind kind, int max_parts) {
+  if (max_parts <= 1) return compile_part(p, options, kind, {});
+  std::vector<std::vector<bool>> include = partition_kernels(p, max_parts);
+  std::vector<CpuObject> objects(include.size());
+  std::vector<std::exception_ptr> errors(include.size());
+  auto run = [&](size_t i) {
+    try {
+      objects[i] = compile_part(p, options, kind, include[i]);
+    } catch (...) {
+      errors[i] = std::current_exception();
+    }
+  };
+  std::vector<std::thread> threads;
+  for (size_t i = 1; i < include.size(); ++i) threads.emplace_back(run, i);
+  run(0);
+  for (std::thread& t : threads) t.join();
+  for (const std::exception_ptr& e : errors)
+    if (e) std::rethrow_exception(e);
+  // Every part knows the symbols; each kernel's tables come from the part that compiled it.
+  CpuObject object = std::move(objects[0]);
+  for (size_t i = 1; i < objects.size(); ++i) {
+    for (size_t k = 0; k < p.kernels.size(); ++k) {
+      if (!include[i][k]) continue;
+      object.compiled[k] = objects[i].compiled[k];
+      object.constants[k] = std::move(objects[i].constants[k]);
+      object.split_chunks[k] = objects[i].split_chunks[k];
+      object.scratch_bytes[k] = objects[i].scratch_bytes[k];
+    }
+    object.parts.push_back(std::move(objects[i].parts[0]));
+  }
   return object;
 }
 
 std::string emit_cpu_asm(const ir::Program& p, const CpuOptions& options) {
-  return compile_cpu_object(p, options, ObjectKind::Assembly).bytes;
+  return compile_cpu_object(p, options, ObjectKind::Assembly).parts.at(0);
 }
 
 std::string emit_cpu_object(const ir::Program& p, const CpuOptions& options) {
-  return compile_cpu_object(p, options, ObjectKind::Object).bytes;
+  return compile_cpu_object(p, options, ObjectKind::Object).parts.at(0);
 }
 
 }  // namespace fuse::codegen

@@ -153,48 +153,45 @@ void CpuKernelEmitter::pack_b(const MatmulPlan& p, mlir::Value pc, mlir::Value k
     return;
   }
   mlir::Value last = sub(nb, i64(1));
+  // Element by element from K index `first_k` on, k innermost so that the reads of B follow its
+  // smaller stride when it has one.
+  auto by_elements = [&](mlir::Value first_k) {
+    loop(i64(0), padded, 1, [&](mlir::Value jj) {
+      loop(first_k, kb, 1, [&](mlir::Value kk) {
+        std::vector<mlir::Value> idx = p.batch;
+        idx.push_back(add(pc, kk));
+        idx.push_back(add(jc, min_i64(jj, last)));  // padding: copies of the last column
+        store(p.pack_b, p.t, packed_offset(kk, jj), general_value(b_id, idx), 1);
+      });
+    });
+  };
   DType type = k_.body.node(b_id).dtype;
   bool power_of_two = t.lanes >= 2 && (t.lanes & (t.lanes - 1)) == 0;
-  if (access_.inner(b_id, rank - 2) == ir::InnerAccess::Unit && ir::dtype_size(type) >= 4 && power_of_two) {
-    // A transposed B (unit along K: `q @ k.T`): lanes x lanes blocks, each column read as one
-    // vector along K and the block transposed in registers into rows of the panel. The K
-    // remainder (kb not a whole number of vectors) goes element by element.
-    mlir::Value whole_k = mul(div(kb, i64(t.lanes)), i64(t.lanes));
-    loop(i64(0), padded, t.lanes, [&](mlir::Value jj) {
-      std::vector<std::vector<mlir::Value>> column_index;
-      for (int j = 0; j < t.lanes; ++j) {
-        std::vector<mlir::Value> idx = p.batch;
-        idx.push_back(i64(0));
-        idx.push_back(add(jc, min_i64(add(jj, i64(j)), last)));  // padding: copies of the last column
-        column_index.push_back(std::move(idx));
-      }
-      loop(i64(0), whole_k, t.lanes, [&](mlir::Value kk) {
-        std::vector<mlir::Value> columns;
-        for (int j = 0; j < t.lanes; ++j)
-          columns.push_back(lane_value(b_id, column_index[j], rank - 2, add(pc, kk), t.lanes));
-        std::vector<mlir::Value> rows = transpose_in_registers(b_, loc_, std::move(columns));
-        for (int r = 0; r < t.lanes; ++r) store(p.pack_b, p.t, packed_offset(add(kk, i64(r)), jj), rows[r], t.lanes);
-      });
-      loop(whole_k, kb, 1, [&](mlir::Value kk) {
-        for (int j = 0; j < t.lanes; ++j) {
-          std::vector<mlir::Value> idx = column_index[j];
-          idx[idx.size() - 2] = add(pc, kk);
-          store(p.pack_b, p.t, packed_offset(kk, add(jj, i64(j))), general_value(b_id, idx), 1);
-        }
-      });
-    });
+  if (access_.inner(b_id, rank - 2) != ir::InnerAccess::Unit || ir::dtype_size(type) < 4 || !power_of_two) {
+    by_elements(i64(0));  // strided along both (any other view)
     return;
   }
-  // Strided along both (any other view): element by element, k innermost so that the reads of B
-  // follow its smaller stride when it has one.
-  loop(i64(0), padded, 1, [&](mlir::Value jj) {
-    loop(i64(0), kb, 1, [&](mlir::Value kk) {
+  // A transposed B (unit along K: `q @ k.T`): lanes x lanes blocks, each column read as one
+  // vector along K and the block transposed in registers into rows of the panel; the K
+  // remainder (kb not a whole number of vectors) element by element.
+  mlir::Value whole_k = mul(div(kb, i64(t.lanes)), i64(t.lanes));
+  loop(i64(0), padded, t.lanes, [&](mlir::Value jj) {
+    std::vector<std::vector<mlir::Value>> column_index;
+    for (int j = 0; j < t.lanes; ++j) {
       std::vector<mlir::Value> idx = p.batch;
-      idx.push_back(add(pc, kk));
-      idx.push_back(add(jc, min_i64(jj, last)));
-      store(p.pack_b, p.t, packed_offset(kk, jj), general_value(b_id, idx), 1);
+      idx.push_back(i64(0));
+      idx.push_back(add(jc, min_i64(add(jj, i64(j)), last)));
+      column_index.push_back(std::move(idx));
+    }
+    loop(i64(0), whole_k, t.lanes, [&](mlir::Value kk) {
+      std::vector<mlir::Value> columns;
+      for (int j = 0; j < t.lanes; ++j)
+        columns.push_back(lane_value(b_id, column_index[j], rank - 2, add(pc, kk), t.lanes));
+      std::vector<mlir::Value> rows = transpose_in_registers(b_, loc_, std::move(columns));
+      for (int r = 0; r < t.lanes; ++r) store(p.pack_b, p.t, packed_offset(add(kk, i64(r)), jj), rows[r], t.lanes);
     });
   });
+  by_elements(whole_k);
 }
 
 // A[ic : ic + mb, pc : pc + kb] (rows of this batch) into packed A: row r at r * kc (A unit
