@@ -6,8 +6,9 @@ buffers, several GB, alive at once, all repetitions interleaved; the cause is no
 on an otherwise idle machine (2026-11-24), the medians of rows running the very same single kernel (a
 workload's fused and unfused rows) differed by up to 8.7x (max_10M: 10.3 against 1.18 ms) while
 their best repetitions agreed. Run one workload at a time, the same pairs differed by at most
-1.31x in two runs (sum_100M: 8.20 against 6.27 ms). Each row here comes from its own process:
-compare ratios within a row (fuse and its peers ran together), not times across rows.
+1.31x in two runs (sum_100M: 8.20 against 6.27 ms). Each row here comes from its own process
+(and its compile-latency rows from another): compare ratios within a row (fuse and its peers ran
+together), not times across rows.
 
     bench/run_each.py [--binary build/bench/fuse_bench] [--filter REGEX] [fuse_bench flags...]
 """
@@ -69,19 +70,24 @@ def main():
     for name in workloads(args.binary):
         if args.filter and not re.search(args.filter, name):
             continue
-        run = subprocess.run([args.binary, f"--benchmark_filter=^({name}/|compile/{name}/|stream/)"] + passthrough,
-                             capture_output=True, text=True)
-        status = status or run.returncode
-        if run.returncode:
-            sys.stderr.write(run.stdout[-2000:] + run.stderr[-2000:])
-        limit = re.search(r"^bandwidth limit: .*$", run.stdout, re.M)
-        cpu = re.search(r"^CPU: .*$", run.stdout, re.M)
-        context.append(f"{name}: {cpu.group(0) if cpu else '?'}; {limit.group(0) if limit else ''}")
-        for header, rows in tables(run.stdout).items():
-            if header not in joined:
-                joined[header] = rows[:1]
-                order.append(header)
-            joined[header] += [r for r in rows[1:] if r[0] == name]
+        # The compile rows in a process of their own: interleaved with the workload's rows, each
+        # LLVM compile (about 1 s for the transformer block) left the next run with cold caches
+        # (2026-11-25: transformer_block_512 fused 4.35-5.03 ms alone, 6.97-7.05 ms with them).
+        for rows_filter in (f"^({name}/|stream/)", f"^compile/{name}/"):
+            run = subprocess.run([args.binary, f"--benchmark_filter={rows_filter}"] + passthrough,
+                                 capture_output=True, text=True)
+            status = status or run.returncode
+            if run.returncode:
+                sys.stderr.write(run.stdout[-2000:] + run.stderr[-2000:])
+            limit = re.search(r"^bandwidth limit: .*$", run.stdout, re.M)
+            cpu = re.search(r"^CPU: .*$", run.stdout, re.M)
+            if rows_filter.startswith("^("):
+                context.append(f"{name}: {cpu.group(0) if cpu else '?'}; {limit.group(0) if limit else ''}")
+            for header, rows in tables(run.stdout).items():
+                if header not in joined:
+                    joined[header] = rows[:1]
+                    order.append(header)
+                joined[header] += [r for r in rows[1:] if r[0] == name]
         print(f"{name} done", file=sys.stderr, flush=True)
     print("\n".join(context))
     for header in order:
