@@ -226,6 +226,27 @@ TEST_CASE("fused prologues and epilogues around the blocked matmul", "[cpu][matm
   check(g, host, mkn({{300, 257, 200}}), 257);
 }
 
+// An epilogue with a transcendental (GELU's tanh) runs in a loop over the tile's rows from a
+// buffer instead of once per accumulator (emit_matmul_blocked): whole and edge tiles, several K
+// blocks (tiny caches), batches, a second output storing the product, f32 and f64.
+TEST_CASE("a costly epilogue runs per tile row at every edge", "[cpu][matmul]") {
+  for (DType t : {DType::F32, DType::F64}) {
+    INFO(ir::dtype_name(t));
+    Graph g;
+    Tensor x = g.input("x", t, {2, sym("M"), sym("K")});
+    Tensor w = g.input("w", t, {sym("K"), sym("N")});
+    Tensor bias = g.input("bias", t, {sym("N")});
+    Tensor p = matmul(x, w) + bias;
+    g.output("gelu", 0.5 * p * (1.0 + tanh(0.7978845608 * (p + 0.044715 * p * p * p))));
+    g.output("biased", p);
+    runtime::Executable exe = compile(g, with_target(tiny_caches()));
+    CHECK(exe.program().kernels.size() == 1);
+    check(g, exe, mkn({{1, 1, 1}, {7, 100, 33}, {13, 40, 47}}), 100);
+    runtime::Executable host = compile(g);
+    check(g, host, mkn({{130, 70, 129}}), 70);
+  }
+}
+
 TEST_CASE("a fused MLP layer is one kernel", "[cpu][matmul][fusion]") {
   Graph g;
   Tensor x = g.input("x", DType::F32, {sym("M"), sym("K")});

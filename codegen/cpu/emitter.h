@@ -289,6 +289,9 @@ class CpuKernelEmitter : public KernelEmitterBase {
     MatmulTiling tiling;
     mlir::Value m, n, k;         // C is (batch x) m x n, the depth k
     int pack_a = -1, pack_b = -1, acc = -1;
+    // A costly epilogue (a transcendental: GELU's tanh) runs in a loop over the tile's rows from
+    // this mr x nr buffer, not once per accumulator (-1: per accumulator, in registers).
+    int tile = -1;
     mlir::Value acc_origin;      // the global row whose partial sums sit at the start of `acc`
     bool a_by_columns = false;   // packed A holds columns of mc (A is unit-stride along M)
     std::vector<mlir::Value> batch;  // this batch's index
