@@ -38,6 +38,10 @@ std::function<void()> eigen_peer(const std::string& kind, const ir::TensorMap& i
 std::function<void()> loop_peer(const std::string& kind, const ir::TensorMap& inputs, ir::TensorMap& outputs);
 std::function<void()> onednn_peer(const std::string& kind, const ir::TensorMap& inputs, ir::TensorMap& outputs);
 std::function<void()> openblas_peer(const std::string& kind, const ir::TensorMap& inputs, ir::TensorMap& outputs);
+/// The loop peer's row kernels (peers_loop.cpp), shared with the transformer block: softmax of n
+/// rows of m (in place when x == y), layer normalization of n rows of d (EPS 1e-5).
+void loop_softmax_rows(const float* x, float* y, int64_t n, int64_t m);
+void loop_layernorm_rows(const float* x, const float* gamma, const float* beta, float* y, int64_t n, int64_t d);
 /// bench/transformer_block.expr op by op (peers_transformer.cpp): its products by sgemm
 /// (OpenBlas) or by i-k-j loops (Loop), its row-wise steps by OpenMP loops.
 std::function<void()> transformer_block_peer(Peer peer, const ir::TensorMap& inputs, ir::TensorMap& outputs);

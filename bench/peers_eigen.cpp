@@ -48,6 +48,20 @@ float reduce(int64_t n, float identity, Reduce reduce_share, Combine combine) {
   return total;
 }
 
+/// Layer normalization of n rows of d, row by row (each row stays in cache between its passes).
+void layernorm_rows(const float* x, const float* gamma, const float* beta, float* y, int64_t n, int64_t d) {
+  split(n, [&](int64_t r0, int64_t rows) {
+    Map<const Rows> X(x + r0 * d, rows, d);
+    Map<Rows> Y(y + r0 * d, rows, d);
+    Map<const RowVector> G(gamma, d), B(beta, d);
+    for (int64_t r = 0; r < rows; ++r) {
+      float mu = X.row(r).mean();
+      float variance = (X.row(r) - mu).square().mean();
+      Y.row(r) = (X.row(r) - mu) * (1.f / std::sqrt(variance + kLayerNormEps)) * G + B;
+    }
+  });
+}
+
 }  // namespace
 
 std::function<void()> eigen_peer(const std::string& kind, const ir::TensorMap& i, ir::TensorMap& o) {
@@ -145,18 +159,7 @@ std::function<void()> eigen_peer(const std::string& kind, const ir::TensorMap& i
     int64_t n = dim(i, "x", 0), d = dim(i, "x", 1);
     const float *x = in(i, "x"), *gamma = in(i, "gamma"), *beta = in(i, "beta");
     float* y = out(o, "y");
-    return [=] {
-      split(n, [&](int64_t r0, int64_t rows) {
-        Map<const Rows> X(x + r0 * d, rows, d);
-        Map<Rows> Y(y + r0 * d, rows, d);
-        Map<const RowVector> G(gamma, d), B(beta, d);
-        for (int64_t r = 0; r < rows; ++r) {
-          float mu = X.row(r).mean();
-          float variance = (X.row(r) - mu).square().mean();
-          Y.row(r) = (X.row(r) - mu) * (1.f / std::sqrt(variance + kLayerNormEps)) * G + B;
-        }
-      });
-    };
+    return [=] { layernorm_rows(x, gamma, beta, y, n, d); };
   }
   if (kind == "transpose") {
     // Cache-blocked: 16 x 16 fixed-size blocks (one cache line per row of a block), with
@@ -214,23 +217,11 @@ std::function<void()> eigen_peer(const std::string& kind, const ir::TensorMap& i
     for (Matrix* m : {&s->h1, &s->q, &s->k, &s->v, &s->attention, &s->r, &s->h2}) m->resize(t, d);
     s->scores.resize(t, t);
     s->u.resize(t, f);
-    auto layernorm = [=](const float* in_rows, const float* gain, const float* bias, float* out_rows) {
-      split(t, [&](int64_t r0, int64_t rows) {
-        Map<const Rows> X(in_rows + r0 * d, rows, d);
-        Map<Rows> Y(out_rows + r0 * d, rows, d);
-        Map<const RowVector> G(gain, d), B(bias, d);
-        for (int64_t r = 0; r < rows; ++r) {
-          float mu = X.row(r).mean();
-          float variance = (X.row(r) - mu).square().mean();
-          Y.row(r) = (X.row(r) - mu) * (1.f / std::sqrt(variance + kLayerNormEps)) * G + B;
-        }
-      });
-    };
     return [=] {
       constexpr float kInvSqrtD = 0.0625f, kInvSqrtF = 0.03125f;
       Map<const Matrix> X(x, t, d), Wq(wq, d, d), Wk(wk, d, d), Wv(wv, d, d), Wo(wo, d, d), W1(w1, d, f),
           W2(w2, f, d);
-      layernorm(x, ln1_gain, ln1_bias, s->h1.data());
+      layernorm_rows(x, ln1_gain, ln1_bias, s->h1.data(), t, d);
       s->q.noalias() = kInvSqrtD * s->h1 * Wq;
       s->k.noalias() = kInvSqrtD * s->h1 * Wk;
       s->v.noalias() = kInvSqrtD * s->h1 * Wv;
@@ -245,7 +236,7 @@ std::function<void()> eigen_peer(const std::string& kind, const ir::TensorMap& i
       s->attention.noalias() = s->scores * s->v;
       s->r = X;
       s->r.noalias() += kInvSqrtD * s->attention * Wo;
-      layernorm(s->r.data(), ln2_gain, ln2_bias, s->h2.data());
+      layernorm_rows(s->r.data(), ln2_gain, ln2_bias, s->h2.data(), t, d);
       s->u.noalias() = kInvSqrtD * s->h2 * W1;
       split(t, [&](int64_t r0, int64_t rows) {
         Map<Rows> U(s->u.data() + r0 * f, rows, f);

@@ -30,6 +30,37 @@ float max_of(const float* x, int64_t n) {
 
 }  // namespace
 
+void loop_softmax_rows(const float* x, float* y, int64_t n, int64_t m) {
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < n; ++r) {
+    const float* xr = x + r * m;
+    float* yr = y + r * m;
+    float mx = -INFINITY;
+#pragma omp simd reduction(max : mx)
+    for (int64_t j = 0; j < m; ++j) mx = std::max(mx, xr[j]);
+    float s = 0;
+    for (int64_t j = 0; j < m; ++j) s += yr[j] = std::exp(xr[j] - mx);
+    float inv = 1.f / s;
+    for (int64_t j = 0; j < m; ++j) yr[j] *= inv;
+  }
+}
+
+void loop_layernorm_rows(const float* x, const float* gamma, const float* beta, float* y, int64_t n, int64_t d) {
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < n; ++r) {
+    const float* xr = x + r * d;
+    float* yr = y + r * d;
+    float s = 0;
+#pragma omp simd reduction(+ : s)
+    for (int64_t j = 0; j < d; ++j) s += xr[j];
+    float mu = s / static_cast<float>(d), q = 0;
+#pragma omp simd reduction(+ : q)
+    for (int64_t j = 0; j < d; ++j) q += (xr[j] - mu) * (xr[j] - mu);
+    float inv = 1.f / std::sqrt(q / static_cast<float>(d) + kLayerNormEps);
+    for (int64_t j = 0; j < d; ++j) yr[j] = (xr[j] - mu) * inv * gamma[j] + beta[j];
+  }
+}
+
 std::function<void()> loop_peer(const std::string& kind, const ir::TensorMap& i, ir::TensorMap& o) {
   if (kind == "transformer_block") return transformer_block_peer(Peer::Loop, i, o);
   if (kind == "add") {
@@ -104,40 +135,13 @@ std::function<void()> loop_peer(const std::string& kind, const ir::TensorMap& i,
     int64_t n = dim(i, "x", 0), m = dim(i, "x", 1);
     const float* x = in(i, "x");
     float* y = out(o, "y");
-    return [=] {
-#pragma omp parallel for schedule(static)
-      for (int64_t r = 0; r < n; ++r) {
-        const float* xr = x + r * m;
-        float* yr = y + r * m;
-        float mx = -INFINITY;
-#pragma omp simd reduction(max : mx)
-        for (int64_t j = 0; j < m; ++j) mx = std::max(mx, xr[j]);
-        float s = 0;
-        for (int64_t j = 0; j < m; ++j) s += yr[j] = std::exp(xr[j] - mx);
-        float inv = 1.f / s;
-        for (int64_t j = 0; j < m; ++j) yr[j] *= inv;
-      }
-    };
+    return [=] { loop_softmax_rows(x, y, n, m); };
   }
   if (kind == "layernorm") {
     int64_t n = dim(i, "x", 0), d = dim(i, "x", 1);
     const float *x = in(i, "x"), *gamma = in(i, "gamma"), *beta = in(i, "beta");
     float* y = out(o, "y");
-    return [=] {
-#pragma omp parallel for schedule(static)
-      for (int64_t r = 0; r < n; ++r) {
-        const float* xr = x + r * d;
-        float* yr = y + r * d;
-        float s = 0;
-#pragma omp simd reduction(+ : s)
-        for (int64_t j = 0; j < d; ++j) s += xr[j];
-        float mu = s / static_cast<float>(d), q = 0;
-#pragma omp simd reduction(+ : q)
-        for (int64_t j = 0; j < d; ++j) q += (xr[j] - mu) * (xr[j] - mu);
-        float inv = 1.f / std::sqrt(q / static_cast<float>(d) + kLayerNormEps);
-        for (int64_t j = 0; j < d; ++j) yr[j] = (xr[j] - mu) * inv * gamma[j] + beta[j];
-      }
-    };
+    return [=] { loop_layernorm_rows(x, gamma, beta, y, n, d); };
   }
   if (kind == "transpose") {
     int64_t n = dim(i, "x", 0), m = dim(i, "x", 1);

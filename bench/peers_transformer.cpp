@@ -1,7 +1,8 @@
 // The transformer block (bench/transformer_block.expr) as its operations run one at a time, the
 // way PyTorch eager or NumPy run it: a matrix product per matmul (OpenBLAS sgemm, or the loop
-// peer's i-k-j loops) and an OpenMP loop per row-wise step (layernorm, softmax, bias + GELU,
-// residuals), each reading and writing whole arrays (bench/README.md, "Peers").
+// peer's i-k-j loops) and an OpenMP loop per row-wise step (layernorm and softmax are the loop
+// peer's own; bias + GELU, residuals), each reading and writing whole arrays (bench/README.md,
+// "Peers").
 #include <cblas.h>
 
 #include <algorithm>
@@ -14,7 +15,6 @@
 namespace fuse::bench {
 namespace {
 
-constexpr float kEps = 1e-5f;            // bench/transformer_block.expr's EPS
 constexpr float kInvSqrtD = 0.0625f;     // INV_SQRT_D: a power of two, folded into products exactly
 constexpr float kInvSqrtF = 0.03125f;    // INV_SQRT_F
 
@@ -58,36 +58,6 @@ void loop_gemm(int64_t m, int64_t n, int64_t k, float alpha, const float* a, con
   }
 }
 
-void layernorm_rows(const float* x, const float* gain, const float* bias, float* y, int64_t rows, int64_t d) {
-#pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* xr = x + r * d;
-    float* yr = y + r * d;
-    float s = 0;
-#pragma omp simd reduction(+ : s)
-    for (int64_t j = 0; j < d; ++j) s += xr[j];
-    float mu = s / static_cast<float>(d), q = 0;
-#pragma omp simd reduction(+ : q)
-    for (int64_t j = 0; j < d; ++j) q += (xr[j] - mu) * (xr[j] - mu);
-    float inv = 1.f / std::sqrt(q / static_cast<float>(d) + kEps);
-    for (int64_t j = 0; j < d; ++j) yr[j] = (xr[j] - mu) * inv * gain[j] + bias[j];
-  }
-}
-
-void softmax_rows(float* s, int64_t rows, int64_t n) {
-#pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < rows; ++r) {
-    float* sr = s + r * n;
-    float mx = -INFINITY;
-#pragma omp simd reduction(max : mx)
-    for (int64_t j = 0; j < n; ++j) mx = std::max(mx, sr[j]);
-    float sum = 0;
-    for (int64_t j = 0; j < n; ++j) sum += sr[j] = std::exp(sr[j] - mx);
-    float inv = 1.f / sum;
-    for (int64_t j = 0; j < n; ++j) sr[j] *= inv;
-  }
-}
-
 float gelu(float x) { return 0.5f * x * (1 + std::tanh(0.7978845608f * (x + 0.044715f * x * x * x))); }
 
 struct Scratch {
@@ -107,16 +77,16 @@ std::function<void()> transformer_block(const ir::TensorMap& i, ir::TensorMap& o
   s->scores.resize(t * t);
   s->u.resize(t * f);
   return [=] {
-    layernorm_rows(x, ln1_gain, ln1_bias, s->h1.data(), t, d);
+    loop_layernorm_rows(x, ln1_gain, ln1_bias, s->h1.data(), t, d);
     gemm(t, d, d, kInvSqrtD, s->h1.data(), wq, false, 0, s->q.data());
     gemm(t, d, d, kInvSqrtD, s->h1.data(), wk, false, 0, s->k.data());
     gemm(t, d, d, kInvSqrtD, s->h1.data(), wv, false, 0, s->v.data());
     gemm(t, t, d, kInvSqrtD, s->q.data(), s->k.data(), true, 0, s->scores.data());
-    softmax_rows(s->scores.data(), t, t);
+    loop_softmax_rows(s->scores.data(), s->scores.data(), t, t);
     gemm(t, d, t, 1, s->scores.data(), s->v.data(), false, 0, s->attention.data());
     std::copy(x, x + t * d, s->r.data());
     gemm(t, d, d, kInvSqrtD, s->attention.data(), wo, false, 1, s->r.data());
-    layernorm_rows(s->r.data(), ln2_gain, ln2_bias, s->h2.data(), t, d);
+    loop_layernorm_rows(s->r.data(), ln2_gain, ln2_bias, s->h2.data(), t, d);
     gemm(t, f, d, kInvSqrtD, s->h2.data(), w1, false, 0, s->u.data());
     float* u = s->u.data();
 #pragma omp parallel for schedule(static)
