@@ -42,6 +42,12 @@ ScalarValue ScalarValue::of_int(int64_t v, DType t) {
   return s;
 }
 
+int ScalarFn::cost() const {
+  int total = 0;
+  for (const ScalarNode& n : nodes) total += scalar_op_info(n.op).cost;
+  return total;
+}
+
 bool ScalarFn::operator==(const ScalarFn& other) const {
   if (params != other.params || results != other.results || nodes.size() != other.nodes.size()) return false;
   for (size_t i = 0; i < nodes.size(); ++i) {

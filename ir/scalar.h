@@ -80,6 +80,8 @@ struct ScalarFn {
 
   const ScalarNode& node(ScalarId id) const { return nodes[id]; }
   DType result_dtype(size_t i = 0) const { return nodes[results[i]].dtype; }
+  /// One evaluation's weight in the cost model: the sum of its ops' ScalarOpInfo::cost.
+  int cost() const;
   bool operator==(const ScalarFn& other) const;
 };
 

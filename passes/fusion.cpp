@@ -23,11 +23,7 @@ static bool is_elementwise_like(const Node& n) {
 static bool is_gather(OpKind k) { return k == OpKind::Take || k == OpKind::TakeAlongAxis; }
 
 int node_cost(const Node& n) {
-  if (n.kind == OpKind::Elementwise) {
-    int cost = 0;
-    for (const ir::ScalarNode& s : n.as<ir::ElementwiseAttrs>().body.nodes) cost += ir::scalar_op_info(s.op).cost;
-    return cost;
-  }
+  if (n.kind == OpKind::Elementwise) return n.as<ir::ElementwiseAttrs>().body.cost();
   if (n.kind == OpKind::Rand) return 2;  // a few integer multiplies per element
   if (is_gather(n.kind)) return 1;        // a checked load: recomputed in each consumer's kernel
   if (is_elementwise_like(n)) return 0;

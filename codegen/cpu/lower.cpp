@@ -290,8 +290,7 @@ CpuObject compile_part(const ir::Program& p, const CpuOptions& options, ObjectKi
 int64_t compile_cost(const ir::Kernel& k) {
   int64_t scalar_cost = 0;
   for (const ir::Node& n : k.body.nodes)
-    if (n.kind == ir::OpKind::Elementwise)
-      for (const ir::ScalarNode& s : n.as<ir::ElementwiseAttrs>().body.nodes) scalar_cost += ir::scalar_op_info(s.op).cost;
+    if (n.kind == ir::OpKind::Elementwise) scalar_cost += n.as<ir::ElementwiseAttrs>().body.cost();
   if (k.kind == ir::KernelKind::Matmul) return 100 + 4 * scalar_cost;
   int64_t cost = 30 + 2 * scalar_cost + static_cast<int64_t>(k.body.nodes.size());
   if (k.schedule.form == ir::LoopForm::SplitReduction || k.schedule.form == ir::LoopForm::ScanRows) cost += 30;
@@ -305,14 +304,15 @@ std::vector<std::vector<bool>> partition_kernels(const ir::Program& p, int max_p
   for (size_t k = 0; k < p.kernels.size(); ++k)
     if (p.kernels[k].schedule.form != ir::LoopForm::Interpreted) compiled.push_back(k);
   size_t parts = std::clamp<size_t>(compiled.size(), 1, static_cast<size_t>(std::max(max_parts, 1)));
-  std::stable_sort(compiled.begin(), compiled.end(),
-                   [&](size_t a, size_t b) { return compile_cost(p.kernels[a]) > compile_cost(p.kernels[b]); });
+  std::vector<int64_t> cost(p.kernels.size(), 0);
+  for (size_t k : compiled) cost[k] = compile_cost(p.kernels[k]);
+  std::stable_sort(compiled.begin(), compiled.end(), [&](size_t a, size_t b) { return cost[a] > cost[b]; });
   std::vector<std::vector<bool>> include(parts, std::vector<bool>(p.kernels.size(), false));
   std::vector<int64_t> load(parts, 0);
   for (size_t k : compiled) {
     size_t least = static_cast<size_t>(std::min_element(load.begin(), load.end()) - load.begin());
     include[least][k] = true;
-    load[least] += compile_cost(p.kernels[k]);
+    load[least] += cost[k];
   }
   return include;
 }

@@ -1,6 +1,5 @@
 // CPU matmuls: BlockedMatmul (BLIS-style) and MatmulRows.
 #include "codegen/cpu/emitter.h"
-#include "ir/scalar.h"
 
 #include <algorithm>
 
@@ -93,8 +92,7 @@ void CpuKernelEmitter::emit_matmul_blocked(mlir::Value begin, mlir::Value end) {
   for (size_t id = p.mm + 1; id < k_.body.nodes.size(); ++id) {
     const Node& m = k_.body.node(static_cast<NodeId>(id));
     for (NodeId in : m.inputs) from_product[id] = from_product[id] || from_product[in];
-    if (from_product[id] && m.kind == OpKind::Elementwise)
-      for (const ir::ScalarNode& sn : m.as<ir::ElementwiseAttrs>().body.nodes) epilogue_cost += ir::scalar_op_info(sn.op).cost;
+    if (from_product[id] && m.kind == OpKind::Elementwise) epilogue_cost += m.as<ir::ElementwiseAttrs>().body.cost();
   }
   if (epilogue_cost >= kRolledEpilogueCost) p.tile = allocate_slot(i64(t.mr * t.nr * elem));
   int first_alloc = p.pack_a;
