@@ -419,10 +419,13 @@ mlir::Value ScalarLowering::sleef_op(ScalarOp op, DType t, const std::vector<mli
   using mlir::arith::CmpFPredicate;
   if (!sleef_on_ || (t != DType::F32 && t != DType::F64)) return {};
   switch (op) {
-    // f32 exp and tanh vectors keep MLIR's inlined polynomials (exp 1 ulp up to |x| = 87, 6 near
-    // overflow; tanh 4): measured, SLEEF's calls made softmax about 20% and hidden_layer (tanh)
-    // about 45% slower (bench/README.md, "SLEEF").
-    case ScalarOp::Exp: return t == DType::F32 && lanes > 1 ? mlir::Value() : sleef("exp", t, a, lanes);
+    // f32 exp and tanh vectors are inlined: a call to SLEEF made softmax about 20% and
+    // hidden_layer (tanh) about 45% slower (bench/README.md, "SLEEF"). exp on AVX-512 inlines
+    // SLEEF's own algorithm (exp_f32_scalef); elsewhere both keep MLIR's polynomials (exp 1 ulp up
+    // to |x| = 87, 6 near overflow; tanh 4).
+    case ScalarOp::Exp:
+      if (t == DType::F32 && lanes > 1) return lanes % 16 == 0 && sleef_.avx512f ? exp_f32_scalef(a[0], lanes) : mlir::Value();
+      return sleef("exp", t, a, lanes);
     case ScalarOp::Exp2: return sleef("exp2", t, a, lanes);
     case ScalarOp::Log: return sleef("log", t, a, lanes);
     case ScalarOp::Log2: return sleef("log2", t, a, lanes);
@@ -600,6 +603,47 @@ void share_sleef_sincos(mlir::Operation* module) {
     p.sin->erase();
     p.cos->erase();
   }
+}
+
+// SLEEF's f32 exp (xexpf in sleefsimdsp.c, the u10 algorithm: q = rint(x / ln 2), s = x - q ln 2
+// in two FMA steps, a degree-6 polynomial), inlined for vectors of a multiple of 16 lanes on
+// AVX-512, where the scaling by 2^q is one vscalefps: it rounds subnormal results once and
+// overflows to inf by itself, so q needs no clamp and results below FLT_MIN no f64 fix-up (the
+// form MLIR's polynomial needs). x is clamped to [-104, 100] (exp is 0 below, inf above) so that
+// s stays small for huge |x|; compare-and-select lets NaN through. 13 vector ops for MLIR's 23.
+mlir::Value ScalarLowering::exp_f32_scalef(mlir::Value x, int lanes) {
+  using mlir::arith::CmpFPredicate;
+  auto c = [&](float v) { return constant(DType::F32, v, 0, lanes); };
+  auto fma = [&](mlir::Value a, mlir::Value m, mlir::Value d) { return b_.create<mlir::math::FmaOp>(loc_, a, m, d).getResult(); };
+  x = select(cmpf(CmpFPredicate::OLT, x, c(-104.f)), c(-104.f), x);
+  x = select(cmpf(CmpFPredicate::OGT, x, c(100.f)), c(100.f), x);
+  mlir::Value q = b_.create<mlir::math::RoundEvenOp>(loc_, b_.create<mlir::arith::MulFOp>(loc_, x, c(1.442695040888963407359924681001892137f)));
+  mlir::Value s = fma(q, c(-0.693145751953125f), x);  // -L2Uf
+  s = fma(q, c(-1.428606765330187045e-06f), s);       // -L2Lf
+  mlir::Value u = c(0.000198527617612853646278381f);
+  for (float k : {0.00139304355252534151077271f, 0.00833336077630519866943359f, 0.0416664853692054748535156f,
+                  0.166666671633720397949219f, 0.5f})
+    u = fma(u, s, c(k));
+  u = b_.create<mlir::arith::AddFOp>(loc_, c(1.f), fma(b_.create<mlir::arith::MulFOp>(loc_, s, s), u, s));
+  // u * 2^q, 16 lanes at a time (vscalefps zmm; rounding: the current mode).
+  mlir::Type chunk_type = lane_type(b_.getF32Type(), 16);
+  mlir::Value all_lanes = b_.create<mlir::LLVM::ConstantOp>(loc_, b_.getI16Type(), b_.getI16IntegerAttr(-1));
+  mlir::Value current_rounding = b_.create<mlir::LLVM::ConstantOp>(loc_, b_.getI32Type(), b_.getI32IntegerAttr(4));
+  auto scalef = [&](mlir::Value v, mlir::Value e) {
+    return b_.create<mlir::LLVM::CallIntrinsicOp>(loc_, chunk_type, "llvm.x86.avx512.mask.scalef.ps.512",
+                                                  mlir::ValueRange{v, e, v, all_lanes, current_rounding}).getResult(0);
+  };
+  if (lanes == 16) return scalef(u, q);
+  mlir::Value result = constant(DType::F32, 0, 0, lanes);
+  for (int at = 0; at < lanes; at += 16) {
+    auto slice = [&](mlir::Value v) {
+      return b_.create<mlir::vector::ExtractStridedSliceOp>(loc_, v, llvm::ArrayRef<int64_t>{at}, llvm::ArrayRef<int64_t>{16},
+                                                            llvm::ArrayRef<int64_t>{1});
+    };
+    result = b_.create<mlir::vector::InsertStridedSliceOp>(loc_, scalef(slice(u), slice(q)), result, llvm::ArrayRef<int64_t>{at},
+                                                           llvm::ArrayRef<int64_t>{1});
+  }
+  return result;
 }
 
 mlir::Value ScalarLowering::exp(mlir::Value x, DType t, int lanes) {

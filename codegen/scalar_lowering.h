@@ -45,7 +45,8 @@ class ScalarLowering {
   /// exact), or under fast math its u35 ones where SLEEF has them. Vectors go to the widest build
   /// whose width divides their lanes (16 f32 / 8 f64 on AVX-512, 8 / 4 on AVX2, in chunks);
   /// single lanes to the scalar build. Vectors no build fits keep the lowering below, and so do
-  /// f32 exp and tanh vectors (MLIR's inlined polynomials measured faster: bench/README.md).
+  /// f32 exp and tanh vectors, inlined (calls measured slower: bench/README.md): exp on AVX-512 as
+  /// SLEEF's own algorithm (exp_f32_scalef), otherwise both as MLIR's polynomials.
   struct SleefIsa {
     bool avx512f = false;  // Sleef_<fn>f16_u10avx512f, Sleef_<fn>d8_u10avx512f
     bool avx2 = false;     // Sleef_<fn>f8_u10avx2, Sleef_<fn>d4_u10avx2 (AVX2 with FMA)
@@ -222,6 +223,7 @@ class ScalarLowering {
   // `op` through SLEEF (see use_sleef), null for the ops it does not take (or when it is off).
   mlir::Value sleef_op(ScalarOp op, DType t, const std::vector<mlir::Value>& a, int lanes);
   mlir::Value exp(mlir::Value x, DType t, int lanes);  // through SLEEF when on
+  mlir::Value exp_f32_scalef(mlir::Value x, int lanes);  // SLEEF's expf inlined, AVX-512
   static constexpr double kInf = std::numeric_limits<double>::infinity();
   // A libdevice function called by name, for the math ops that convert-gpu-to-nvvm does not send
   // to libdevice in LLVM 19 (asin, acos, sinh, cosh); `__nv_<name>f` for f32 (fast math).
