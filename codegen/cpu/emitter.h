@@ -203,13 +203,14 @@ class CpuKernelEmitter : public KernelEmitterBase {
     NodeId node = -1;
     int output = -1;
     mlir::Value end;
-    int slot = -1;           // the slot whose element j is the stash's element j of this row
-    mlir::Value in_scratch;  // i1: the slot is the scratch row (stash_scratch_slot_), not the output's row
+    int slot = -1;  // the slot whose element j is the stash's element j of this row
   };
-  // The stash goes to a scratch row of its own when the row fits kStashScratchBytes (it stays in
-  // cache), so that the output's row is written once, at the end, and can be streamed.
-  static constexpr int64_t kStashScratchBytes = int64_t{1} << 20;
-  int stash_scratch_slot_ = -1;
+  // The next row's first element relative to this row's (null: this pass prefetches nothing).
+  // A row kernel that passes over its row more than once prefetches the next row's inputs in
+  // its last pass over them, so that reading them from memory overlaps this row's computation
+  // instead of stalling the next row's first pass (the passes between run from cache).
+  mlir::Value prefetch_next_row_;
+  void prefetch_inputs(mlir::Value row_base, mlir::Value j);
   std::vector<mlir::Value> accumulate(const std::vector<NodeId>& ids, const std::vector<mlir::Value>& kept,
                                       mlir::Value row_base, mlir::Value from, mlir::Value to, int lanes,
                                       RowStash* stash = nullptr);
