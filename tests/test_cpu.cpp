@@ -443,6 +443,30 @@ TEST_CASE("softmax rows keep exp(x - max) from the sum's pass", "[cpu][reduce]")
   }
 }
 
+// A row kernel that reads its rows more than once prefetches the next row's inputs in its last
+// pass over them (so that they arrive while this row computes): softmax (in the pass that
+// fills the stash) and layernorm (in the output pass) do, a one-pass row sum does not.
+TEST_CASE("row kernels that pass over a row twice prefetch the next row", "[cpu][reduce]") {
+  auto prefetches = [](const Graph& g) {
+    runtime::Executable exe = compile(g);
+    REQUIRE(exe.program().kernels.size() == 1);
+    return codegen::emit_cpu_llvm(exe.program()).find("llvm.prefetch") != std::string::npos;
+  };
+  Graph softmax;
+  Tensor x = softmax.input("x", DType::F32, {sym("R"), sym("C")});
+  Tensor e = exp(x - max(x, 1, true));
+  softmax.output("y", e / sum(e, 1, true));
+  CHECK(prefetches(softmax));
+  Graph layernorm;
+  Tensor v = layernorm.input("x", DType::F32, {sym("R"), sym("C")});
+  Tensor vc = v - mean(v, -1, true);
+  layernorm.output("y", vc * rsqrt(mean(vc * vc, -1, true) + 1e-5));
+  CHECK(prefetches(layernorm));
+  Graph row_sums;
+  row_sums.output("s", sum(row_sums.input("x", DType::F32, {sym("R"), sym("C")}), 1));
+  CHECK_FALSE(prefetches(row_sums));
+}
+
 // Layernorm's mean and variance come from one pass over the row (codegen's row_moments: f64
 // sums of x - x[0] and its square): the MLIR has that pass's f64 FMA and one f64 accumulator
 // loop fewer; odd widths (the SIMD loop's tail), a single row (fewer rows than threads), rows
