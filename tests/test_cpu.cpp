@@ -467,6 +467,33 @@ TEST_CASE("row kernels that pass over a row twice prefetch the next row", "[cpu]
   CHECK_FALSE(prefetches(row_sums));
 }
 
+// A sum of costly f32 values (a transcendental per element) adds in f32 over blocks of the SIMD
+// loop, then in f64 (codegen's sums_in_f32_blocks). A block whose f32 sum overflows where the
+// f64 sum does not (88.5 is near exp's f32 limit: two of them overflow), or that meets an inf or
+// NaN, reruns the row unblocked: each row's sum must be the interpreter's, exactly.
+TEST_CASE("f32 sums of costly values in blocks rerun the row when a block overflows", "[cpu][reduce]") {
+  constexpr double inf = std::numeric_limits<double>::infinity();
+  Graph g;
+  Tensor x = g.input("x", DType::F32, {sym("R"), sym("C")});
+  Tensor sign = g.input("sign", DType::F32, {sym("R"), sym("C")});
+  g.output("y", sum(exp(x) * sign, 1));
+  runtime::Executable exe = compile(g);
+  INFO(ir::print_program(exe.program()));
+  for (int64_t c : {256, 1000, 4099}) {
+    INFO("C = " << c);
+    ir::TensorMap inputs = inputs_of(g.ir(), {{"R", 4}, {"C", c}}, 17);
+    for (int64_t row = 0; row < 4; ++row)
+      for (int64_t i = 0; i < c; ++i) {
+        int64_t at = row * c + i;
+        bool balanced = i < c - c % 128;  // +a +a -a -a per lane: 0, where f32 blocks overflow
+        if (row == 0) inputs["x"].set_f64(at, balanced ? 88.5 : 0.0);  // the rest adds 1 each
+        if (row == 0) inputs["sign"].set_f64(at, !balanced || (i / 64) % 2 == 0 ? 1.0 : -1.0);
+        if (row == 2 && i == c / 2) inputs["x"].set_f64(at, inf);  // an inf: the row's sum is inf
+      }
+    CHECK(testing::compare_outputs(ir::interpret(g.ir(), inputs), exe.run(inputs), 1e-5, 1e-6) == "");
+  }
+}
+
 // Layernorm's mean and variance come from one pass over the row (codegen's row_moments: f64
 // sums of x - x[0] and its square): the MLIR has that pass's f64 FMA and one f64 accumulator
 // loop fewer; odd widths (the SIMD loop's tail), a single row (fewer rows than threads), rows

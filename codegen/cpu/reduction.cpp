@@ -492,11 +492,12 @@ std::vector<mlir::Value> CpuKernelEmitter::accumulate(const std::vector<NodeId>&
     mlir::Value vector_end = whole_steps_end(from, to, step);
     if (stash) stash->end = vector_end;
     mlir::Value needs_patch;
-    std::vector<mlir::Value> results =
-        accumulate_vectors(vectorized, kept, row_base, from, vector_end, lanes, stash, /*deferred=*/true, &needs_patch);
+    std::vector<mlir::Value> results = accumulate_vectors(vectorized, kept, row_base, from, vector_end, lanes, stash,
+                                                          /*deferred=*/true, &needs_patch, /*blocked=*/true);
     if (needs_patch) {
-      // Some lane wanted an f32 fix-up (an exp below -87.3, whose result is subnormal): the
-      // whole loop again with the fix-ups in it. Rare, and it keeps the calls out of the hot loop.
+      // Some lane wanted an f32 fix-up (an exp below -87.3, whose result is subnormal), or a
+      // blocked f32 sum was not finite: the whole loop again with the fix-ups in it and every
+      // sum widened per vector. Rare, and it keeps the calls out of the hot loop.
       std::vector<mlir::Type> types;
       for (mlir::Value v : results) types.push_back(v.getType());
       auto again = b_.create<mlir::scf::IfOp>(loc_, types, needs_patch, /*withElseRegion=*/true);
@@ -504,7 +505,8 @@ std::vector<mlir::Value> CpuKernelEmitter::accumulate(const std::vector<NodeId>&
         mlir::OpBuilder::InsertionGuard guard(b_);
         b_.setInsertionPointToStart(&again.getThenRegion().front());
         b_.create<mlir::scf::YieldOp>(
-            loc_, accumulate_vectors(vectorized, kept, row_base, from, vector_end, lanes, stash, /*deferred=*/false, nullptr));
+            loc_, accumulate_vectors(vectorized, kept, row_base, from, vector_end, lanes, stash, /*deferred=*/false, nullptr,
+                                     /*blocked=*/false));
         b_.setInsertionPointToStart(&again.getElseRegion().front());
         b_.create<mlir::scf::YieldOp>(loc_, results);
       }
@@ -559,7 +561,8 @@ std::vector<mlir::Value> CpuKernelEmitter::accumulate(const std::vector<NodeId>&
 std::vector<mlir::Value> CpuKernelEmitter::accumulate_vectors(const std::vector<NodeId>& vectorized,
                                                              const std::vector<mlir::Value>& kept, mlir::Value row_base,
                                                              mlir::Value from, mlir::Value vector_end, int lanes,
-                                                             RowStash* stash, bool deferred, mlir::Value* needs_patch) {
+                                                             RowStash* stash, bool deferred, mlir::Value* needs_patch,
+                                                             bool blocked) {
   // Independent accumulators per reduction (the schedule's `accumulators`): that many
   // dependency chains in flight, combined in order after the loop. Iteration arguments:
   // each reduction's chains, then a NaN mask per chain of each ordered_max_min() one, then
@@ -576,20 +579,30 @@ std::vector<mlir::Value> CpuKernelEmitter::accumulate_vectors(const std::vector<
     }
   size_t patch_at = init.size();
   if (deferred) init.push_back(constant(DType::Bool, 0, 0, lanes));
-  auto vector_loop = b_.create<mlir::scf::ForOp>(loc_, from, vector_end, i64(step), init);
+  // With `blocked`, the sums_in_f32_blocks() ones add into f32 chains (iteration arguments of an
+  // inner loop, after the others) over kF32BlockSteps steps, then into their f64 chains.
+  std::vector<int> block_of(vectorized.size(), -1);
+  size_t f32_at = init.size();
+  int blocks = 0;
+  for (size_t q = 0; q < vectorized.size(); ++q)
+    if (blocked && sums_in_f32_blocks(vectorized[q])) block_of[q] = blocks++;
   std::vector<mlir::Value> masks;  // deferred fix-ups of the body
-  {
-    mlir::OpBuilder::InsertionGuard guard(b_);
-    b_.setInsertionPointToStart(vector_loop.getBody());
-    auto args = vector_loop.getRegionIterArgs();
-    std::vector<mlir::Value> next(init.size());
+  // One step of `chains` vectors from `iv`: the next values of `args`.
+  auto emit_step = [&](mlir::ValueRange args, mlir::Value iv) {
+    std::vector<mlir::Value> next(args.begin(), args.end());
     if (deferred) scalar_.defer_patches(&masks);
     for (int c = 0; c < chains; ++c) {
       clear_caches();
-      mlir::Value j = add(vector_loop.getInductionVar(), i64(static_cast<int64_t>(c) * lanes));
+      mlir::Value j = add(iv, i64(static_cast<int64_t>(c) * lanes));
       for (size_t q = 0; q < vectorized.size(); ++q) {
         NodeId id = vectorized[q];
-        mlir::Value x = to_accumulator(id, row_value(k_.body.node(id).inputs[0], kept, row_base, j, lanes), lanes);
+        mlir::Value raw = row_value(k_.body.node(id).inputs[0], kept, row_base, j, lanes);
+        if (block_of[q] >= 0) {
+          size_t a = f32_at + static_cast<size_t>(block_of[q] * chains + c);
+          next[a] = b_.create<mlir::arith::AddFOp>(loc_, args[a], raw);
+          continue;
+        }
+        mlir::Value x = to_accumulator(id, raw, lanes);
         size_t a = chains * q + c;
         if (ordered_max_min(id)) {
           next[a] = ordered_pick(id, args[a], x);
@@ -607,16 +620,90 @@ std::vector<mlir::Value> CpuKernelEmitter::accumulate_vectors(const std::vector<
     }
     scalar_.defer_patches(nullptr);
     if (deferred) next[patch_at] = or_patch_masks(args[patch_at], masks);
-    b_.create<mlir::scf::YieldOp>(loc_, next);
     clear_caches();
+    return next;
+  };
+  auto loop_of = [&](mlir::Value begin, mlir::Value end, const std::vector<mlir::Value>& start) {
+    auto vector_loop = b_.create<mlir::scf::ForOp>(loc_, begin, end, i64(step), start);
+    mlir::OpBuilder::InsertionGuard guard(b_);
+    b_.setInsertionPointToStart(vector_loop.getBody());
+    b_.create<mlir::scf::YieldOp>(loc_, emit_step(vector_loop.getRegionIterArgs(), vector_loop.getInductionVar()));
+    return std::vector<mlir::Value>(vector_loop.getResults().begin(), vector_loop.getResults().end());
+  };
+  std::vector<mlir::Value> results;
+  if (blocks == 0) {
+    results = loop_of(from, vector_end, init);
+  } else {
+    int64_t block = step * kF32BlockSteps;
+    auto block_loop = b_.create<mlir::scf::ForOp>(loc_, from, vector_end, i64(block), init);
+    {
+      mlir::OpBuilder::InsertionGuard guard(b_);
+      b_.setInsertionPointToStart(block_loop.getBody());
+      mlir::Value begin = block_loop.getInductionVar();
+      std::vector<mlir::Value> start(block_loop.getRegionIterArgs().begin(), block_loop.getRegionIterArgs().end());
+      start.insert(start.end(), static_cast<size_t>(blocks * chains), constant(DType::F32, 0, 0, lanes));
+      std::vector<mlir::Value> inner = loop_of(begin, min_i64(add(begin, i64(block)), vector_end), start);
+      for (size_t q = 0; q < vectorized.size(); ++q)
+        for (int c = 0; c < chains && block_of[q] >= 0; ++c) {
+          size_t a = chains * q + c;
+          mlir::Value block_sum = inner[f32_at + static_cast<size_t>(block_of[q] * chains + c)];
+          inner[a] = combine(vectorized[q], inner[a], to_accumulator(vectorized[q], block_sum, lanes));
+        }
+      inner.resize(f32_at);
+      b_.create<mlir::scf::YieldOp>(loc_, inner);
+    }
+    results.assign(block_loop.getResults().begin(), block_loop.getResults().end());
   }
-  std::vector<mlir::Value> results(vector_loop.getResults().begin(), vector_loop.getResults().end());
   if (deferred) {
     if (!masks.empty())
       *needs_patch = b_.create<mlir::vector::ReductionOp>(loc_, mlir::vector::CombiningKind::OR, results[patch_at]);
     results.pop_back();
   }
+  if (blocks > 0) {
+    // A block's f32 sum can overflow where the f64 one would not (or meet a NaN or inf of the
+    // input): a row whose blocked sum is not finite runs the pass again, unblocked.
+    mlir::Value infinity = constant(DType::F64, std::numeric_limits<double>::infinity(), 0, lanes);
+    mlir::Value not_finite;
+    for (size_t q = 0; q < vectorized.size(); ++q)
+      for (int c = 0; c < chains && block_of[q] >= 0; ++c) {
+        mlir::Value magnitude = b_.create<mlir::math::AbsFOp>(loc_, results[chains * q + c]);
+        mlir::Value lanes_out = cmpf(mlir::arith::CmpFPredicate::UGE, magnitude, infinity);
+        mlir::Value any = b_.create<mlir::vector::ReductionOp>(loc_, mlir::vector::CombiningKind::OR, lanes_out);
+        not_finite = not_finite ? b_.create<mlir::arith::OrIOp>(loc_, not_finite, any).getResult() : any;
+      }
+    *needs_patch = *needs_patch ? b_.create<mlir::arith::OrIOp>(loc_, *needs_patch, not_finite).getResult() : not_finite;
+  }
   return results;
+}
+
+// An f32 sum or mean of values that cost a transcendental's worth or more to compute (softmax's
+// exp(x - max)): its SIMD loop adds into f32 chains over blocks of kF32BlockSteps steps, each
+// block then widened once into the f64 chains, about one instruction per vector where widening
+// every vector took five (two vcvtps2pd, a vextract, two vaddpd on AVX-512; in cache, 19 of
+// softmax's 84 us per 64 x 4096). Cheap values keep the per-vector widening: their loops are
+// bound by memory, where blocking measured no faster (a plain sum: slower), and f64 all the way
+// is more accurate. A chain adds at most kF32BlockSteps terms in f32 before widening, so the
+// sum is off by at most kF32BlockSteps 2^-24 of the sum of magnitudes (the rounding model
+// grants n 2^-24).
+bool CpuKernelEmitter::sums_in_f32_blocks(NodeId id) {
+  const Node& n = k_.body.node(id);
+  ir::ReduceKind kind = n.as<ir::ReduceAttrs>().kind;
+  if ((kind != ir::ReduceKind::Sum && kind != ir::ReduceKind::Mean) || k_.body.node(n.inputs[0]).dtype != DType::F32 ||
+      accumulator_type(id) != DType::F64)
+    return false;
+  // The elementwise work per element that feeds the sum (each node once).
+  int cost = 0;
+  std::set<NodeId> seen{n.inputs[0]};
+  std::vector<NodeId> pending{n.inputs[0]};
+  while (!pending.empty()) {
+    const Node& e = k_.body.node(pending.back());
+    pending.pop_back();
+    if (e.kind != OpKind::Elementwise) continue;
+    cost += e.as<ir::ElementwiseAttrs>().body.cost();
+    for (NodeId in : e.inputs)
+      if (seen.insert(in).second) pending.push_back(in);
+  }
+  return cost >= kF32BlockCost;
 }
 
 void CpuKernelEmitter::prefetch_inputs(mlir::Value row_base, mlir::Value j) {
