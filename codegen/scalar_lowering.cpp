@@ -517,16 +517,23 @@ mlir::Value ScalarLowering::sleef(std::string_view function, DType t, const std:
   std::string symbol = name + (f32 ? "f" : "d") + std::to_string(width) + sleef_accuracy(function) +
                        (width * (f32 ? 32 : 64) == 512 ? "avx512f" : "avx2");
   auto fn = sleef_declaration(symbol, chunk_type, std::vector<mlir::Type>(a.size(), chunk_type));
-  if (width == lanes) return b_.create<mlir::LLVM::CallOp>(loc_, fn, a).getResult();
   // Wider than the build: chunk by chunk.
+  return by_chunks(t, width, lanes, a, [&](const std::vector<mlir::Value>& chunk) {
+    return b_.create<mlir::LLVM::CallOp>(loc_, fn, chunk).getResult();
+  });
+}
+
+mlir::Value ScalarLowering::by_chunks(DType t, int width, int lanes, const std::vector<mlir::Value>& a,
+                                      const std::function<mlir::Value(const std::vector<mlir::Value>&)>& f) {
+  if (width == lanes) return f(a);
   mlir::Value result = constant(t, 0, 0, lanes);
   for (int at = 0; at < lanes; at += width) {
     std::vector<mlir::Value> chunk;
     for (mlir::Value v : a)
       chunk.push_back(b_.create<mlir::vector::ExtractStridedSliceOp>(loc_, v, llvm::ArrayRef<int64_t>{at},
                                                                      llvm::ArrayRef<int64_t>{width}, llvm::ArrayRef<int64_t>{1}));
-    mlir::Value r = b_.create<mlir::LLVM::CallOp>(loc_, fn, chunk).getResult();
-    result = b_.create<mlir::vector::InsertStridedSliceOp>(loc_, r, result, llvm::ArrayRef<int64_t>{at}, llvm::ArrayRef<int64_t>{1});
+    result = b_.create<mlir::vector::InsertStridedSliceOp>(loc_, f(chunk), result, llvm::ArrayRef<int64_t>{at},
+                                                           llvm::ArrayRef<int64_t>{1});
   }
   return result;
 }
@@ -629,21 +636,11 @@ mlir::Value ScalarLowering::exp_f32_scalef(mlir::Value x, int lanes) {
   mlir::Type chunk_type = lane_type(b_.getF32Type(), 16);
   mlir::Value all_lanes = b_.create<mlir::LLVM::ConstantOp>(loc_, b_.getI16Type(), b_.getI16IntegerAttr(-1));
   mlir::Value current_rounding = b_.create<mlir::LLVM::ConstantOp>(loc_, b_.getI32Type(), b_.getI32IntegerAttr(4));
-  auto scalef = [&](mlir::Value v, mlir::Value e) {
+  return by_chunks(DType::F32, 16, lanes, {u, q}, [&](const std::vector<mlir::Value>& v) {
     return b_.create<mlir::LLVM::CallIntrinsicOp>(loc_, chunk_type, "llvm.x86.avx512.mask.scalef.ps.512",
-                                                  mlir::ValueRange{v, e, v, all_lanes, current_rounding}).getResult(0);
-  };
-  if (lanes == 16) return scalef(u, q);
-  mlir::Value result = constant(DType::F32, 0, 0, lanes);
-  for (int at = 0; at < lanes; at += 16) {
-    auto slice = [&](mlir::Value v) {
-      return b_.create<mlir::vector::ExtractStridedSliceOp>(loc_, v, llvm::ArrayRef<int64_t>{at}, llvm::ArrayRef<int64_t>{16},
-                                                            llvm::ArrayRef<int64_t>{1});
-    };
-    result = b_.create<mlir::vector::InsertStridedSliceOp>(loc_, scalef(slice(u), slice(q)), result, llvm::ArrayRef<int64_t>{at},
-                                                           llvm::ArrayRef<int64_t>{1});
-  }
-  return result;
+                                                  mlir::ValueRange{v[0], v[1], v[0], all_lanes, current_rounding})
+        .getResult(0);
+  });
 }
 
 mlir::Value ScalarLowering::exp(mlir::Value x, DType t, int lanes) {

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <string>
 #include <string_view>
@@ -212,6 +213,9 @@ class ScalarLowering {
   // `function` ("exp", "atan2") of `a` (dtype t, `lanes` lanes) through SLEEF; null when SLEEF is
   // off or no vector build fits the lanes (the caller lowers it the old way).
   mlir::Value sleef(std::string_view function, DType t, const std::vector<mlir::Value>& a, int lanes);
+  // f of `a` (vectors of `lanes`) taken `width` lanes at a time, the results put back together.
+  mlir::Value by_chunks(DType t, int width, int lanes, const std::vector<mlir::Value>& a,
+                        const std::function<mlir::Value(const std::vector<mlir::Value>&)>& f);
   // The widest SLEEF vector width (lanes) for `lanes` lanes of t, 0 for none.
   int sleef_width(DType t, int lanes) const;
   // "_u10", or "_u35" under fast math where SLEEF has it.

@@ -85,6 +85,10 @@ struct ScalarFn {
   bool operator==(const ScalarFn& other) const;
 };
 
+/// A transcendental's ScalarOpInfo::cost (ir/scalar_ops.def): work from this much per element on
+/// is worth a different loop shape (a rolled matmul epilogue, f32 sums in blocks).
+inline constexpr int kTranscendentalCost = 8;
+
 /// Builds a ScalarFn with the typing rules above. Throws fuse::ir::Error on ill-typed operands
 /// (e.g. neg of bool); callers add the user's location.
 class ScalarBuilder {

@@ -222,10 +222,9 @@ class CpuKernelEmitter : public KernelEmitterBase {
   mlir::Value or_patch_masks(mlir::Value seen, const std::vector<mlir::Value>& masks);
   std::vector<mlir::Value> accumulate_vectors(const std::vector<NodeId>& vectorized, const std::vector<mlir::Value>& kept,
                                               mlir::Value row_base, mlir::Value from, mlir::Value vector_end, int lanes,
-                                              RowStash* stash, bool deferred, mlir::Value* needs_patch, bool blocked);
+                                              RowStash* stash, bool deferred, mlir::Value* needs_patch);
   bool sums_in_f32_blocks(NodeId id);
   static constexpr int64_t kF32BlockSteps = 8;
-  static constexpr int kF32BlockCost = 8;  // ir::ScalarFn::cost() of one transcendental
   // A row's mean and the mean (or sum) of its squared deviations from that mean, as layernorm
   // writes them (`mean((x - mean(x))**2)`), found in the body so that both come from one pass.
   struct RowMoments {

@@ -39,10 +39,6 @@ CpuKernelEmitter::MatmulTiling CpuKernelEmitter::matmul_tiling() const {
   return t;
 }
 
-// An epilogue of at least this scalar cost (ir/scalar_ops.def: a transcendental is 8) runs in
-// a loop over the tile's rows (emit_matmul_blocked).
-constexpr int kRolledEpilogueCost = 8;
-
 void CpuKernelEmitter::emit_matmul_blocked(mlir::Value begin, mlir::Value end) {
   MatmulPlan p;
   p.mm = ir::matmul_node(k_);
@@ -94,7 +90,7 @@ void CpuKernelEmitter::emit_matmul_blocked(mlir::Value begin, mlir::Value end) {
     for (NodeId in : m.inputs) from_product[id] = from_product[id] || from_product[in];
     if (from_product[id] && m.kind == OpKind::Elementwise) epilogue_cost += m.as<ir::ElementwiseAttrs>().body.cost();
   }
-  if (epilogue_cost >= kRolledEpilogueCost) p.tile = allocate_slot(i64(t.mr * t.nr * elem));
+  if (epilogue_cost >= ir::kTranscendentalCost) p.tile = allocate_slot(i64(t.mr * t.nr * elem));
   int first_alloc = p.pack_a;
   ir::Shape batch_shape(k_.space.begin(), k_.space.end() - 2);
   mlir::Value m_rows = max_i64(p.m, i64(1));

@@ -492,8 +492,8 @@ std::vector<mlir::Value> CpuKernelEmitter::accumulate(const std::vector<NodeId>&
     mlir::Value vector_end = whole_steps_end(from, to, step);
     if (stash) stash->end = vector_end;
     mlir::Value needs_patch;
-    std::vector<mlir::Value> results = accumulate_vectors(vectorized, kept, row_base, from, vector_end, lanes, stash,
-                                                          /*deferred=*/true, &needs_patch, /*blocked=*/true);
+    std::vector<mlir::Value> results =
+        accumulate_vectors(vectorized, kept, row_base, from, vector_end, lanes, stash, /*deferred=*/true, &needs_patch);
     if (needs_patch) {
       // Some lane wanted an f32 fix-up (an exp below -87.3, whose result is subnormal), or a
       // blocked f32 sum was not finite: the whole loop again with the fix-ups in it and every
@@ -505,8 +505,7 @@ std::vector<mlir::Value> CpuKernelEmitter::accumulate(const std::vector<NodeId>&
         mlir::OpBuilder::InsertionGuard guard(b_);
         b_.setInsertionPointToStart(&again.getThenRegion().front());
         b_.create<mlir::scf::YieldOp>(
-            loc_, accumulate_vectors(vectorized, kept, row_base, from, vector_end, lanes, stash, /*deferred=*/false, nullptr,
-                                     /*blocked=*/false));
+            loc_, accumulate_vectors(vectorized, kept, row_base, from, vector_end, lanes, stash, /*deferred=*/false, nullptr));
         b_.setInsertionPointToStart(&again.getElseRegion().front());
         b_.create<mlir::scf::YieldOp>(loc_, results);
       }
@@ -561,8 +560,7 @@ std::vector<mlir::Value> CpuKernelEmitter::accumulate(const std::vector<NodeId>&
 std::vector<mlir::Value> CpuKernelEmitter::accumulate_vectors(const std::vector<NodeId>& vectorized,
                                                              const std::vector<mlir::Value>& kept, mlir::Value row_base,
                                                              mlir::Value from, mlir::Value vector_end, int lanes,
-                                                             RowStash* stash, bool deferred, mlir::Value* needs_patch,
-                                                             bool blocked) {
+                                                             RowStash* stash, bool deferred, mlir::Value* needs_patch) {
   // Independent accumulators per reduction (the schedule's `accumulators`): that many
   // dependency chains in flight, combined in order after the loop. Iteration arguments:
   // each reduction's chains, then a NaN mask per chain of each ordered_max_min() one, then
@@ -579,13 +577,14 @@ std::vector<mlir::Value> CpuKernelEmitter::accumulate_vectors(const std::vector<
     }
   size_t patch_at = init.size();
   if (deferred) init.push_back(constant(DType::Bool, 0, 0, lanes));
-  // With `blocked`, the sums_in_f32_blocks() ones add into f32 chains (iteration arguments of an
-  // inner loop, after the others) over kF32BlockSteps steps, then into their f64 chains.
+  // The deferred pass (the fast one, run again exactly when it reports a need) also adds the
+  // sums_in_f32_blocks() ones into f32 chains (iteration arguments of an inner loop, after the
+  // others) over kF32BlockSteps steps, then into their f64 chains.
   std::vector<int> block_of(vectorized.size(), -1);
   size_t f32_at = init.size();
   int blocks = 0;
   for (size_t q = 0; q < vectorized.size(); ++q)
-    if (blocked && sums_in_f32_blocks(vectorized[q])) block_of[q] = blocks++;
+    if (deferred && sums_in_f32_blocks(vectorized[q])) block_of[q] = blocks++;
   std::vector<mlir::Value> masks;  // deferred fix-ups of the body
   // One step of `chains` vectors from `iv`: the next values of `args`.
   auto emit_step = [&](mlir::ValueRange args, mlir::Value iv) {
@@ -703,15 +702,15 @@ bool CpuKernelEmitter::sums_in_f32_blocks(NodeId id) {
     for (NodeId in : e.inputs)
       if (seen.insert(in).second) pending.push_back(in);
   }
-  return cost >= kF32BlockCost;
+  return cost >= ir::kTranscendentalCost;
 }
 
 void CpuKernelEmitter::prefetch_inputs(mlir::Value row_base, mlir::Value j) {
   if (!prefetch_next_row_) return;
-  for (NodeId id = 0; id < static_cast<NodeId>(k_.body.nodes.size()); ++id) {
+  for (auto [id, slot] : input_slot_) {
     const Node& n = k_.body.node(id);
     if (n.kind != OpKind::Input || !(n.shape == k_.space)) continue;
-    mlir::Value address = element_address(input_slot_.at(id), n.dtype, add(add(row_base, prefetch_next_row_), j));
+    mlir::Value address = element_address(slot, n.dtype, add(add(row_base, prefetch_next_row_), j));
     b_.create<mlir::LLVM::Prefetch>(loc_, address, /*rw=*/0u, /*locality=*/3u, /*data cache=*/1u);
   }
 }
