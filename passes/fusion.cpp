@@ -61,6 +61,7 @@ class Partitioner {
   Partition run() {
     for (NodeId id = static_cast<NodeId>(g_.nodes.size()) - 1; id >= 0; --id) place(id);
     if (options_.enabled && options_.horizontal) fuse_horizontally();
+    if (options_.enabled) fuse_matmul_epilogue_siblings();
     return finish();
   }
 
@@ -468,6 +469,71 @@ class Partitioner {
         }
       }
     }
+  }
+
+  // Rule 3 with several consumers: an elementwise kernel over a matmul's space that reads the
+  // product (or a value its epilogue computes) only at its own elements joins the matmul kernel as
+  // a further epilogue, instead of re-reading the stored product: tanh(p + c) and p * p of one
+  // p = a @ b make one kernel writing both. export_from_consumer already put the matmul into one
+  // consumer's kernel; this takes the others.
+  void fuse_matmul_epilogue_siblings() {
+    bool merged = true;
+    while (merged) {
+      merged = false;
+      for (size_t a = 0; a < groups_.size() && !merged; ++a) {
+        if (groups_[a].members.empty() || groups_[a].group.kind != KernelKind::Matmul) continue;
+        for (size_t b = 0; b < groups_.size() && !merged; ++b) {
+          if (b == a || !joins_epilogue(static_cast<int>(a), static_cast<int>(b))) continue;
+          merge(static_cast<int>(a), static_cast<int>(b));
+          merged = true;
+        }
+      }
+    }
+  }
+
+  // Whether elementwise group `b` can run in matmul group `a`'s epilogue (see above).
+  bool joins_epilogue(int a, int b) const {
+    const GroupState &A = groups_[a], &B = groups_[b];
+    const Shape& space = A.group.space;
+    if (B.members.empty() || B.group.kind != KernelKind::Elementwise || !(B.group.space == space)) return false;
+    // The epilogue's values: the product and what the matmul kernel computes from it (not its
+    // prologues, which run on operand tiles).
+    NodeId mm = -1;
+    for (NodeId m : A.members)
+      if (node(m).kind == OpKind::Matmul) mm = m;
+    if (mm < 0) return false;
+    std::set<NodeId> epilogue{mm};
+    for (NodeId m : A.members)  // (ascending ids: topological)
+      if (std::any_of(node(m).inputs.begin(), node(m).inputs.end(), [&](NodeId in) { return epilogue.count(in) > 0; }))
+        epilogue.insert(m);
+    bool reads_epilogue = false;
+    for (NodeId r : external_reads(B)) {
+      if (!A.members.count(r)) continue;
+      if (!epilogue.count(r)) return false;  // a prologue value is not on C's tile
+      reads_epilogue = true;
+      // Read at its own element: by elementwise ops of C's shape, with nothing below moving
+      // elements across rows (a tile holds only its own rows and columns).
+      for (NodeId u : users_[r])
+        if (B.members.count(u) && (node(u).kind != OpKind::Elementwise || !(node(u).shape == space))) return false;
+      if (!row_reordering_below(r, B).empty()) return false;
+    }
+    if (!reads_epilogue) return false;
+    // What b stores, the matmul kernel stores at C's elements (any other shape would take it off
+    // its blocked form: schedule.cpp).
+    for (NodeId m : B.members) {
+      bool stored = is_output_[m] || std::any_of(users_[m].begin(), users_[m].end(), [&](NodeId u) {
+                      return !B.members.count(u) && !A.members.count(u);
+                    });
+      if (stored && !(node(m).shape == space)) return false;
+    }
+    // No cycle through a third kernel: one that reads a or b and that a or b reads.
+    if (depends(a, b)) return false;
+    for (size_t c = 0; c < groups_.size(); ++c) {
+      int ci = static_cast<int>(c);
+      if (ci == a || ci == b || groups_[c].members.empty()) continue;
+      if ((depends(ci, a) || depends(ci, b)) && (depends(a, ci) || depends(b, ci))) return false;
+    }
+    return true;
   }
 
   void merge(int into, int from) {

@@ -3,7 +3,9 @@
 // Rules, in the spirit of XLA and TVM (every refusal is recorded with its reason):
 // 1. elementwise chains and DAGs fuse, across views (broadcast, permute, reshape are index maps);
 // 2. elementwise producers fuse into a reduction or a matmul operand (prologue);
-// 3. elementwise consumers of a reduction or matmul fuse after it (epilogue);
+// 3. elementwise consumers of a reduction or matmul fuse after it (epilogue); a matmul's
+//    elementwise consumers in several kernels of its space all join its epilogue when they read
+//    its values only at their own elements (one kernel writes each of their outputs);
 // 4. reductions over trailing axes whose results are broadcast back over the same rows make one
 //    row-wise kernel (softmax, layernorm, logsumexp); a row reduction that other kernels read
 //    too is computed in that row-wise kernel and stored for them (layernorm's backward);

@@ -11,6 +11,7 @@
 #include "codegen/cpu_codegen.h"
 #include "frontends/compile.h"
 #include "ir/printer.h"
+#include "passes/pipeline.h"
 #include "random_graph.h"
 
 using namespace fuse;
@@ -245,6 +246,60 @@ TEST_CASE("a costly epilogue runs per tile row at every edge", "[cpu][matmul]") 
     runtime::Executable host = compile(g);
     check(g, host, mkn({{130, 70, 129}}), 70);
   }
+}
+
+// Several elementwise consumers of one product, each in a kernel of its own before, join the
+// matmul's epilogue (passes/fusion.cpp, fuse_matmul_epilogue_siblings): one kernel writes every
+// output, on the blocked CPU form (whole and edge tiles, several K blocks), the per-element
+// fallback (integers) and the CUDA simulator.
+TEST_CASE("elementwise consumers of one matmul in several kernels share its epilogue", "[cpu][matmul][fusion][sim]") {
+  for (DType t : {DType::F32, DType::F64, DType::I32}) {
+    INFO(ir::dtype_name(t));
+    Graph g;
+    Tensor x = g.input("x", t, {sym("M"), sym("K")});
+    Tensor w = g.input("w", t, {sym("K"), sym("N")});
+    Tensor bias = g.input("bias", t, {sym("N")});
+    Tensor row = g.input("row", t, {sym("M"), 1});
+    Tensor p = matmul(x, w);
+    g.output("biased", p + bias);
+    g.output("squared", p * p - row);
+    if (ir::is_float(t)) g.output("activated", tanh(p + bias) * 0.5);
+    REQUIRE(passes::run_pipeline(g.ir()).program.kernels.size() == 1);
+    runtime::Executable exe = compile(g, with_target(tiny_caches()));
+    REQUIRE(exe.program().kernels.size() == 1);
+    CHECK(exe.program().kernels[0].body.outputs.size() == (ir::is_float(t) ? 3u : 2u));
+    check(g, exe, mkn({{1, 1, 1}, {7, 100, 33}, {13, 40, 47}}), 100);
+    runtime::Executable host = compile(g);
+    check(g, host, mkn({{130, 70, 129}}), 70);
+    ir::TensorMap inputs = testing::random_inputs(g.ir(), {{"M", 7}, {"K", 33}, {"N", 17}}, 3, false);
+    INFO("on the CUDA simulator");
+    CHECK(testing::compare_outputs(ir::interpret(g.ir(), inputs), compile_cuda(g, Target::cuda_sim())->run_host(inputs),
+                                   1e-5, matmul_atol(33)) == "");
+  }
+}
+
+// Consumers that stay out of the epilogue: one reading the product through a transpose (another
+// tile's element), one over another space (a column sum), and one that also reads that column
+// sum (it would run both before and after the reduction's kernel).
+TEST_CASE("consumers that cannot run on the product's tile keep kernels of their own", "[cpu][matmul][fusion]") {
+  Graph g;
+  Tensor x = g.input("x", DType::F32, {sym("N"), sym("N")});
+  Tensor w = g.input("w", DType::F32, {sym("N"), sym("N")});
+  Tensor p = matmul(x, w);
+  g.output("relu", relu(p));
+  g.output("flipped", transpose(p) * 2.0);
+  REQUIRE(passes::run_pipeline(g.ir()).program.kernels.size() == 2);
+
+  Graph cycle;
+  Tensor cx = cycle.input("x", DType::F32, {sym("M"), sym("K")});
+  Tensor cw = cycle.input("w", DType::F32, {sym("K"), sym("N")});
+  Tensor cp = matmul(cx, cw);
+  Tensor column_sums = sum(cp, {0});
+  cycle.output("scaled", relu(cp));
+  cycle.output("centered", cp - column_sums);
+  runtime::Executable exe = compile(cycle);
+  CHECK(exe.program().kernels.size() == 3);  // the matmul with relu, the column sums, the centering
+  check(cycle, exe, mkn({{1, 1, 1}, {33, 40, 17}}), 40);
 }
 
 TEST_CASE("a fused MLP layer is one kernel", "[cpu][matmul][fusion]") {
