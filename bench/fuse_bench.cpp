@@ -3,8 +3,7 @@
 // Benchmark times every row; summary tables of the medians follow.
 //
 //   fuse_bench [--benchmark_filter=REGEX] [--benchmark_repetitions=N] [--benchmark_*...]
-//   fuse_bench --compile-once=WORKLOAD   (used by the cold-process rows) compile in this fresh
-//                                        process and print the seconds it took
+// The cold-compile and disk-cache rows spawn fuse_compile_once (bench/compile_once.cpp).
 #include <benchmark/benchmark.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -108,12 +107,6 @@ const std::vector<Workload>& workloads() {
        {{"ln1_gain", {0.5f, 1.5f}}, {"ln2_gain", {0.5f, 1.5f}}}},
   };
   return all;
-}
-
-const Workload& find_workload(const std::string& name) {
-  for (const Workload& w : workloads())
-    if (w.name == name) return w;
-  throw ir::Error("no workload named '" + name + "'");
 }
 
 /// The graph of a .expr file of the source tree.
@@ -600,16 +593,6 @@ int count_ops(const ir::Graph& g) {
                                         [](const ir::Node& n) { return n.kind != ir::OpKind::Input; }));
 }
 
-/// Seconds of one fused, uncached compile of `w`'s graph (the graph is parsed beforehand).
-/// One compile of `w`: with the cache bypassed, or (cached) through the compile cache, which in
-/// a fresh process means the disk cache.
-double time_compile(const Workload& w, bool cached = false) {
-  ir::Graph g = load_graph(w);
-  Clock::time_point start = Clock::now();
-  runtime::Executable exe = compile(g, cached ? options(true) : without_cache(options(true)));
-  return since(start);
-}
-
 /// The disk-cache rows use a cache directory of their own, filled before they run.
 std::string bench_cache_directory() {
   return (std::filesystem::temp_directory_path() / ("fuse-bench-cache-" + std::to_string(getpid()))).string();
@@ -620,7 +603,7 @@ struct ChildResult {
   double process_seconds;  // spawn to exit, as this process saw it
 };
 
-/// Runs `fuse_bench --compile-once=NAME` (or --compile-cached=NAME) in a fresh process.
+/// Runs `fuse_compile_once FILE [--cached]` (bench/compile_once.cpp) in a fresh process.
 ChildResult compile_in_child(const Workload& w, bool cached = false) {
   int pipe_fds[2];
   if (pipe(pipe_fds) != 0) throw ir::Error("pipe failed");
@@ -628,12 +611,11 @@ ChildResult compile_in_child(const Workload& w, bool cached = false) {
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, pipe_fds[1], STDOUT_FILENO);
   posix_spawn_file_actions_addclose(&actions, pipe_fds[0]);
-  std::string flag = (cached ? "--compile-cached=" : "--compile-once=") + w.name;
-  char exe[] = "/proc/self/exe";
-  char* argv[] = {exe, flag.data(), nullptr};
+  std::string exe = FUSE_COMPILE_ONCE, file = std::string(FUSE_SOURCE_DIR) + "/" + w.file, flag = "--cached";
+  char* argv[] = {exe.data(), file.data(), cached ? flag.data() : nullptr, nullptr};
   Clock::time_point start = Clock::now();
   pid_t pid;
-  int spawn_error = posix_spawn(&pid, exe, &actions, nullptr, argv, environ);
+  int spawn_error = posix_spawn(&pid, exe.c_str(), &actions, nullptr, argv, environ);
   posix_spawn_file_actions_destroy(&actions);
   close(pipe_fds[1]);
   if (spawn_error != 0) {
@@ -648,7 +630,7 @@ ChildResult compile_in_child(const Workload& w, bool cached = false) {
   waitpid(pid, &status, 0);
   double process_seconds = since(start);
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || out.empty())
-    throw ir::Error("the --compile-once child for " + w.name + " failed");
+    throw ir::Error("fuse_compile_once for " + w.name + " failed");
   return {std::stod(out), process_seconds};
 }
 
@@ -1009,11 +991,6 @@ void print_summary(const MedianReporter& rep, const std::string& load_before) {
 
 }  // namespace
 
-int compile_once(const std::string& name, bool cached) {
-  std::printf("%.9f\n", time_compile(find_workload(name), cached));
-  return 0;
-}
-
 }  // namespace fuse::bench
 
 int main(int argc, char** argv) {
@@ -1032,10 +1009,6 @@ int main(int argc, char** argv) {
   }
   if (restart) execv("/proc/self/exe", argv);
   try {
-    if (argc == 2 && std::string_view(argv[1]).starts_with("--compile-once="))
-      return compile_once(std::string(argv[1]).substr(std::strlen("--compile-once=")), false);
-    if (argc == 2 && std::string_view(argv[1]).starts_with("--compile-cached="))
-      return compile_once(std::string(argv[1]).substr(std::strlen("--compile-cached=")), true);
     // Children inherit the environment: the bench's own cache, not the user's.
     std::string cache_dir = bench_cache_directory();
     setenv("FUSE_CACHE_DIR", cache_dir.c_str(), 1);
