@@ -30,6 +30,7 @@
 #include "codegen/cpu_object.h"
 #include "ir/error.h"
 #include "ir/printer.h"
+#include "runtime/cpu_scratch.h"
 #include "llvm/Config/llvm-config.h"
 #include "llvm/ExecutionEngine/Orc/ExecutionUtils.h"
 #include "llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h"
@@ -591,6 +592,14 @@ struct ModuleLoader {
       if (!sleef) throw ir::Error(fail_text("cannot load " + sleef_library_file() + ": " + llvm::toString(sleef.takeError())));
       (*jit)->getMainJITDylib().addGenerator(std::move(*sleef));
     }
+    // The kernels' scratch buffers, kept per thread across runs (runtime/cpu_scratch.h).
+    llvm::orc::MangleAndInterner mangle((*jit)->getExecutionSession(), (*jit)->getDataLayout());
+    auto exported = llvm::JITSymbolFlags::Exported | llvm::JITSymbolFlags::Callable;
+    llvm::orc::SymbolMap scratch{
+        {mangle("fuse_cpu_scratch_acquire"), {llvm::orc::ExecutorAddr::fromPtr(&fuse_cpu_scratch_acquire), exported}},
+        {mangle("fuse_cpu_scratch_release"), {llvm::orc::ExecutorAddr::fromPtr(&fuse_cpu_scratch_release), exported}}};
+    if (llvm::Error e = (*jit)->getMainJITDylib().define(llvm::orc::absoluteSymbols(std::move(scratch))))
+      throw ir::Error(fail_text("cannot define the scratch functions: " + llvm::toString(std::move(e))));
     for (const std::string& part : object.parts)
       if (llvm::Error e = (*jit)->addObjectFile(llvm::MemoryBuffer::getMemBufferCopy(part, "fuse-kernels")))
         throw ir::Error(fail_text("the JIT rejected the object: " + llvm::toString(std::move(e))));

@@ -50,7 +50,7 @@ const ir::Kernel& only_matmul(const runtime::Executable& exe) {
 // Whether the kernels were generated in the blocked form (it allocates its packing buffers),
 // rather than the fallback of one dot product per element.
 bool blocked(const runtime::Executable& exe) {
-  return codegen::emit_cpu_mlir(exe.program()).find("@aligned_alloc") != std::string::npos;
+  return codegen::emit_cpu_mlir(exe.program()).find("@fuse_cpu_scratch_acquire") != std::string::npos;
 }
 
 void check(const Graph& g, runtime::Executable& exe, const std::vector<ir::SymbolBindings>& sizes, int64_t k_max) {

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <cstring>
 #include <mutex>
 #include <set>
@@ -16,6 +17,7 @@
 
 #include "ir/error.h"
 #include "runtime/buffer.h"
+#include "runtime/cpu_scratch.h"
 #include "runtime/thread_pool.h"
 
 using fuse::ir::DType;
@@ -282,4 +284,46 @@ TEST_CASE("Buffer errors", "[runtime][buffer]") {
   REQUIRE_THROWS_WITH(Buffer::empty(DType::F32, {2, -1}), Catch::Contains("negative dim"));
   REQUIRE_THROWS_WITH(Buffer::empty(DType::F64, {int64_t{1} << 40, int64_t{1} << 30}),
                       Catch::Contains("too many bytes"));
+}
+
+// Compiled CPU kernels' scratch buffers (runtime/cpu_scratch.h): a slot's buffer is kept for the
+// next task on the same thread, grows when a task needs more, is 64-byte (2 MiB when large)
+// aligned, and is the thread's own; past the kept limit or the slots a buffer is per task.
+TEST_CASE("kernel scratch buffers are kept per thread and slot", "[runtime][buffer]") {
+  using fuse::runtime::kKeptScratchBytes;
+  using fuse::runtime::kScratchSlots;
+  auto address = [](void* p) { return reinterpret_cast<uintptr_t>(p); };
+  void* a = fuse_cpu_scratch_acquire(0, 1000);
+  REQUIRE(a != nullptr);
+  CHECK(address(a) % 64 == 0);
+  std::memset(a, 1, 1000);
+  fuse_cpu_scratch_release(0, a);
+  CHECK(fuse_cpu_scratch_acquire(0, 640) == a);  // kept, large enough
+  fuse_cpu_scratch_release(0, a);
+  void* b = fuse_cpu_scratch_acquire(1, 1000);
+  CHECK(b != a);  // another slot
+  fuse_cpu_scratch_release(1, b);
+  void* big = fuse_cpu_scratch_acquire(0, 3 << 20);  // grown: 2 MiB pages
+  REQUIRE(big != nullptr);
+  CHECK(address(big) % (2 << 20) == 0);
+  std::memset(big, 2, 3 << 20);
+  fuse_cpu_scratch_release(0, big);
+  CHECK(fuse_cpu_scratch_acquire(0, 1000) == big);
+  fuse_cpu_scratch_release(0, big);
+  // Another thread gets buffers of its own.
+  void* other = nullptr;
+  std::thread([&] {
+    other = fuse_cpu_scratch_acquire(0, 1000);
+    std::memset(other, 3, 1000);
+    fuse_cpu_scratch_release(0, other);
+  }).join();
+  CHECK(other != big);
+  // Beyond the slots and the kept size: allocated per task (freed on release; ASan checks).
+  void* extra = fuse_cpu_scratch_acquire(kScratchSlots, 100);
+  REQUIRE(extra != nullptr);
+  fuse_cpu_scratch_release(kScratchSlots, extra);
+  void* huge = fuse_cpu_scratch_acquire(2, kKeptScratchBytes + 1);
+  REQUIRE(huge != nullptr);
+  std::memset(huge, 4, 1 << 20);
+  fuse_cpu_scratch_release(2, huge);
 }

@@ -205,12 +205,18 @@ mlir::Value CpuKernelEmitter::call_c(const std::string& name, mlir::Type result,
   return call.getNumResults() ? call.getResult() : mlir::Value();
 }
 
-// A 64-byte aligned heap buffer of `bytes` (rounded up to whole 64-byte lines, as
-// aligned_alloc wants), registered as a new slot.
 int CpuKernelEmitter::allocate_slot(mlir::Value bytes) {
-  mlir::Value rounded = mul(div(add(bytes, i64(63)), i64(64)), i64(64));
-  base_.push_back(call_c("aligned_alloc", ptr_type(), mlir::ValueRange{i64(64), rounded}));
-  return static_cast<int>(base_.size()) - 1;
+  scratch_index_.push_back(static_cast<int64_t>(scratch_index_.size()));
+  base_.push_back(call_c("fuse_cpu_scratch_acquire", ptr_type(), mlir::ValueRange{i64(scratch_index_.back()), bytes}));
+  scratch_slot_.push_back(static_cast<int>(base_.size()) - 1);
+  return scratch_slot_.back();
+}
+
+void CpuKernelEmitter::release_scratch(int first) {
+  for (size_t i = 0; i < scratch_slot_.size(); ++i)
+    if (scratch_slot_[i] >= first)
+      call_c("fuse_cpu_scratch_release", mlir::LLVM::LLVMVoidType::get(b_.getContext()),
+             mlir::ValueRange{i64(scratch_index_[i]), base_[scratch_slot_[i]]});
 }
 
 mlir::Value CpuKernelEmitter::lanes_below(mlir::Value count, int lanes) {

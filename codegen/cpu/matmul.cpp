@@ -130,8 +130,7 @@ void CpuKernelEmitter::emit_matmul_blocked(mlir::Value begin, mlir::Value end) {
       });
     });
   });
-  for (int slot = first_alloc; slot < static_cast<int>(base_.size()); ++slot)
-    call_c("free", mlir::LLVM::LLVMVoidType::get(b_.getContext()), mlir::ValueRange{base_[slot]});
+  release_scratch(first_alloc);
 }
 
 // Rounds x up to a multiple of `to`.
