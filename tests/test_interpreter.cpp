@@ -463,6 +463,8 @@ HostArray reference_reduce(const HostArray& in, ReduceKind kind, const std::vect
         else if (t == DType::I64) i64[o] = int64_t(uint64_t(i64[o]) * 3u + uint64_t(xi));
         else i64[o] = i64[o] != xi;
         break;
+      case ReduceKind::ArgMax:
+      case ReduceKind::ArgMin: break;  // not this reference's (tests/test_np_reduce.cpp)
     }
   }
   for (int64_t o = 0; o < n; ++o) {
