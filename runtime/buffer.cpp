@@ -10,18 +10,22 @@
 
 namespace fuse::runtime {
 
-namespace {
-
-
-void* allocate_host(std::size_t bytes) {
-  if (bytes == 0) return nullptr;
+void* allocate_aligned_host(std::size_t bytes) {
   bool huge = bytes >= Buffer::kHugePageBytes;
   std::size_t align = huge ? Buffer::kHugePageBytes : Buffer::kAlignment;
   std::size_t rounded = (bytes + align - 1) / align * align;  // aligned_alloc wants a multiple
   void* p = rounded >= bytes ? std::aligned_alloc(align, rounded) : nullptr;
-  if (!p) throw ir::Error("out of memory: could not allocate " + std::to_string(bytes) + " bytes");
   // Only a hint: without transparent huge pages the kernel refuses it and nothing is lost.
-  if (huge) madvise(p, rounded, MADV_HUGEPAGE);
+  if (p && huge) madvise(p, rounded, MADV_HUGEPAGE);
+  return p;
+}
+
+namespace {
+
+void* allocate_host(std::size_t bytes) {
+  if (bytes == 0) return nullptr;
+  void* p = allocate_aligned_host(bytes);
+  if (!p) throw ir::Error("out of memory: could not allocate " + std::to_string(bytes) + " bytes");
   return p;
 }
 

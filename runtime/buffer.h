@@ -28,6 +28,10 @@ struct Device {
   bool operator==(const Device&) const = default;
 };
 
+/// `bytes` of host memory aligned as Buffer's (below), released with std::free; null when out
+/// of memory. Buffer and the compiled kernels' scratch (runtime/cpu_scratch.h) allocate with it.
+void* allocate_aligned_host(std::size_t bytes);
+
 /// A dense row-major tensor that owns its memory on one device. Move-only: copies between
 /// devices and the host are explicit (from_host, to_host).
 ///

@@ -206,17 +206,16 @@ mlir::Value CpuKernelEmitter::call_c(const std::string& name, mlir::Type result,
 }
 
 int CpuKernelEmitter::allocate_slot(mlir::Value bytes) {
-  scratch_index_.push_back(static_cast<int64_t>(scratch_index_.size()));
-  base_.push_back(call_c("fuse_cpu_scratch_acquire", ptr_type(), mlir::ValueRange{i64(scratch_index_.back()), bytes}));
+  mlir::Value index = i64(static_cast<int64_t>(scratch_slot_.size()));  // the runtime's scratch slot
+  base_.push_back(call_c("fuse_cpu_scratch_acquire", ptr_type(), mlir::ValueRange{index, bytes}));
   scratch_slot_.push_back(static_cast<int>(base_.size()) - 1);
   return scratch_slot_.back();
 }
 
-void CpuKernelEmitter::release_scratch(int first) {
+void CpuKernelEmitter::release_scratch() {
   for (size_t i = 0; i < scratch_slot_.size(); ++i)
-    if (scratch_slot_[i] >= first)
-      call_c("fuse_cpu_scratch_release", mlir::LLVM::LLVMVoidType::get(b_.getContext()),
-             mlir::ValueRange{i64(scratch_index_[i]), base_[scratch_slot_[i]]});
+    call_c("fuse_cpu_scratch_release", mlir::LLVM::LLVMVoidType::get(b_.getContext()),
+           mlir::ValueRange{i64(static_cast<int64_t>(i)), base_[scratch_slot_[i]]});
 }
 
 mlir::Value CpuKernelEmitter::lanes_below(mlir::Value count, int lanes) {

@@ -275,9 +275,9 @@ class CpuKernelEmitter : public KernelEmitterBase {
   mlir::Value call_c(const std::string& name, mlir::Type result, mlir::ValueRange args);
   // A 64-byte aligned scratch buffer of at least `bytes`, registered as a new slot: the
   // calling thread's buffer for this scratch index, kept from earlier tasks and runs
-  // (runtime/cpu_scratch.h). release_scratch() hands back every one from slot `first` on.
+  // (runtime/cpu_scratch.h). release_scratch() hands them all back.
   int allocate_slot(mlir::Value bytes);
-  void release_scratch(int first);
+  void release_scratch();
   mlir::Value lanes_below(mlir::Value count, int lanes);
   // Runs `body` with vector loads and stores masked to the lanes below `count` (when count <
   // lanes; the mask is a no-op otherwise).
@@ -341,8 +341,7 @@ class CpuKernelEmitter : public KernelEmitterBase {
   mlir::Value scatter_chunk_count(mlir::Value bins);
   const std::map<std::string, int>& symbols_;
   const CpuOptions& options_;
-  std::vector<int64_t> scratch_index_;  // allocate_slot(): each scratch buffer's index for the runtime
-  std::vector<int> scratch_slot_;       // and its slot
+  std::vector<int> scratch_slot_;  // allocate_slot()'s slots; the runtime's scratch index is the position
   std::vector<ir::HostArray>& constants_;
   mlir::Value buffers_, symbols_arg_;
   int slot_count_ = 0;

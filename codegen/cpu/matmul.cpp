@@ -91,7 +91,6 @@ void CpuKernelEmitter::emit_matmul_blocked(mlir::Value begin, mlir::Value end) {
     if (from_product[id] && m.kind == OpKind::Elementwise) epilogue_cost += m.as<ir::ElementwiseAttrs>().body.cost();
   }
   if (epilogue_cost >= ir::kTranscendentalCost) p.tile = allocate_slot(i64(t.mr * t.nr * elem));
-  int first_alloc = p.pack_a;
   ir::Shape batch_shape(k_.space.begin(), k_.space.end() - 2);
   mlir::Value m_rows = max_i64(p.m, i64(1));
   mlir::Value first_batch = div(begin, m_rows);
@@ -130,7 +129,7 @@ void CpuKernelEmitter::emit_matmul_blocked(mlir::Value begin, mlir::Value end) {
       });
     });
   });
-  release_scratch(first_alloc);
+  release_scratch();
 }
 
 // Rounds x up to a multiple of `to`.
