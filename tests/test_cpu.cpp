@@ -370,8 +370,9 @@ TEST_CASE("reductions and row-wise kernels at 0 and 1 rows or columns, odd and l
 // the vector width. (AVX-512's vrangeps is no shortcut: it returns the operand that is not NaN.)
 TEST_CASE("float max and min with NaN, infinities and signed zeros", "[cpu][reduce]") {
   constexpr double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
-  constexpr int kPatterns = 8;
-  // Element i of n under pattern p; v is a finite value in [-1, 1).
+  constexpr int kPatterns = 9;
+  // Element i of n under pattern p; v is a finite value in [-1, 1). Pattern 8's NaN has its sign
+  // bit set (the SIMD loop's NaN tracker compares magnitudes).
   auto special = [&](int p, int64_t i, int64_t n, double v) {
     switch (p) {
       case 1: return i == (n * 5) / 7 ? nan : v;
@@ -381,6 +382,7 @@ TEST_CASE("float max and min with NaN, infinities and signed zeros", "[cpu][redu
       case 5: return i % 3 == 0 ? -0.0 : i % 3 == 1 ? 0.0 : -std::fabs(v) - 1;  // max: a zero
       case 6: return i % 3 == 1 ? -0.0 : i % 3 == 0 ? 0.0 : std::fabs(v) + 1;   // min: a zero
       case 7: return i == 0 || i == n - 1 ? nan : v;
+      case 8: return i == n / 2 ? -nan : i == n / 3 ? -inf : v;
       default: return v;
     }
   };

@@ -194,6 +194,12 @@ class CpuKernelEmitter : public KernelEmitterBase {
   // Float max/min, folded in the SIMD loop as `x > acc ? x : acc` (or <) with NaN kept apart.
   bool ordered_max_min(NodeId id);
   mlir::Value ordered_pick(NodeId id, mlir::Value acc, mlir::Value x);
+  // Whether an ordered_max_min() chain has met a NaN: the identity, one step with `x`, two
+  // chains merged, and the verdict (an i1) once the lanes are folded.
+  mlir::Value nan_tracker_identity(NodeId id, int lanes);
+  mlir::Value nan_tracker_step(NodeId id, mlir::Value tracker, mlir::Value x, int lanes);
+  mlir::Value nan_tracker_merge(NodeId id, mlir::Value a, mlir::Value b, int lanes);
+  mlir::Value nan_tracker_seen(NodeId id, mlir::Value tracker, int lanes);
   // Elements [from, to) of the row folded into one accumulator per reduction in `ids` (none may
   // depend on another), all in the same loops so that they share their loads: SIMD with the
   // schedule's number of independent vector accumulators each (dependency chains in flight) for
@@ -215,7 +221,7 @@ class CpuKernelEmitter : public KernelEmitterBase {
                                       mlir::Value row_base, mlir::Value from, mlir::Value to, int lanes,
                                       RowStash* stash = nullptr);
   // The SIMD loop of accumulate(): the loop's results, each reduction's `chains` accumulators
-  // (then NaN masks, see ordered_max_min). With `deferred`, f32 fix-ups in the body are deferred
+  // (then NaN trackers, see ordered_max_min). With `deferred`, f32 fix-ups in the body are deferred
   // (ScalarLowering::defer_patches): *needs_patch becomes whether any lane wanted one.
   // `seen` (a vector of i1) ORed with the deferred fix-up masks of a loop body (defer_patches):
   // a mask of another width counts as all of `seen`'s lanes when any of its lanes is set.
