@@ -191,6 +191,8 @@ class CpuKernelEmitter : public KernelEmitterBase {
   mlir::Value row_value(NodeId id, const std::vector<mlir::Value>& kept, mlir::Value row_base, mlir::Value j, int lanes);
   // The horizontal (across lanes) form of a reduction's combine.
   mlir::vector::CombiningKind lane_combining_kind(NodeId id);
+  // A SIMD accumulator's lanes folded into one value (float sums and products as a tree).
+  mlir::Value fold_lanes(NodeId id, mlir::Value lanes);
   // Float max/min, folded in the SIMD loop as `x > acc ? x : acc` (or <) with NaN kept apart.
   bool ordered_max_min(NodeId id);
   mlir::Value ordered_pick(NodeId id, mlir::Value acc, mlir::Value x);

@@ -299,8 +299,9 @@ void CpuKernelEmitter::emit_row_moments(const RowMoments& moments, const std::ve
     s1 = b_.create<mlir::arith::AddFOp>(loc_, s1, vector_loop.getResult(c));
     s2 = b_.create<mlir::arith::AddFOp>(loc_, s2, vector_loop.getResult(chains + c));
   }
-  s1 = b_.create<mlir::vector::ReductionOp>(loc_, mlir::vector::CombiningKind::ADD, s1);
-  s2 = b_.create<mlir::vector::ReductionOp>(loc_, mlir::vector::CombiningKind::ADD, s2);
+  // As a tree, as fold_lanes() does.
+  s1 = b_.create<mlir::vector::ReductionOp>(loc_, mlir::vector::CombiningKind::ADD, s1, mlir::arith::FastMathFlags::reassoc);
+  s2 = b_.create<mlir::vector::ReductionOp>(loc_, mlir::vector::CombiningKind::ADD, s2, mlir::arith::FastMathFlags::reassoc);
   auto tail = b_.create<mlir::scf::ForOp>(loc_, vector_end, n, i64(1), mlir::ValueRange{s1, s2});
   {
     mlir::OpBuilder::InsertionGuard guard(b_);
@@ -462,6 +463,19 @@ mlir::vector::CombiningKind CpuKernelEmitter::lane_combining_kind(NodeId id) {
   }
 }
 
+// The lanes of a SIMD accumulator folded into one value. Float sums and products as a tree
+// (reassoc): LLVM's default for a float vector.reduction is lane after lane, one dependent add
+// per lane (31 for a sum and a sum of squares in f64 chains of 2 x 8 lanes), and that chain, not
+// the loads, bounded a layernorm over rows of 64. A tree is no less accurate, and as
+// deterministic: the same lanes always meet in the same order.
+mlir::Value CpuKernelEmitter::fold_lanes(NodeId id, mlir::Value lanes) {
+  mlir::vector::CombiningKind kind = lane_combining_kind(id);
+  bool tree = ir::is_float(accumulator_type(id)) &&
+              (kind == mlir::vector::CombiningKind::ADD || kind == mlir::vector::CombiningKind::MUL);
+  return b_.create<mlir::vector::ReductionOp>(loc_, kind, lanes,
+                                              tree ? mlir::arith::FastMathFlags::reassoc : mlir::arith::FastMathFlags::none);
+}
+
 // Float max and min in the SIMD loop: `x > acc ? x : acc` (one vmaxps on x86, where the
 // NaN-propagating llvm.maximum costs six instructions on the loop-carried chain), which never
 // takes a NaN, so whether one was seen is kept apart per chain (nan_tracker_step) and applied
@@ -566,7 +580,7 @@ std::vector<mlir::Value> CpuKernelEmitter::accumulate(const std::vector<NodeId>&
       mlir::Value all = results[chains * q];
       if (!ordered_max_min(id)) {
         for (int c = 1; c < chains; ++c) all = combine(id, all, results[chains * q + c]);
-        partial.push_back(b_.create<mlir::vector::ReductionOp>(loc_, lane_combining_kind(id), all));
+        partial.push_back(fold_lanes(id, all));
         continue;
       }
       mlir::Value nan = results[nan_at[q]];
