@@ -616,22 +616,57 @@ void share_sleef_sincos(mlir::Operation* module) {
 // in two FMA steps, a degree-6 polynomial), inlined for vectors of a multiple of 16 lanes on
 // AVX-512, where the scaling by 2^q is one vscalefps: it rounds subnormal results once and
 // overflows to inf by itself, so q needs no clamp and results below FLT_MIN no f64 fix-up (the
-// form MLIR's polynomial needs). x is clamped to [-104, 100] (exp is 0 below, inf above) so that
+// form MLIR's polynomial needs). x is clamped to [-104, 104] (exp is 0 below, inf above) so that
 // s stays small for huge |x|; compare-and-select lets NaN through. 13 vector ops for MLIR's 23.
+// The polynomial is evaluated as its even and odd halves in s (as many FMAs as Horner's rule),
+// so that exp(-x) is the same halves put together with -s and scaled by 2^-q: every step above
+// is odd in x (the clamp is symmetric, rint rounds half to even, an FMA of negated operands
+// rounds to the negated result), so the pair's exp(-x) is bit for bit exp_f32_scalef(-x).
 mlir::Value ScalarLowering::exp_f32_scalef(mlir::Value x, int lanes) {
   using mlir::arith::CmpFPredicate;
   auto c = [&](float v) { return constant(DType::F32, v, 0, lanes); };
   auto fma = [&](mlir::Value a, mlir::Value m, mlir::Value d) { return b_.create<mlir::math::FmaOp>(loc_, a, m, d).getResult(); };
-  x = select(cmpf(CmpFPredicate::OLT, x, c(-104.f)), c(-104.f), x);
-  x = select(cmpf(CmpFPredicate::OGT, x, c(100.f)), c(100.f), x);
-  mlir::Value q = b_.create<mlir::math::RoundEvenOp>(loc_, b_.create<mlir::arith::MulFOp>(loc_, x, c(1.442695040888963407359924681001892137f)));
-  mlir::Value s = fma(q, c(-0.693145751953125f), x);  // -L2Uf
-  s = fma(q, c(-1.428606765330187045e-06f), s);       // -L2Lf
-  mlir::Value u = c(0.000198527617612853646278381f);
-  for (float k : {0.00139304355252534151077271f, 0.00833336077630519866943359f, 0.0416664853692054748535156f,
-                  0.166666671633720397949219f, 0.5f})
-    u = fma(u, s, c(k));
-  u = b_.create<mlir::arith::AddFOp>(loc_, c(1.f), fma(b_.create<mlir::arith::MulFOp>(loc_, s, s), u, s));
+  auto neg = [&](mlir::Value v) { return b_.create<mlir::arith::NegFOp>(loc_, v).getResult(); };
+  // A reduction made for x itself, or for -x: keyed by the value it was made for.
+  auto negation_of = [](mlir::Value v) {
+    auto negation = v.getDefiningOp<mlir::arith::NegFOp>();
+    return negation ? negation.getOperand() : mlir::Value();
+  };
+  // Usable here: made in this block, before the insertion point (the emitter may insert above
+  // what it emitted last, e.g. hoisting before a loop).
+  auto visible = [&](mlir::Value v) {
+    mlir::Operation* def = v.getDefiningOp();
+    return def && def->getBlock() == b_.getInsertionBlock() &&
+           (b_.getInsertionPoint() == b_.getInsertionBlock()->end() || def->isBeforeInBlock(&*b_.getInsertionPoint()));
+  };
+  const ExpReduction* reduction = nullptr;
+  bool negated = false;
+  for (const auto& [key, r] : exp_reductions_) {
+    if (!(key == x || negation_of(x) == key || negation_of(key) == x) || !visible(r.odd)) continue;
+    reduction = &r;
+    negated = key != x;
+    break;
+  }
+  ExpReduction made;
+  if (!reduction) {
+    mlir::Value key = x;
+    x = select(cmpf(CmpFPredicate::OLT, x, c(-104.f)), c(-104.f), x);
+    x = select(cmpf(CmpFPredicate::OGT, x, c(104.f)), c(104.f), x);
+    made.q = b_.create<mlir::math::RoundEvenOp>(loc_, b_.create<mlir::arith::MulFOp>(loc_, x, c(1.442695040888963407359924681001892137f)));
+    made.s = fma(made.q, c(-0.693145751953125f), x);              // -L2Uf
+    made.s = fma(made.q, c(-1.428606765330187045e-06f), made.s);  // -L2Lf
+    made.t = b_.create<mlir::arith::MulFOp>(loc_, made.s, made.s);
+    // SLEEF's coefficients from s^5 down to s^0, taken two apart.
+    made.even = fma(fma(c(0.00139304355252534151077271f), made.t, c(0.0416664853692054748535156f)), made.t, c(0.5f));
+    made.odd = fma(fma(c(0.000198527617612853646278381f), made.t, c(0.00833336077630519866943359f)), made.t,
+                   c(0.166666671633720397949219f));
+    exp_reductions_.emplace_back(key, made);
+    reduction = &made;
+  }
+  mlir::Value q = negated ? neg(reduction->q) : reduction->q;
+  mlir::Value s = negated ? neg(reduction->s) : reduction->s;
+  mlir::Value u = fma(s, reduction->odd, reduction->even);
+  u = b_.create<mlir::arith::AddFOp>(loc_, c(1.f), fma(reduction->t, u, s));
   // u * 2^q, 16 lanes at a time (vscalefps zmm; rounding: the current mode).
   mlir::Type chunk_type = lane_type(b_.getF32Type(), 16);
   mlir::Value all_lanes = b_.create<mlir::LLVM::ConstantOp>(loc_, b_.getI16Type(), b_.getI16IntegerAttr(-1));

@@ -53,6 +53,9 @@ class ScalarLowering {
     bool avx2 = false;     // Sleef_<fn>f8_u10avx2, Sleef_<fn>d4_u10avx2 (AVX2 with FMA)
     bool fma = false;      // scalar Sleef_<fn>f1_u10purecfma, else Sleef_<fn>f_u10
   };
+  /// Drops what was kept for reuse by later ops (exp_f32_scalef's reductions): the emitter's
+  /// caches are cleared at the same points (a new loop body, a new branch).
+  void forget_exp_reductions() { exp_reductions_.clear(); }
   /// Turns SLEEF on (the CPU backend does, for the host; the GPU keeps libdevice).
   void use_sleef(SleefIsa isa) {
     sleef_ = isa;
@@ -228,6 +231,13 @@ class ScalarLowering {
   mlir::Value sleef_op(ScalarOp op, DType t, const std::vector<mlir::Value>& a, int lanes);
   mlir::Value exp(mlir::Value x, DType t, int lanes);  // through SLEEF when on
   mlir::Value exp_f32_scalef(mlir::Value x, int lanes);  // SLEEF's expf inlined, AVX-512
+  // exp_f32_scalef's range reduction and polynomial halves of a value (exp of it and exp of its
+  // negation are both made from them), kept until forget_exp_reductions(): a body with exp(v)
+  // and exp(-v) (sinh, cosh, tanh written out) computes the second for a quarter of the first.
+  struct ExpReduction {
+    mlir::Value q, s, t, even, odd;  // s = x - q ln 2 (x clamped), t = s * s
+  };
+  std::vector<std::pair<mlir::Value, ExpReduction>> exp_reductions_;  // by the x they were made for
   static constexpr double kInf = std::numeric_limits<double>::infinity();
   // A libdevice function called by name, for the math ops that convert-gpu-to-nvvm does not send
   // to libdevice in LLVM 19 (asin, acos, sinh, cosh); `__nv_<name>f` for f32 (fast math).
