@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <iostream>
 #include <limits>
+#include <sstream>
 
 #include "codegen/cpu_codegen.h"
 #include "frontends/compile.h"
@@ -472,6 +473,42 @@ TEST_CASE("row kernels that pass over a row twice prefetch the next row", "[cpu]
   Graph row_sums;
   row_sums.output("s", sum(row_sums.input("x", DType::F32, {sym("R"), sym("C")}), 1));
   CHECK_FALSE(prefetches(row_sums));
+}
+
+// The lanes of a float sum's accumulators fold as a tree (LLVM's vector.reduce.fadd with
+// `reassoc`; without it, one dependent add per lane), layernorm's moments too; the NaN tracker
+// of an f32 max is an integer max of magnitudes (no mask compare in the loop). Values are
+// checked by the interpreter comparisons of the tests around.
+TEST_CASE("sum lanes fold as a tree and max tracks NaN by magnitude", "[cpu][reduce]") {
+  auto llvm_of = [](const Graph& g) {
+    runtime::Executable exe = compile(g);
+    REQUIRE(exe.program().kernels.size() == 1);
+    return codegen::emit_cpu_llvm(exe.program());
+  };
+  auto lines_with = [](const std::string& text, const std::string& a, const std::string& b) {
+    int n = 0;
+    std::istringstream lines(text);
+    for (std::string line; std::getline(lines, line);) n += line.find(a) != std::string::npos && line.find(b) != std::string::npos;
+    return n;
+  };
+  Graph sums;
+  sums.output("s", sum(sums.input("x", DType::F32, {sym("R"), sym("C")}), 1));
+  std::string sum_ir = llvm_of(sums);
+  CHECK(lines_with(sum_ir, "llvm.vector.reduce.fadd", "call") > 0);
+  CHECK(lines_with(sum_ir, "llvm.vector.reduce.fadd", "call") == lines_with(sum_ir, "llvm.vector.reduce.fadd", "reassoc"));
+  Graph layernorm;
+  Tensor v = layernorm.input("x", DType::F32, {sym("R"), sym("C")});
+  Tensor vc = v - mean(v, -1, true);
+  layernorm.output("y", vc * rsqrt(mean(vc * vc, -1, true) + 1e-5));
+  std::string layernorm_ir = llvm_of(layernorm);
+  CHECK(lines_with(layernorm_ir, "llvm.vector.reduce.fadd", "call") > 0);
+  CHECK(lines_with(layernorm_ir, "llvm.vector.reduce.fadd", "call") ==
+        lines_with(layernorm_ir, "llvm.vector.reduce.fadd", "reassoc"));
+  Graph maxima;
+  maxima.output("m", max(maxima.input("x", DType::F32, {sym("N")})));
+  std::string max_ir = llvm_of(maxima);
+  CHECK(lines_with(max_ir, "llvm.vector.reduce.umax", "call") > 0);
+  CHECK(lines_with(max_ir, "fcmp uno <", "") == 0);  // no per-vector NaN compare
 }
 
 // A sum of costly f32 values (a transcendental per element) adds in f32 over blocks of the SIMD
