@@ -477,13 +477,15 @@ std::string llvm_ir(const Graph& g, const Target& target, bool fast_math = false
 
 bool has(const std::string& text, const std::string& what) { return text.find(what) != std::string::npos; }
 
-/// Whether the IR calls `symbol` (its declaration may stay behind when no call does).
-bool calls(const std::string& ir, const std::string& symbol) {
+/// How many calls of `symbol` the IR makes (its declaration may stay behind when none does).
+int count_calls(const std::string& ir, const std::string& symbol) {
+  int n = 0;
   std::istringstream lines(ir);
-  for (std::string line; std::getline(lines, line);)
-    if (has(line, "call ") && has(line, "@" + symbol + "(")) return true;
-  return false;
+  for (std::string line; std::getline(lines, line);) n += has(line, "call ") && has(line, "@" + symbol + "(");
+  return n;
 }
+
+bool calls(const std::string& ir, const std::string& symbol) { return count_calls(ir, symbol) > 0; }
 
 /// SLEEF's vector width suffix for this machine's f32 and f64 vectors ("f16"/"d8" and avx512f
 /// with AVX-512, "f8"/"d4" and avx2 without).
@@ -549,15 +551,6 @@ TEST_CASE("SLEEF: vector bodies call its vector builds and sin and cos of one va
   CHECK(has(llvm_ir(g, Target::host()), "Sleef_expf"));
 }
 
-namespace {
-int count_calls(const std::string& ir, const std::string& symbol) {
-  int n = 0;
-  std::istringstream lines(ir);
-  for (std::string line; std::getline(lines, line);) n += has(line, "call ") && has(line, "@" + symbol + "(");
-  return n;
-}
-}  // namespace
-
 // exp(x) and exp(-x) in one kernel share exp_f32_scalef's range reduction and polynomial halves
 // (AVX-512 f32 vectors): the second costs a few FMAs, and its value is bit for bit what exp(-x)
 // alone gives. Written out the way users write sinh, cosh and tanh (hidden_layer.expr).
@@ -582,6 +575,7 @@ TEST_CASE("exp of a value and of its negation share one range reduction", "[cpu]
                                100.0, -100.0, 103.5, -103.5, 104.0, -104.0, 110.0, -110.0, 1e30, -1e30,
                                std::numeric_limits<double>::infinity(), -std::numeric_limits<double>::infinity(),
                                std::numeric_limits<double>::quiet_NaN()};
+  auto same = [](float a, float b) { return std::isnan(a) ? std::isnan(b) : std::bit_cast<uint32_t>(a) == std::bit_cast<uint32_t>(b); };
   runtime::Executable paired_exe = compile(paired, Target::host()), unpaired_exe = compile(unpaired, Target::host());
   CHECK(paired_exe.compiled_kernel_count() == 1);
   for (int64_t n : {1, 7, 1023, 4099}) {
@@ -598,7 +592,6 @@ TEST_CASE("exp of a value and of its negation share one range reduction", "[cpu]
       float negated = actual.at("negated").as<float>()[i];
       INFO("x = " << v << ": exp(-x) " << negated << ", alone " << alone.at("negated").as<float>()[i] << ", interpreter "
                   << expected.at("negated").as<float>()[i]);
-      auto same = [](float a, float b) { return std::isnan(a) ? std::isnan(b) : std::bit_cast<uint32_t>(a) == std::bit_cast<uint32_t>(b); };
       CHECK(same(negated, alone.at("negated").as<float>()[i]));
       CHECK(ulp_distance(negated, expected.at("negated").as<float>()[i]) <= 1);
       // exp(x) - exp(-x): each exp within 1 ulp, so within 1 ulp of the larger one's magnitude.
