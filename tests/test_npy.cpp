@@ -123,7 +123,7 @@ TEST_CASE("versions 2.0 and 3.0, and header spelling variants, are read", "[npy]
 TEST_CASE("any nonzero bool byte reads as true", "[npy]") {
   HostArray a = parse_npy(npy_bytes("{'descr': '|b1', 'fortran_order': False, 'shape': (3,), }",
                                     std::string("\x00\x02\xff", 3)), "b.npy");
-  CHECK(a.bytes == std::vector<uint8_t>{0, 1, 1});
+  CHECK(a.bytes == fuse::ir::AlignedBytes{0, 1, 1});
 }
 
 TEST_CASE("malformed files are rejected with a message naming the file and the problem", "[npy]") {
