@@ -649,9 +649,10 @@ TEST_CASE("contiguous blocks with subnormal exp rerun with the fix-up", "[cpu][t
 }
 
 // A matrix plus a broadcast row (the Rows form) writes with non-temporal stores when the kernel
-// moves more than 32 MiB and every row starts on a 64-byte line, in the pieces of rows that start
-// on a line (a thread's range may start mid-row): results at sizes with and without whole-line
-// rows, f32 and f64, at 1 and 7 threads ([threads]).
+// moves more than 32 MiB: each row piece (a thread's range may start mid-row) from its first
+// 64-byte line on, the elements before it one at a time. Results at sizes with whole-line rows
+// and without (1100 columns: rows start at 4 line offsets in f32; 1001: at all 16 in f32 and
+// all 8 in f64), f32 and f64, at 1 and 7 threads ([threads]).
 TEST_CASE("rows plus a broadcast row with streaming stores", "[cpu][threads]") {
   for (DType t : {DType::F32, DType::F64}) {
     Graph g;
@@ -662,7 +663,7 @@ TEST_CASE("rows plus a broadcast row with streaming stores", "[cpu][threads]") {
     INFO(ir::dtype_name(t) << "\n" << ir::print_program(exe.program()));
     REQUIRE(exe.program().kernels.size() == 1);
     CHECK(exe.program().kernels[0].schedule.form == ir::LoopForm::Rows);
-    for (auto [n, m] : std::vector<std::pair<int64_t, int64_t>>{{1100, 4096}, {1031, 4112}, {4099, 1100}, {3, 7}}) {
+    for (auto [n, m] : std::vector<std::pair<int64_t, int64_t>>{{1100, 4096}, {1031, 4112}, {4099, 1100}, {4300, 1001}, {3, 7}}) {
       INFO("N = " << n << ", M = " << m);
       ir::TensorMap inputs = inputs_of(g.ir(), {{"N", n}, {"M", m}}, 5);
       CHECK(testing::compare_outputs(ir::interpret(g.ir(), inputs), exe.run(inputs), 1e-6, 0) == "");

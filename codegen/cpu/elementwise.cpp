@@ -226,30 +226,40 @@ void CpuKernelEmitter::emit_element(const std::vector<mlir::Value>& outer, mlir:
 }
 
 // Elements [begin, end) row by row: SIMD columns and a scalar tail in each row. A large kernel
-// with one output whose rows all start on 64-byte lines writes with non-temporal stores, as the
-// contiguous form does (a row plus a broadcast row as fast as two rows), in the pieces of rows
-// that start on a line (a thread's range may start mid-row).
+// with one output writes its vectors with non-temporal stores, as the contiguous form does (a row
+// plus a broadcast row as fast as two rows): in each row piece (a thread's range may start
+// mid-row) from the first 64-byte line of the output on, the elements before it one at a time,
+// so that rows which are not whole lines (a[N, 1001] + b) stream as well.
 void CpuKernelEmitter::emit_rows(mlir::Value begin, mlir::Value end, int lanes) {
   ir::Shape outer_shape(k_.space.begin(), k_.space.end() - 1);
-  mlir::Value streaming;
+  mlir::Value streaming, address;
+  int64_t out_size = 0;
   if (lanes > 1 && k_.body.outputs.size() == 1) {
     DType t = k_.body.node(k_.body.outputs[0].node).dtype;
-    if (static_cast<int64_t>(ir::dtype_size(t)) * lanes == 64)
-      streaming = streams_rows(output_slot_[0], t, bytes_moved_per_element(t), dim(k_.space.back()));
+    out_size = static_cast<int64_t>(ir::dtype_size(t));
+    if (out_size * lanes == 64) {
+      mlir::Value large = cmpi(mlir::arith::CmpIPredicate::sgt, mul(dim(ir::num_elements(k_.space)), i64(bytes_moved_per_element(t))),
+                               i64(kStreamingBytes));
+      address = b_.create<mlir::LLVM::PtrToIntOp>(loc_, i64_type(), base_[output_slot_[0]]);
+      // (whole elements from a line boundary: a non-temporal store to an unaligned address faults)
+      mlir::Value element_aligned = cmpi(mlir::arith::CmpIPredicate::eq, rem(address, i64(out_size)), i64(0));
+      streaming = b_.create<mlir::arith::AndIOp>(loc_, large, element_aligned);
+    }
   }
   for_each_row_piece(begin, end, k_.space.back(), outer_shape,
                      [&](const std::vector<mlir::Value>& outer, mlir::Value row_start, mlir::Value from, mlir::Value to) {
                        mlir::Value vector_end = from;
                        if (lanes > 1) {
-                         mlir::Value piece_streaming;
+                         mlir::Value vector_from = from;
                          if (streaming) {
-                           mlir::Value on_line = cmpi(mlir::arith::CmpIPredicate::eq,
-                                                      b_.create<mlir::arith::RemUIOp>(loc_, from, i64(lanes)), i64(0));
-                           piece_streaming = b_.create<mlir::arith::AndIOp>(loc_, streaming, on_line);
+                           mlir::Value at = add(address, mul(add(row_start, from), i64(out_size)));
+                           mlir::Value to_line = div(rem(sub(i64(64), rem(at, i64(64))), i64(64)), i64(out_size));
+                           vector_from = select(streaming, min_i64(to, add(from, to_line)), from);
+                           loop(from, vector_from, 1, [&](mlir::Value c) { emit_lanes(outer, row_start, c, 1); });
                          }
-                         vector_end = whole_steps_end(from, to, lanes);
-                         loop(from, vector_end, lanes,
-                              [&](mlir::Value c) { emit_lanes(outer, row_start, c, lanes, piece_streaming); });
+                         vector_end = whole_steps_end(vector_from, to, lanes);
+                         loop(vector_from, vector_end, lanes,
+                              [&](mlir::Value c) { emit_lanes(outer, row_start, c, lanes, streaming); });
                        }
                        loop(vector_end, to, 1, [&](mlir::Value c) { emit_lanes(outer, row_start, c, 1); });
                      });
