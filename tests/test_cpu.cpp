@@ -648,6 +648,33 @@ TEST_CASE("contiguous blocks with subnormal exp rerun with the fix-up", "[cpu][t
   }
 }
 
+// A large contiguous kernel with several outputs of one element size writes them all with
+// non-temporal stores from one 64-byte boundary (HostArray outputs start on a line); outputs of
+// two sizes write with ordinary stores. Results at sizes below and above the 32 MiB threshold,
+// at 1 and 7 threads ([threads]: a thread's range starts mid-line).
+TEST_CASE("several outputs of a contiguous kernel stream together", "[cpu][threads]") {
+  for (bool mixed : {false, true}) {
+    Graph g;
+    Tensor a = g.input("a", DType::F64, {sym("N")});
+    Tensor b = g.input("b", DType::F64, {sym("N")});
+    g.output("sum", a + b);
+    g.output("product", a * b);
+    if (mixed)
+      g.output("difference", cast(a - b, DType::F32));
+    else
+      g.output("difference", a - b);
+    runtime::Executable exe = compile(g);
+    INFO("mixed sizes " << mixed << "\n" << ir::print_program(exe.program()));
+    REQUIRE(exe.program().kernels.size() == 1);
+    CHECK(exe.program().kernels[0].schedule.form == ir::LoopForm::Contiguous);
+    for (int64_t n : {1, 7, 1023, 1'000'003}) {  // 40 bytes per element at 1'000'003: 40 MB
+      INFO("N = " << n);
+      ir::TensorMap inputs = inputs_of(g.ir(), {{"N", n}}, 11);
+      CHECK(testing::compare_outputs(ir::interpret(g.ir(), inputs), exe.run(inputs), 0, 0) == "");
+    }
+  }
+}
+
 // A matrix plus a broadcast row (the Rows form) writes with non-temporal stores when the kernel
 // moves more than 32 MiB: each row piece (a thread's range may start mid-row) from its first
 // 64-byte line on, the elements before it one at a time. Results at sizes with whole-line rows

@@ -18,14 +18,12 @@ void CpuKernelEmitter::emit_contiguous(mlir::Value base, int lanes) {
   }
 }
 
-// The contiguous SIMD loop over [begin, end), with non-temporal stores when the kernel is large
-// and has one output: scalar iterations until the output is 64-byte aligned, aligned streaming
-// vectors, a scalar tail.
 // The contiguous loop over [begin, end) as one loop of whole vectors: the first and last
 // iterations load and store under a lane mask (masked-off lanes touch no memory), so the body
-// is emitted once, with no scalar copy for the tails (compile time). A large kernel with one
-// output starts at the 64-byte boundary below `begin` and writes its whole vectors with
-// non-temporal stores.
+// is emitted once, with no scalar copy for the tails (compile time). A large kernel starts at
+// the 64-byte boundary below `begin` and writes its whole vectors with non-temporal stores, when
+// its outputs have one element size and start at the same offset within a line (HostArrays
+// start on one), so that one boundary is every output's.
 void CpuKernelEmitter::emit_contiguous_loops(mlir::Value begin, mlir::Value end, int lanes) {
   // Nothing, not even the hoisted loads below, for an empty range (a kernel with takes runs
   // with one to check their indices; an operand broadcast from an empty array has no element 0).
@@ -36,16 +34,26 @@ void CpuKernelEmitter::emit_contiguous_loops(mlir::Value begin, mlir::Value end,
   mlir::Value aligned = begin;
   DType out_type = k_.body.node(k_.body.outputs[0].node).dtype;
   int64_t out_size = static_cast<int64_t>(ir::dtype_size(out_type));
-  // Streaming needs one output whose vectors span whole 64-byte lines.
-  if (k_.body.outputs.size() == 1 && out_size * lanes >= 64) {
+  // Streaming needs outputs whose vectors span whole 64-byte lines, of one element size.
+  bool one_size = std::all_of(k_.body.outputs.begin(), k_.body.outputs.end(), [&](const ir::GraphOutput& o) {
+    return static_cast<int64_t>(ir::dtype_size(k_.body.node(o.node).dtype)) == out_size;
+  });
+  if (one_size && out_size * lanes >= 64) {
     mlir::Value total = dim(ir::num_elements(k_.space));
-    mlir::Value large =
-        cmpi(mlir::arith::CmpIPredicate::sgt, mul(total, i64(bytes_moved_per_element(out_type))), i64(kStreamingBytes));
+    int64_t other_outputs = static_cast<int64_t>(k_.body.outputs.size()) - 1;
+    mlir::Value large = cmpi(mlir::arith::CmpIPredicate::sgt,
+                             mul(total, i64(bytes_moved_per_element(out_type) + other_outputs * out_size)), i64(kStreamingBytes));
     mlir::Value address = b_.create<mlir::LLVM::PtrToIntOp>(loc_, i64_type(), base_[output_slot_[0]]);
     // Elements are aligned to their size (the runtime's buffers are), so a boundary is an element.
     mlir::Value element_aligned =
         cmpi(mlir::arith::CmpIPredicate::eq, b_.create<mlir::arith::RemUIOp>(loc_, address, i64(out_size)), i64(0));
     streaming = b_.create<mlir::arith::AndIOp>(loc_, large, element_aligned);
+    for (size_t o = 1; o < k_.body.outputs.size(); ++o) {
+      mlir::Value other = b_.create<mlir::LLVM::PtrToIntOp>(loc_, i64_type(), base_[output_slot_[o]]);
+      mlir::Value same_offset = cmpi(mlir::arith::CmpIPredicate::eq, b_.create<mlir::arith::RemUIOp>(loc_, other, i64(64)),
+                                     b_.create<mlir::arith::RemUIOp>(loc_, address, i64(64)));
+      streaming = b_.create<mlir::arith::AndIOp>(loc_, streaming, same_offset);
+    }
     mlir::Value misalignment = b_.create<mlir::arith::RemUIOp>(loc_, add(address, mul(begin, i64(out_size))), i64(64));
     mlir::Value peel = b_.create<mlir::arith::DivUIOp>(
         loc_, b_.create<mlir::arith::RemUIOp>(loc_, sub(i64(64), misalignment), i64(64)), i64(out_size));
