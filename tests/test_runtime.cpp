@@ -238,10 +238,10 @@ TEST_CASE("Buffer round-trips a HostArray of every dtype", "[runtime][buffer]") 
     }
 }
 
-// Compiled kernels write a row with non-temporal stores only where it starts on a 64-byte line,
-// and a vector load that straddles two lines costs two: HostArray storage (the outputs of
-// Executable::run, the interpreter's arrays, .npy files) starts on a line whatever its size,
-// also after a copy, a move or a resize.
+// Compiled kernels write non-temporally from a 64-byte line on (row-wise reductions only rows
+// that start on one), and a vector load that straddles two lines costs two: HostArray storage
+// (the outputs of Executable::run, the interpreter's arrays, .npy files) starts on a line
+// whatever its size, also after a copy, a move or a resize.
 TEST_CASE("HostArray storage is 64-byte aligned", "[runtime][buffer]") {
   auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 64 == 0; };
   for (int64_t n : {1, 7, 1023, 4096, 1 << 20, 10'000'001}) {
