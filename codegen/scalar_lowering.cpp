@@ -420,11 +420,10 @@ mlir::Value ScalarLowering::sleef_op(ScalarOp op, DType t, const std::vector<mli
   if (!sleef_on_ || (t != DType::F32 && t != DType::F64)) return {};
   switch (op) {
     // f32 exp and tanh vectors are inlined: a call to SLEEF made softmax about 20% and
-    // hidden_layer (tanh) about 45% slower (bench/README.md, "SLEEF"). exp on AVX-512 inlines
-    // SLEEF's own algorithm (exp_f32_scalef); elsewhere both keep MLIR's polynomials (exp 1 ulp up
-    // to |x| = 87, 6 near overflow; tanh 4).
+    // hidden_layer (tanh) about 45% slower (bench/README.md, "SLEEF"). exp inlines SLEEF's own
+    // algorithm (exp_f32_inline, 1 ulp); tanh keeps MLIR's polynomial (4 ulp).
     case ScalarOp::Exp:
-      if (t == DType::F32 && lanes > 1) return lanes % 16 == 0 && sleef_.avx512f ? exp_f32_scalef(a[0], lanes) : mlir::Value();
+      if (t == DType::F32 && lanes > 1) return exp_f32_inline(a[0], lanes);
       return sleef("exp", t, a, lanes);
     case ScalarOp::Exp2: return sleef("exp2", t, a, lanes);
     case ScalarOp::Log: return sleef("log", t, a, lanes);
@@ -613,16 +612,18 @@ void share_sleef_sincos(mlir::Operation* module) {
 }
 
 // SLEEF's f32 exp (xexpf in sleefsimdsp.c, the u10 algorithm: q = rint(x / ln 2), s = x - q ln 2
-// in two FMA steps, a degree-6 polynomial), inlined for vectors of a multiple of 16 lanes on
-// AVX-512, where the scaling by 2^q is one vscalefps: it rounds subnormal results once and
-// overflows to inf by itself, so q needs no clamp and results below FLT_MIN no f64 fix-up (the
-// form MLIR's polynomial needs). x is clamped to [-104, 104] (exp is 0 below, inf above) so that
-// s stays small for huge |x|; compare-and-select lets NaN through. 13 vector ops for MLIR's 23.
+// in two FMA steps, a degree-6 polynomial), inlined for vectors (1 ulp measured). x is clamped to
+// [-104, 104] (exp is 0 below, inf above) so that s stays small for huge |x| and q within
+// [-150, 150]; compare-and-select lets NaN through. The scaling by 2^q rounds subnormal results
+// once and overflows to inf by itself, so results below FLT_MIN need no f64 fix-up (the form
+// MLIR's polynomial needs): on AVX-512 one vscalefps, elsewhere two exact power-of-two products
+// (scale_by_power_of_two). 13 vector ops on AVX-512, 23 on AVX2: as many as MLIR's polynomial,
+// which also needs a test for lanes to fix up, and is 6 ulp near overflow.
 // The polynomial is evaluated as its even and odd halves in s (as many FMAs as Horner's rule),
 // so that exp(-x) is the same halves put together with -s and scaled by 2^-q: every step above
 // is odd in x (the clamp is symmetric, rint rounds half to even, an FMA of negated operands
-// rounds to the negated result), so the pair's exp(-x) is bit for bit exp_f32_scalef(-x).
-mlir::Value ScalarLowering::exp_f32_scalef(mlir::Value x, int lanes) {
+// rounds to the negated result), so the pair's exp(-x) is bit for bit exp_f32_inline(-x).
+mlir::Value ScalarLowering::exp_f32_inline(mlir::Value x, int lanes) {
   using mlir::arith::CmpFPredicate;
   auto c = [&](float v) { return constant(DType::F32, v, 0, lanes); };
   auto fma = [&](mlir::Value a, mlir::Value m, mlir::Value d) { return b_.create<mlir::math::FmaOp>(loc_, a, m, d).getResult(); };
@@ -667,15 +668,40 @@ mlir::Value ScalarLowering::exp_f32_scalef(mlir::Value x, int lanes) {
   mlir::Value s = negated ? neg(reduction->s) : reduction->s;
   mlir::Value u = fma(s, reduction->odd, reduction->even);
   u = b_.create<mlir::arith::AddFOp>(loc_, c(1.f), fma(reduction->t, u, s));
-  // u * 2^q, 16 lanes at a time (vscalefps zmm; rounding: the current mode).
-  mlir::Type chunk_type = lane_type(b_.getF32Type(), 16);
-  mlir::Value all_lanes = b_.create<mlir::LLVM::ConstantOp>(loc_, b_.getI16Type(), b_.getI16IntegerAttr(-1));
-  mlir::Value current_rounding = b_.create<mlir::LLVM::ConstantOp>(loc_, b_.getI32Type(), b_.getI32IntegerAttr(4));
-  return by_chunks(DType::F32, 16, lanes, {u, q}, [&](const std::vector<mlir::Value>& v) {
-    return b_.create<mlir::LLVM::CallIntrinsicOp>(loc_, chunk_type, "llvm.x86.avx512.mask.scalef.ps.512",
-                                                  mlir::ValueRange{v[0], v[1], v[0], all_lanes, current_rounding})
-        .getResult(0);
-  });
+  return scale_by_power_of_two(u, q, lanes);
+}
+
+mlir::Value ScalarLowering::scale_by_power_of_two(mlir::Value u, mlir::Value q, int lanes) {
+  if (sleef_.avx512f && lanes % 16 == 0) {
+    // vscalefps zmm, 16 lanes at a time (rounding: the current mode).
+    mlir::Type chunk_type = lane_type(b_.getF32Type(), 16);
+    mlir::Value all_lanes = b_.create<mlir::LLVM::ConstantOp>(loc_, b_.getI16Type(), b_.getI16IntegerAttr(-1));
+    mlir::Value current_rounding = b_.create<mlir::LLVM::ConstantOp>(loc_, b_.getI32Type(), b_.getI32IntegerAttr(4));
+    return by_chunks(DType::F32, 16, lanes, {u, q}, [&](const std::vector<mlir::Value>& v) {
+      return b_.create<mlir::LLVM::CallIntrinsicOp>(loc_, chunk_type, "llvm.x86.avx512.mask.scalef.ps.512",
+                                                    mlir::ValueRange{v[0], v[1], v[0], all_lanes, current_rounding})
+          .getResult(0);
+    });
+  }
+  // SLEEF's vldexp2: u * 2^h * 2^(q - h) with h = q >> 1. Both factors are normal for |q| <= 150,
+  // and u * 2^h (u in [0.7, 1.5)) is exact, so the one rounding is the second product's, as
+  // vscalefps rounds. q's integer comes from the bits of q + 1.5 * 2^23, which hold it in their
+  // low 22 bits: defined for NaN too (where fptosi is poison), whose lanes u makes NaN anyway.
+  // Shifted left by 23 those bits lose everything but q, so the exponent fields need no
+  // subtraction of the magic number.
+  mlir::Type int_lanes = lane_type(b_.getI32Type(), lanes);
+  auto int_constant = [&](int32_t v) { return constant(DType::I32, 0, v, lanes); };
+  auto shl = [&](mlir::Value v, int by) { return b_.create<mlir::arith::ShLIOp>(loc_, v, int_constant(by)).getResult(); };
+  mlir::Value bits = b_.create<mlir::arith::BitcastOp>(
+      loc_, int_lanes, b_.create<mlir::arith::AddFOp>(loc_, q, constant(DType::F32, 0x1.8p23, 0, lanes)));
+  mlir::Value half = shl(b_.create<mlir::arith::ShRSIOp>(loc_, bits, int_constant(1)), 23);  // (q >> 1) << 23
+  mlir::Value rest = b_.create<mlir::arith::SubIOp>(loc_, shl(bits, 23), half);               // (q - (q >> 1)) << 23
+  mlir::Value one = int_constant(127 << 23);
+  auto power = [&](mlir::Value field) {
+    return b_.create<mlir::arith::BitcastOp>(loc_, u.getType(), b_.create<mlir::arith::AddIOp>(loc_, field, one)).getResult();
+  };
+  mlir::Value scaled = b_.create<mlir::arith::MulFOp>(loc_, u, power(half));
+  return b_.create<mlir::arith::MulFOp>(loc_, scaled, power(rest));
 }
 
 mlir::Value ScalarLowering::exp(mlir::Value x, DType t, int lanes) {

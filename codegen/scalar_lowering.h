@@ -46,14 +46,14 @@ class ScalarLowering {
   /// exact), or under fast math its u35 ones where SLEEF has them. Vectors go to the widest build
   /// whose width divides their lanes (16 f32 / 8 f64 on AVX-512, 8 / 4 on AVX2, in chunks);
   /// single lanes to the scalar build. Vectors no build fits keep the lowering below, and so do
-  /// f32 exp and tanh vectors, inlined (calls measured slower: bench/README.md): exp on AVX-512 as
-  /// SLEEF's own algorithm (exp_f32_scalef), otherwise both as MLIR's polynomials.
+  /// f32 exp and tanh vectors, inlined (calls measured slower: bench/README.md): exp as SLEEF's
+  /// own algorithm (exp_f32_inline), tanh as MLIR's polynomial.
   struct SleefIsa {
     bool avx512f = false;  // Sleef_<fn>f16_u10avx512f, Sleef_<fn>d8_u10avx512f
     bool avx2 = false;     // Sleef_<fn>f8_u10avx2, Sleef_<fn>d4_u10avx2 (AVX2 with FMA)
     bool fma = false;      // scalar Sleef_<fn>f1_u10purecfma, else Sleef_<fn>f_u10
   };
-  /// Drops what was kept for reuse by later ops (exp_f32_scalef's reductions): the emitter's
+  /// Drops what was kept for reuse by later ops (exp_f32_inline's reductions): the emitter's
   /// caches are cleared at the same points (a new loop body, a new branch).
   void forget_exp_reductions() { exp_reductions_.clear(); }
   /// Turns SLEEF on (the CPU backend does, for the host; the GPU keeps libdevice).
@@ -230,8 +230,10 @@ class ScalarLowering {
   // `op` through SLEEF (see use_sleef), null for the ops it does not take (or when it is off).
   mlir::Value sleef_op(ScalarOp op, DType t, const std::vector<mlir::Value>& a, int lanes);
   mlir::Value exp(mlir::Value x, DType t, int lanes);  // through SLEEF when on
-  mlir::Value exp_f32_scalef(mlir::Value x, int lanes);  // SLEEF's expf inlined, AVX-512
-  // exp_f32_scalef's range reduction and polynomial halves of a value (exp of it and exp of its
+  mlir::Value exp_f32_inline(mlir::Value x, int lanes);  // SLEEF's expf inlined
+  // u * 2^q (q integral, |q| <= 150) rounded once, as SLEEF's vldexp2 (vscalefps on AVX-512).
+  mlir::Value scale_by_power_of_two(mlir::Value u, mlir::Value q, int lanes);
+  // exp_f32_inline's range reduction and polynomial halves of a value (exp of it and exp of its
   // negation are both made from them), kept until forget_exp_reductions(): a body with exp(v)
   // and exp(-v) (sinh, cosh, tanh written out) computes the second for a quarter of the first.
   struct ExpReduction {

@@ -270,12 +270,12 @@ struct OpAccuracy {
 // two roundings: 1 in f32. The lanes SLEEF gets wrong take libm's path (sinh and cosh near
 // overflow, log1p beyond 1e30, pow overflowing early). Each bound is the measured maximum
 // (docs/testing.md). ir/scalar_ops.def's columns also cover the lowering for vectors no SLEEF
-// build fits (MLIR's polynomials: f32 exp 6 ulp, ...), except f32 exp vectors on AVX-512, which
-// inline SLEEF's expf algorithm: 1 ulp (path_bound_of).
+// build fits (MLIR's polynomials, e.g. f32 tanh 4 ulp); f32 exp vectors inline SLEEF's expf
+// algorithm: 1 ulp on every path.
 const std::vector<OpAccuracy>& unary_ops() {
   static const std::vector<OpAccuracy> ops = {
       {ScalarOp::Exp, {{{-104, 89, 4}, {88.5, 88.8, 1}, {-104, -87, 1}, {-1, 1, 1}}, true},
-       {{{-746, 710, 4}, {709.5, 709.9, 1}, {-746, -708, 1}, {-1, 1, 1}}, true}, 6, 1},
+       {{{-746, 710, 4}, {709.5, 709.9, 1}, {-746, -708, 1}, {-1, 1, 1}}, true}, 1, 1},
       {ScalarOp::Exp2, {{{-150, 128.5, 4}, {127.5, 128.5, 1}, {-150, -125, 1}, {-1, 1, 1}}, true},
        {{{-1075, 1024.5, 4}, {1023.5, 1024.5, 1}, {-1075, -1021, 1}, {-1, 1, 1}}, true}, 1, 1},
       {ScalarOp::Log, {{{0, 4, 4}, {0.5, 2, 2}, {0.999, 1.001, 1}}, true},
@@ -343,14 +343,6 @@ uint64_t bound_of(ScalarOp op, DType t) {
   for (const OpAccuracy& a : unary_ops())
     if (a.op == op) return t == DType::F32 ? a.f32_bound : a.f64_bound;
   return 0;
-}
-
-/// The bound on one path: f32 exp vectors on AVX-512 inline SLEEF's expf algorithm
-/// (codegen/scalar_lowering.cpp, exp_f32_scalef): 1 ulp, where the other vectors keep MLIR's
-/// polynomial (6 near overflow).
-uint64_t path_bound_of(ScalarOp op, DType t, Path path) {
-  if (op == ScalarOp::Exp && t == DType::F32 && path == kVector && Target::host().vector_bits >= 512) return 1;
-  return bound_of(op, t);
 }
 
 /// A binary op's operands: x and y over their sweeps, paired at random; plus every pair of
@@ -442,7 +434,7 @@ void check_op(ScalarOp op) {
         else row << " [known finding]";
       }
       check_region(op, t, static_cast<Path>(path), static_cast<Region>(region), r,
-                   path_bound_of(op, t, static_cast<Path>(path)), checks);
+                   bound, checks);
     }
   }
   WARN(row.str());
@@ -517,7 +509,7 @@ TEST_CASE("SLEEF: vector bodies call its vector builds and sin and cos of one va
     std::string fast = llvm_ir(g, Target::host(), /*fast_math=*/true);
     CHECK(calls(fast, "Sleef_sincos" + sleef_suffix(t, "u35")));
     CHECK(calls(fast, "Sleef_log" + sleef_suffix(t, "u35")));
-    if (t == DType::F64) {  // SLEEF has no u35 exp (f64 here: f32 vectors keep MLIR's exp)
+    if (t == DType::F64) {  // SLEEF has no u35 exp (f64 here: f32 vectors inline its algorithm)
       Graph e;
       e.output("y", exp(e.input("x", t, {sym("N")})));
       CHECK(calls(llvm_ir(e, Target::host(), /*fast_math=*/true), "Sleef_exp" + sleef_suffix(t, "u10")));
@@ -551,9 +543,9 @@ TEST_CASE("SLEEF: vector bodies call its vector builds and sin and cos of one va
   CHECK(has(llvm_ir(g, Target::host()), "Sleef_expf"));
 }
 
-// exp(x) and exp(-x) in one kernel share exp_f32_scalef's range reduction and polynomial halves
-// (AVX-512 f32 vectors): the second costs a few FMAs, and its value is bit for bit what exp(-x)
-// alone gives. Written out the way users write sinh, cosh and tanh (hidden_layer.expr).
+// exp(x) and exp(-x) in one kernel share exp_f32_inline's range reduction and polynomial halves
+// (f32 vectors): the second costs a few FMAs and its scaling, and its value is bit for bit what
+// exp(-x) alone gives. Written out the way users write sinh, cosh and tanh (hidden_layer.expr).
 TEST_CASE("exp of a value and of its negation share one range reduction", "[cpu][accuracy]") {
   Graph paired;
   Tensor x = paired.input("x", DType::F32, {sym("N")});
@@ -563,21 +555,26 @@ TEST_CASE("exp of a value and of its negation share one range reduction", "[cpu]
   Tensor u = unpaired.input("x", DType::F32, {sym("N")});
   unpaired.output("sinh2", exp(u * 3.0) - exp(u * 2.0));
   unpaired.output("negated", exp(-u));
-  std::string paired_ir = llvm_ir(paired, Target::cpu("avx512")), unpaired_ir = llvm_ir(unpaired, Target::cpu("avx512"));
-  // The inlined exp exists where the SLEEF build for AVX-512 does (this machine's SLEEF).
-  if (has(paired_ir, "llvm.x86.avx512.mask.scalef.ps.512")) {
-    int rounds = count_calls(paired_ir, "llvm.roundeven.v16f32");
+  // 16 lanes (scaled by vscalefps on an AVX-512 host, by two products elsewhere) and 8 lanes.
+  for (auto [target, rounding] : {std::pair{"avx512", "llvm.roundeven.v16f32"}, std::pair{"avx2", "llvm.roundeven.v8f32"}}) {
+    INFO(target);
+    int rounds = count_calls(llvm_ir(paired, Target::cpu(target)), rounding);
     CHECK(rounds > 0);
     // One range reduction per copy of the loop body for the pair, three for the unrelated exps.
-    CHECK(3 * rounds == count_calls(unpaired_ir, "llvm.roundeven.v16f32"));
+    CHECK(3 * rounds == count_calls(llvm_ir(unpaired, Target::cpu(target)), rounding));
   }
   std::vector<double> specials{0.0, -0.0, 1e-30, -1e-30, 0.5, -0.5, 87.0, -87.0, 87.5, -87.5, 88.7, -88.7, 89.0, -89.0,
                                100.0, -100.0, 103.5, -103.5, 104.0, -104.0, 110.0, -110.0, 1e30, -1e30,
                                std::numeric_limits<double>::infinity(), -std::numeric_limits<double>::infinity(),
                                std::numeric_limits<double>::quiet_NaN()};
   auto same = [](float a, float b) { return std::isnan(a) ? std::isnan(b) : std::bit_cast<uint32_t>(a) == std::bit_cast<uint32_t>(b); };
-  runtime::Executable paired_exe = compile(paired, Target::host()), unpaired_exe = compile(unpaired, Target::host());
-  CHECK(paired_exe.compiled_kernel_count() == 1);
+  // The host's vectors, and both widths on any host: the two forms of the scaling (vscalefps, two
+  // products) round alike, so every target gives the same bits.
+  std::vector<std::pair<runtime::Executable, runtime::Executable>> builds;
+  for (const Target& target : {Target::host(), Target::cpu("avx512"), Target::cpu("avx2")}) {
+    builds.emplace_back(compile(paired, target), compile(unpaired, target));
+    CHECK(builds.back().first.compiled_kernel_count() == 1);
+  }
   for (int64_t n : {1, 7, 1023, 4099}) {
     INFO("N = " << n);
     std::vector<double> values;
@@ -586,19 +583,24 @@ TEST_CASE("exp of a value and of its negation share one range reduction", "[cpu]
                                   : -12.0 + 24.0 * static_cast<double>(i) / static_cast<double>(n));
     ir::TensorMap inputs{{"x", ir::HostArray::from<double>({n}, values).cast(DType::F32)}};
     ir::TensorMap expected = ir::interpret(paired.ir(), inputs);
-    ir::TensorMap actual = paired_exe.run(inputs), alone = unpaired_exe.run(inputs);
-    for (int64_t i = 0; i < n; ++i) {
-      float v = inputs.at("x").as<float>()[i];
-      float negated = actual.at("negated").as<float>()[i];
-      INFO("x = " << v << ": exp(-x) " << negated << ", alone " << alone.at("negated").as<float>()[i] << ", interpreter "
-                  << expected.at("negated").as<float>()[i]);
-      CHECK(same(negated, alone.at("negated").as<float>()[i]));
-      CHECK(ulp_distance(negated, expected.at("negated").as<float>()[i]) <= 1);
-      // exp(x) - exp(-x): each exp within 1 ulp, so within 1 ulp of the larger one's magnitude.
-      float e = expected.at("sinh2").as<float>()[i], a = actual.at("sinh2").as<float>()[i];
-      INFO("sinh2 " << a << ", interpreter " << e);
-      if (std::isnan(e) || std::isinf(e)) CHECK(same(a, e));
-      else CHECK(std::fabs(a - e) <= 2.5e-7 * std::max(1.0, std::exp(std::fabs(static_cast<double>(v)))));
+    ir::TensorMap host = builds[0].first.run(inputs);
+    for (size_t b = 0; b < builds.size(); ++b) {
+      INFO("build " << b << " (host, avx512, avx2)");
+      ir::TensorMap actual = builds[b].first.run(inputs), alone = builds[b].second.run(inputs);
+      for (int64_t i = 0; i < n; ++i) {
+        float v = inputs.at("x").as<float>()[i];
+        float negated = actual.at("negated").as<float>()[i];
+        INFO("x = " << v << ": exp(-x) " << negated << ", alone " << alone.at("negated").as<float>()[i] << ", interpreter "
+                    << expected.at("negated").as<float>()[i] << ", host " << host.at("negated").as<float>()[i]);
+        CHECK(same(negated, alone.at("negated").as<float>()[i]));
+        CHECK(same(negated, host.at("negated").as<float>()[i]));
+        CHECK(ulp_distance(negated, expected.at("negated").as<float>()[i]) <= 1);
+        // exp(x) - exp(-x): each exp within 1 ulp, so within 1 ulp of the larger one's magnitude.
+        float e = expected.at("sinh2").as<float>()[i], a = actual.at("sinh2").as<float>()[i];
+        INFO("sinh2 " << a << ", interpreter " << e);
+        if (std::isnan(e) || std::isinf(e)) CHECK(same(a, e));
+        else CHECK(std::fabs(a - e) <= 2.5e-7 * std::max(1.0, std::exp(std::fabs(static_cast<double>(v)))));
+      }
     }
   }
 }
