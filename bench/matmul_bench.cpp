@@ -221,6 +221,8 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  // OpenBLAS would take every CPU whatever FUSE_NUM_THREADS says: the same threads for both.
+  openblas_set_num_threads(fuse::runtime::ThreadPool::global().num_threads());
   try {
     std::string load_before = load_average();
     std::vector<Row> rows;
