@@ -289,34 +289,28 @@ void CpuKernelEmitter::micro_kernel(const MatmulPlan& p, mlir::Value row, mlir::
       clear_caches();
     }
   };
-  // The initial tile: zero for the first K block, else the partial sums.
-  auto init = b_.create<mlir::scf::IfOp>(loc_, mlir::TypeRange(std::vector<mlir::Type>(tile, vec)), first, true);
+  // The K loop starts from zero and the partial sums of earlier K blocks are added after it (as
+  // BLIS's C += A B), prefetched before it: loaded before the loop, they held every FMA chain
+  // back for a miss per tile (C's rows are N apart and were last touched a whole pass ago).
+  auto partial_offset = [&](int64_t r, int64_t v) {
+    // Rows past an edge tile's end read row `row` again (in bounds; never stored).
+    return acc_offset(rows ? min_i64(i64(r), sub(rows, i64(1))) : i64(r), v);
+  };
   {
+    auto later_block = b_.create<mlir::scf::IfOp>(loc_, mlir::TypeRange{}, first, /*withElseRegion=*/true);
     mlir::OpBuilder::InsertionGuard guard(b_);
-    b_.setInsertionPointToStart(&init.getThenRegion().front());
-    b_.create<mlir::scf::YieldOp>(loc_, std::vector<mlir::Value>(tile, constant(p.t, 0, 0, t.lanes)));
-    b_.setInsertionPointToStart(&init.getElseRegion().front());
-    std::vector<mlir::Value> partial;
+    b_.setInsertionPointToStart(&later_block.getElseRegion().front());
     for (int64_t r = 0; r < t.mr; ++r)
-      for (int64_t v = 0; v < vectors; ++v) {
-        // Rows past an edge tile's end read row `row` again (in bounds; never stored).
-        mlir::Value offset = acc_offset(rows ? min_i64(i64(r), sub(rows, i64(1))) : i64(r), v);
-        if (cols) {
-          mlir::Value x;
-          masked(sub(cols, i64(v * t.lanes)), t.lanes, [&] { x = load(p.acc, p.t, offset, t.lanes); });
-          partial.push_back(x);
-        } else {
-          partial.push_back(load(p.acc, p.t, offset, t.lanes));
-        }
-      }
-    b_.create<mlir::scf::YieldOp>(loc_, partial);
+      for (int64_t v = 0; v < vectors; ++v)
+        b_.create<mlir::LLVM::Prefetch>(loc_, element_address(p.acc, p.t, partial_offset(r, v)), /*rw=*/0u,
+                                        /*locality=*/3u, /*data cache=*/1u);
   }
   // The K loop: one outer product of a column of packed A and a row of packed B per k.
   mlir::Value a_base = p.a_by_columns ? ir : mul(ir, i64(t.kc));
   int64_t a_row_stride = p.a_by_columns ? 1 : t.kc;
   int64_t a_k_stride = p.a_by_columns ? t.mc : 1;
   mlir::Value b_base = mul(jr, kb);  // panel jr / nr starts at jr * kb
-  auto k_loop = b_.create<mlir::scf::ForOp>(loc_, i64(0), kb, i64(1), init.getResults());
+  auto k_loop = b_.create<mlir::scf::ForOp>(loc_, i64(0), kb, i64(1), std::vector<mlir::Value>(tile, constant(p.t, 0, 0, t.lanes)));
   {
     mlir::OpBuilder::InsertionGuard guard(b_);
     b_.setInsertionPointToStart(k_loop.getBody());
@@ -332,6 +326,25 @@ void CpuKernelEmitter::micro_kernel(const MatmulPlan& p, mlir::Value row, mlir::
       for (int64_t v = 0; v < vectors; ++v) next.push_back(fma(a, bv[v], k_loop.getRegionIterArgs()[r * vectors + v]));
     }
     b_.create<mlir::scf::YieldOp>(loc_, next);
+  }
+  // The tile: this K block's products, plus the partial sums after the first block.
+  auto sums = b_.create<mlir::scf::IfOp>(loc_, mlir::TypeRange(std::vector<mlir::Type>(tile, vec)), first, true);
+  {
+    mlir::OpBuilder::InsertionGuard guard(b_);
+    b_.setInsertionPointToStart(&sums.getThenRegion().front());
+    b_.create<mlir::scf::YieldOp>(loc_, k_loop.getResults());
+    b_.setInsertionPointToStart(&sums.getElseRegion().front());
+    bool floating = mlir::isa<mlir::FloatType>(scalar_type(p.t));
+    std::vector<mlir::Value> total;
+    for (int64_t r = 0; r < t.mr; ++r)
+      for (int64_t v = 0; v < vectors; ++v) {
+        mlir::Value partial;
+        if (cols) masked(sub(cols, i64(v * t.lanes)), t.lanes, [&] { partial = load(p.acc, p.t, partial_offset(r, v), t.lanes); });
+        else partial = load(p.acc, p.t, partial_offset(r, v), t.lanes);
+        mlir::Value product = k_loop.getResult(r * vectors + v);
+        total.push_back(floating ? mlir::Value(b_.create<mlir::arith::AddFOp>(loc_, partial, product)) : add(partial, product));
+      }
+    b_.create<mlir::scf::YieldOp>(loc_, total);
   }
   // Done with K: the epilogue and the outputs; else the partial sums back.
   auto finish = b_.create<mlir::scf::IfOp>(loc_, last, true);
@@ -355,7 +368,7 @@ void CpuKernelEmitter::micro_kernel(const MatmulPlan& p, mlir::Value row, mlir::
   if (p.tile >= 0) {
     for (int64_t r = 0; r < t.mr; ++r)
       for (int64_t v = 0; v < vectors; ++v)
-        store(p.tile, p.t, i64(r * t.nr + v * t.lanes), k_loop.getResult(r * vectors + v), t.lanes);
+        store(p.tile, p.t, i64(r * t.nr + v * t.lanes), sums.getResult(r * vectors + v), t.lanes);
     loop(i64(0), rows ? rows : i64(t.mr), 1, [&](mlir::Value r) {
       for (int64_t v = 0; v < vectors; ++v) {
         // Whole vectors (every lane was stored above), outside the column mask.
@@ -365,10 +378,10 @@ void CpuKernelEmitter::micro_kernel(const MatmulPlan& p, mlir::Value row, mlir::
       }
     });
   } else {
-    each_stored([&](int64_t r, int64_t v) { epilogue(i64(r), v, k_loop.getResult(r * vectors + v)); });
+    each_stored([&](int64_t r, int64_t v) { epilogue(i64(r), v, sums.getResult(r * vectors + v)); });
   }
   b_.setInsertionPointToStart(&finish.getElseRegion().front());
-  each_stored([&](int64_t r, int64_t v) { store(p.acc, p.t, acc_offset(i64(r), v), k_loop.getResult(r * vectors + v), t.lanes); });
+  each_stored([&](int64_t r, int64_t v) { store(p.acc, p.t, acc_offset(i64(r), v), sums.getResult(r * vectors + v), t.lanes); });
 }
 
 void CpuKernelEmitter::emit_matmul_strips(mlir::Value first_row, int64_t rows, int lanes) {
