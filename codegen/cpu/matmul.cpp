@@ -334,7 +334,6 @@ void CpuKernelEmitter::micro_kernel(const MatmulPlan& p, mlir::Value row, mlir::
     b_.setInsertionPointToStart(&sums.getThenRegion().front());
     b_.create<mlir::scf::YieldOp>(loc_, k_loop.getResults());
     b_.setInsertionPointToStart(&sums.getElseRegion().front());
-    bool floating = mlir::isa<mlir::FloatType>(scalar_type(p.t));
     std::vector<mlir::Value> total;
     for (int64_t r = 0; r < t.mr; ++r)
       for (int64_t v = 0; v < vectors; ++v) {
@@ -342,7 +341,7 @@ void CpuKernelEmitter::micro_kernel(const MatmulPlan& p, mlir::Value row, mlir::
         if (cols) masked(sub(cols, i64(v * t.lanes)), t.lanes, [&] { partial = load(p.acc, p.t, partial_offset(r, v), t.lanes); });
         else partial = load(p.acc, p.t, partial_offset(r, v), t.lanes);
         mlir::Value product = k_loop.getResult(r * vectors + v);
-        total.push_back(floating ? mlir::Value(b_.create<mlir::arith::AddFOp>(loc_, partial, product)) : add(partial, product));
+        total.push_back(ir::is_float(p.t) ? mlir::Value(b_.create<mlir::arith::AddFOp>(loc_, partial, product)) : add(partial, product));
       }
     b_.create<mlir::scf::YieldOp>(loc_, total);
   }
