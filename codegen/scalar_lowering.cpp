@@ -619,6 +619,12 @@ void share_sleef_sincos(mlir::Operation* module) {
 // MLIR's polynomial needs): on AVX-512 one vscalefps, elsewhere two exact power-of-two products
 // (scale_by_power_of_two). 13 vector ops on AVX-512, 23 on AVX2: as many as MLIR's polynomial,
 // which also needs a test for lanes to fix up, and is 6 ulp near overflow.
+// In a loop that defers its patches (ScalarLowering::defer_patches), AVX2 takes a shorter form
+// for |x| <= 87, where 2^q is a normal float (|q| <= 126): no clamp, and u * 2^q as one product
+// (the same exact value rounded once, so the same bits); lanes with |x| > 87 (or inf) are
+// deferred, and the loop's rerun computes them in the full form. The clamp's 4 ops go, the
+// scaling takes 3 instead of 9, and the test of |x| takes 2 (shared with a paired exp(-x)). NaN
+// takes the short form: u is NaN.
 // The polynomial is evaluated as its even and odd halves in s (as many FMAs as Horner's rule),
 // so that exp(-x) is the same halves put together with -s and scaled by 2^-q: every step above
 // is odd in x (the clamp is symmetric, rint rounds half to even, an FMA of negated operands
@@ -640,10 +646,13 @@ mlir::Value ScalarLowering::exp_f32_inline(mlir::Value x, int lanes) {
     return def && def->getBlock() == b_.getInsertionBlock() &&
            (b_.getInsertionPoint() == b_.getInsertionBlock()->end() || def->isBeforeInBlock(&*b_.getInsertionPoint()));
   };
+  // The short form (see above): where vscalefps is missing and the loop's rerun patches lanes.
+  const bool short_form = deferred_masks_ && lanes > 1 && !(sleef_.avx512f && lanes % 16 == 0);
   const ExpReduction* reduction = nullptr;
   bool negated = false;
   for (const auto& [key, r] : exp_reductions_) {
     if (!(key == x || negation_of(x) == key || negation_of(key) == x) || !visible(r.odd)) continue;
+    if (r.short_form != short_form) continue;
     reduction = &r;
     negated = key != x;
     break;
@@ -651,8 +660,15 @@ mlir::Value ScalarLowering::exp_f32_inline(mlir::Value x, int lanes) {
   ExpReduction made;
   if (!reduction) {
     mlir::Value key = x;
-    x = select(cmpf(CmpFPredicate::OLT, x, c(-104.f)), c(-104.f), x);
-    x = select(cmpf(CmpFPredicate::OGT, x, c(104.f)), c(104.f), x);
+    made.short_form = short_form;
+    if (short_form) {
+      // Symmetric in x, so a paired exp(-x) needs no mask of its own.
+      mlir::Value large = cmpf(CmpFPredicate::OGT, b_.create<mlir::math::AbsFOp>(loc_, x), c(87.f));
+      deferred_masks_->push_back(b_.create<mlir::LLVM::FreezeOp>(loc_, large));
+    } else {
+      x = select(cmpf(CmpFPredicate::OLT, x, c(-104.f)), c(-104.f), x);
+      x = select(cmpf(CmpFPredicate::OGT, x, c(104.f)), c(104.f), x);
+    }
     made.q = b_.create<mlir::math::RoundEvenOp>(loc_, b_.create<mlir::arith::MulFOp>(loc_, x, c(1.442695040888963407359924681001892137f)));
     made.s = fma(made.q, c(-0.693145751953125f), x);              // -L2Uf
     made.s = fma(made.q, c(-1.428606765330187045e-06f), made.s);  // -L2Lf
@@ -668,6 +684,15 @@ mlir::Value ScalarLowering::exp_f32_inline(mlir::Value x, int lanes) {
   mlir::Value s = negated ? neg(reduction->s) : reduction->s;
   mlir::Value u = fma(s, reduction->odd, reduction->even);
   u = b_.create<mlir::arith::AddFOp>(loc_, c(1.f), fma(reduction->t, u, s));
+  if (reduction->short_form) {
+    // 2^q from the bits of q + 1.5 * 2^23 + 127: shifted left by 23 they are q + 127, the
+    // exponent field, and the rest is shifted out. (For -q LLVM makes the sum one subtraction.)
+    mlir::Type int_lanes = lane_type(b_.getI32Type(), lanes);
+    mlir::Value biased = b_.create<mlir::arith::BitcastOp>(
+        loc_, int_lanes, b_.create<mlir::arith::AddFOp>(loc_, q, c(0x1.8p23f + 127.f)));
+    mlir::Value field = b_.create<mlir::arith::ShLIOp>(loc_, biased, constant(DType::I32, 0, 23, lanes));
+    return b_.create<mlir::arith::MulFOp>(loc_, u, b_.create<mlir::arith::BitcastOp>(loc_, u.getType(), field));
+  }
   return scale_by_power_of_two(u, q, lanes);
 }
 

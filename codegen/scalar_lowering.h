@@ -238,6 +238,7 @@ class ScalarLowering {
   // and exp(-v) (sinh, cosh, tanh written out) computes the second for a quarter of the first.
   struct ExpReduction {
     mlir::Value q, s, t, even, odd;  // s = x - q ln 2 (x clamped), t = s * s
+    bool short_form = false;         // x not clamped: lanes with |x| > 87 are deferred patches
   };
   std::vector<std::pair<mlir::Value, ExpReduction>> exp_reductions_;  // by the x they were made for
   static constexpr double kInf = std::numeric_limits<double>::infinity();
