@@ -129,7 +129,7 @@ bool CpuKernelEmitter::hoist_invariants(NodeId id, int lanes) {
 // lane wanted one (null when the body has none).
 mlir::Value CpuKernelEmitter::emit_contiguous_vectors(mlir::Value from, mlir::Value to, int lanes, mlir::Value streaming,
                                                       bool deferred) {
-  mlir::Value no_lane = constant(DType::Bool, 0, 0, lanes);
+  mlir::Value no_lane = no_patch_mask(lanes);
   auto vector_loop = b_.create<mlir::scf::ForOp>(loc_, from, to, i64(lanes), mlir::ValueRange{no_lane});
   std::vector<mlir::Value> masks;  // the deferred fix-ups of the body
   {
@@ -147,7 +147,7 @@ mlir::Value CpuKernelEmitter::emit_contiguous_vectors(mlir::Value from, mlir::Va
     clear_caches();
   }
   if (masks.empty()) return {};
-  return b_.create<mlir::vector::ReductionOp>(loc_, mlir::vector::CombiningKind::OR, vector_loop.getResult(0));
+  return any_patch(vector_loop.getResult(0));
 }
 
 mlir::Value CpuKernelEmitter::contiguous_value(NodeId id, mlir::Value base, int lanes) {

@@ -225,9 +225,14 @@ class CpuKernelEmitter : public KernelEmitterBase {
   // The SIMD loop of accumulate(): the loop's results, each reduction's `chains` accumulators
   // (then NaN trackers, see ordered_max_min). With `deferred`, f32 fix-ups in the body are deferred
   // (ScalarLowering::defer_patches): *needs_patch becomes whether any lane wanted one.
-  // `seen` (a vector of i1) ORed with the deferred fix-up masks of a loop body (defer_patches):
-  // a mask of another width counts as all of `seen`'s lanes when any of its lanes is set.
+  // `seen` ORed with the deferred fix-up masks of a loop body (defer_patches): a mask of another
+  // width counts as all of `seen`'s lanes when any of its lanes is set. `seen` holds i32 lanes,
+  // all ones where a mask was set (no_patch_mask() to start, any_patch() at the end): that is how
+  // an f32 compare leaves its result in a vector register, so ORing one in is one instruction
+  // (a vector of i1 is packed to i16 lanes for every OR on AVX2).
   mlir::Value or_patch_masks(mlir::Value seen, const std::vector<mlir::Value>& masks);
+  mlir::Value no_patch_mask(int lanes) { return constant(ir::DType::I32, 0, 0, lanes); }
+  mlir::Value any_patch(mlir::Value seen);  // an i1: whether any lane of `seen` is set
   std::vector<mlir::Value> accumulate_vectors(const std::vector<NodeId>& vectorized, const std::vector<mlir::Value>& kept,
                                               mlir::Value row_base, mlir::Value from, mlir::Value vector_end, int lanes,
                                               RowStash* stash, bool deferred, mlir::Value* needs_patch);

@@ -636,7 +636,7 @@ std::vector<mlir::Value> CpuKernelEmitter::accumulate_vectors(const std::vector<
       init.insert(init.end(), chains, nan_tracker_identity(vectorized[q], lanes));
     }
   size_t patch_at = init.size();
-  if (deferred) init.push_back(constant(DType::Bool, 0, 0, lanes));
+  if (deferred) init.push_back(no_patch_mask(lanes));
   // The deferred pass (the fast one, run again exactly when it reports a need) also adds the
   // sums_in_f32_blocks() ones into f32 chains (iteration arguments of an inner loop, after the
   // others) over kF32BlockSteps steps, then into their f64 chains.
@@ -715,7 +715,7 @@ std::vector<mlir::Value> CpuKernelEmitter::accumulate_vectors(const std::vector<
   }
   if (deferred) {
     if (!masks.empty())
-      *needs_patch = b_.create<mlir::vector::ReductionOp>(loc_, mlir::vector::CombiningKind::OR, results[patch_at]);
+      *needs_patch = any_patch(results[patch_at]);
     results.pop_back();
   }
   if (blocks > 0) {
@@ -776,16 +776,30 @@ void CpuKernelEmitter::prefetch_inputs(mlir::Value row_base, mlir::Value j) {
 }
 
 mlir::Value CpuKernelEmitter::or_patch_masks(mlir::Value seen, const std::vector<mlir::Value>& masks) {
+  auto lanes_of = [](mlir::Type t) {
+    auto v = mlir::dyn_cast<mlir::VectorType>(t);
+    return v ? v.getNumElements() : int64_t{1};
+  };
+  const int64_t lanes = lanes_of(seen.getType());
   for (mlir::Value m : masks) {
-    if (m.getType() != seen.getType()) {  // a mask of other lanes: whether any is set, in every lane
+    if (lanes_of(m.getType()) != lanes) {  // a mask of other lanes: whether any is set, in every lane
       mlir::Value any = mlir::isa<mlir::VectorType>(m.getType())
                             ? b_.create<mlir::vector::ReductionOp>(loc_, mlir::vector::CombiningKind::OR, m).getResult()
                             : m;
-      m = b_.create<mlir::vector::BroadcastOp>(loc_, seen.getType(), any);
+      m = lanes > 1 ? b_.create<mlir::vector::BroadcastOp>(loc_, scalar_.lane_type(b_.getI1Type(), static_cast<int>(lanes)), any)
+                          .getResult()
+                    : any;
     }
-    seen = b_.create<mlir::arith::OrIOp>(loc_, seen, m);
+    seen = b_.create<mlir::arith::OrIOp>(loc_, seen, b_.create<mlir::arith::ExtSIOp>(loc_, seen.getType(), m));
   }
   return seen;
+}
+
+mlir::Value CpuKernelEmitter::any_patch(mlir::Value seen) {
+  mlir::Value any = mlir::isa<mlir::VectorType>(seen.getType())
+                        ? b_.create<mlir::vector::ReductionOp>(loc_, mlir::vector::CombiningKind::OR, seen).getResult()
+                        : seen;
+  return cmpi(mlir::arith::CmpIPredicate::ne, any, constant(DType::I32, 0, 0, 1));
 }
 
 // One element at a time, each element's index taken apart into the reduced dims.
