@@ -609,8 +609,9 @@ TEST_CASE("softmax rows with subnormal exp(x - max) rerun with the fix-up", "[cp
   }
 }
 
-// The contiguous loop runs whole vectors in blocks that compute f32 exp without its fix-up
-// for arguments below -87.3 and run the block again with it when a lane needed it: exp and a
+// The contiguous loop runs whole vectors in blocks that defer their fix-ups and run the block
+// again with them when a lane needed one (on CPUs without vscalefps, f32 exp's short form defers
+// lanes with |x| > 87, ScalarLowering::exp_f32_inline): exp and a
 // Gaussian density (broadcast scalars, hoisted out of the loop) of inputs where no lane, one
 // lane, every fifth lane, or the first and last element need it must equal the interpreter's
 // exactly scaled values (no absolute tolerance), at sizes that end mid-block, mid-vector, and
