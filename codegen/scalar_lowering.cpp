@@ -647,7 +647,7 @@ mlir::Value ScalarLowering::exp_f32_inline(mlir::Value x, int lanes) {
            (b_.getInsertionPoint() == b_.getInsertionBlock()->end() || def->isBeforeInBlock(&*b_.getInsertionPoint()));
   };
   // The short form (see above): where vscalefps is missing and the loop's rerun patches lanes.
-  const bool short_form = deferred_masks_ && lanes > 1 && !(sleef_.avx512f && lanes % 16 == 0);
+  const bool short_form = deferred_masks_ && lanes > 1 && !has_scalef(lanes);
   const ExpReduction* reduction = nullptr;
   bool negated = false;
   for (const auto& [key, r] : exp_reductions_) {
@@ -684,20 +684,20 @@ mlir::Value ScalarLowering::exp_f32_inline(mlir::Value x, int lanes) {
   mlir::Value s = negated ? neg(reduction->s) : reduction->s;
   mlir::Value u = fma(s, reduction->odd, reduction->even);
   u = b_.create<mlir::arith::AddFOp>(loc_, c(1.f), fma(reduction->t, u, s));
-  if (reduction->short_form) {
-    // 2^q from the bits of q + 1.5 * 2^23 + 127: shifted left by 23 they are q + 127, the
-    // exponent field, and the rest is shifted out. (For -q LLVM makes the sum one subtraction.)
-    mlir::Type int_lanes = lane_type(b_.getI32Type(), lanes);
-    mlir::Value biased = b_.create<mlir::arith::BitcastOp>(
-        loc_, int_lanes, b_.create<mlir::arith::AddFOp>(loc_, q, c(0x1.8p23f + 127.f)));
-    mlir::Value field = b_.create<mlir::arith::ShLIOp>(loc_, biased, constant(DType::I32, 0, 23, lanes));
-    return b_.create<mlir::arith::MulFOp>(loc_, u, b_.create<mlir::arith::BitcastOp>(loc_, u.getType(), field));
-  }
-  return scale_by_power_of_two(u, q, lanes);
+  return reduction->short_form ? scale_by_normal_power_of_two(u, q, lanes) : scale_by_power_of_two(u, q, lanes);
+}
+
+mlir::Value ScalarLowering::scale_by_normal_power_of_two(mlir::Value u, mlir::Value q, int lanes) {
+  // 2^q from the bits of q + 1.5 * 2^23 + 127: shifted left by 23 they are q + 127, the exponent
+  // field, and the rest is shifted out. (For -q LLVM makes the sum one subtraction.)
+  mlir::Value biased = b_.create<mlir::arith::BitcastOp>(
+      loc_, lane_type(b_.getI32Type(), lanes), b_.create<mlir::arith::AddFOp>(loc_, q, constant(DType::F32, 0x1.8p23 + 127, 0, lanes)));
+  mlir::Value field = b_.create<mlir::arith::ShLIOp>(loc_, biased, constant(DType::I32, 0, 23, lanes));
+  return b_.create<mlir::arith::MulFOp>(loc_, u, b_.create<mlir::arith::BitcastOp>(loc_, u.getType(), field));
 }
 
 mlir::Value ScalarLowering::scale_by_power_of_two(mlir::Value u, mlir::Value q, int lanes) {
-  if (sleef_.avx512f && lanes % 16 == 0) {
+  if (has_scalef(lanes)) {
     // vscalefps zmm, 16 lanes at a time (rounding: the current mode).
     mlir::Type chunk_type = lane_type(b_.getF32Type(), 16);
     mlir::Value all_lanes = b_.create<mlir::LLVM::ConstantOp>(loc_, b_.getI16Type(), b_.getI16IntegerAttr(-1));

@@ -233,6 +233,10 @@ class ScalarLowering {
   mlir::Value exp_f32_inline(mlir::Value x, int lanes);  // SLEEF's expf inlined
   // u * 2^q (q integral, |q| <= 150) rounded once, as SLEEF's vldexp2 (vscalefps on AVX-512).
   mlir::Value scale_by_power_of_two(mlir::Value u, mlir::Value q, int lanes);
+  // The same for |q| <= 126, where 2^q is a normal float: one product (exp's short form).
+  mlir::Value scale_by_normal_power_of_two(mlir::Value u, mlir::Value q, int lanes);
+  // Whether `lanes` f32 lanes scale with vscalefps (AVX-512 on this host, whole zmm registers).
+  bool has_scalef(int lanes) const { return sleef_.avx512f && lanes % 16 == 0; }
   // exp_f32_inline's range reduction and polynomial halves of a value (exp of it and exp of its
   // negation are both made from them), kept until forget_exp_reductions(): a body with exp(v)
   // and exp(-v) (sinh, cosh, tanh written out) computes the second for a quarter of the first.
