@@ -30,9 +30,10 @@ CompileOptions with_target(const Target& t) {
 }
 
 // The host, with caches small enough that a few dozen rows and columns cross every block: kc,
-// mc and nc of a couple of register tiles. kc is 2 x L1 / (nr x element size): 32 elements with
-// AVX-512's 16-lane f32 tiles, 64 with AVX2's 8 lanes (4 KiB gave AVX2 hosts kc = 128, past
-// the K of every shape but one in "matmul blocking edges").
+// mc and nc of a couple of register tiles. kc is 2 x L1 / (nr x element size) with AVX-512's
+// 12 x 32 f32 tiles, L1 / (nr x element size) with AVX2's 6 x 16: 32 elements either way (L1
+// at 4 KiB gave AVX2 hosts kc = 128 when it was 2 x L1, past the K of every shape but one in
+// "matmul blocking edges").
 Target tiny_caches() {
   Target t = Target::host();
   t.l1_bytes = 2 << 10;
