@@ -153,15 +153,32 @@ void CpuKernelEmitter::pack_b(const MatmulPlan& p, mlir::Value pc, mlir::Value k
   };
   mlir::Value padded = round_up(nb, t.nr);
   if (access_.inner(b_id, rank - 1) <= ir::InnerAccess::Unit) {
-    loop(i64(0), kb, 1, [&](mlir::Value kk) {
+    // Row k of column j0 + c goes to (j0 / nr) * kb * nr + k * nr + c: panel j0 starts at j0 * kb.
+    auto copy_row_of_panel = [&](mlir::Value kk, mlir::Value j0) {
       std::vector<mlir::Value> idx0 = p.batch;
       idx0.push_back(add(pc, kk));
       idx0.push_back(i64(0));
-      loop(i64(0), padded, t.lanes, [&](mlir::Value jj) {
+      mlir::Value row_start = add(mul(j0, kb), mul(kk, i64(t.nr)));
+      for (int64_t c = 0; c < t.nr; c += t.lanes) {
+        mlir::Value jj = add(j0, i64(c));
         mlir::Value v;
         masked(sub(nb, jj), t.lanes, [&] { v = lane_value(b_id, idx0, rank - 1, add(jc, jj), t.lanes); });
-        store(p.pack_b, p.t, packed_offset(kk, jj), v, t.lanes);  // whole vectors: padding included
+        store(p.pack_b, p.t, add(row_start, i64(c)), v, t.lanes);  // whole vectors: padding included
+      }
+    };
+    // kPackRows rows at a time across all panels: the reads are kPackRows streams along B's
+    // rows and the stores kPackRows x nr elements in order per panel. Row by row, each row's
+    // stores went to nb / nr places kc x nr elements apart (one L1 set); panel by panel, the
+    // reads were one line per row, N elements apart.
+    constexpr int64_t kPackRows = 8;
+    mlir::Value whole_rows = mul(div(kb, i64(kPackRows)), i64(kPackRows));
+    loop(i64(0), whole_rows, kPackRows, [&](mlir::Value k0) {
+      loop(i64(0), padded, t.nr, [&](mlir::Value j0) {
+        for (int64_t r = 0; r < kPackRows; ++r) copy_row_of_panel(add(k0, i64(r)), j0);
       });
+    });
+    loop(whole_rows, kb, 1, [&](mlir::Value kk) {
+      loop(i64(0), padded, t.nr, [&](mlir::Value j0) { copy_row_of_panel(kk, j0); });
     });
     return;
   }
