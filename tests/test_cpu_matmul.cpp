@@ -329,6 +329,7 @@ TEST_CASE("a fused MLP layer is one kernel", "[cpu][matmul][fusion]") {
 TEST_CASE("the matmul generator retargets to 256-bit vectors (AVX2: 8 f32 lanes, 6 x 16 tiles)", "[cpu][matmul]") {
   Target avx2 = Target::host();
   avx2.vector_bits = 256;  // runs on any x86-64 host with AVX2 (this one too, if it has AVX-512)
+  avx2.l1_bytes = 32 << 10;
   Graph g;
   Tensor x = g.input("x", DType::F32, {sym("M"), sym("K")});
   Tensor w = g.input("w", DType::F32, {sym("K"), sym("N")});
@@ -339,6 +340,16 @@ TEST_CASE("the matmul generator retargets to 256-bit vectors (AVX2: 8 f32 lanes,
   CHECK(s.vector_width == 8);
   CHECK(s.mr == 6);
   CHECK(s.nr == 16);
+  // The 6 x 16 tile's kc x nr panel of B fills L1 once (kc = 1024, twice L1, ran 2048^3 9% slower
+  // on a Zen 3); AVX-512's 12 x 32 tile takes twice L1, the same kc at this L1.
+  CHECK(s.kc == 512);
+  Target avx512 = avx2;
+  avx512.vector_bits = 512;
+  runtime::Executable wide_exe = compile(g, with_target(avx512));
+  const ir::CpuSchedule& wide = only_matmul(wide_exe).schedule.cpu;
+  CHECK(wide.mr == 12);
+  CHECK(wide.nr == 32);
+  CHECK(wide.kc == 512);
   std::string mlir = codegen::emit_cpu_mlir(exe.program());
   CHECK(mlir.find("vector.fma") != std::string::npos);
   CHECK(mlir.find("vector<8xf32>") != std::string::npos);
