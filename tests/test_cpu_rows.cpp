@@ -181,3 +181,39 @@ TEST_CASE("kernels larger than the caches stream their output (non-temporal stor
     check(g, {{"N", 4'000'003}});
   }
 }
+
+// With 256-bit vectors (AVX2) large outputs stream too: two 32-byte non-temporal stores per line
+// from a vector boundary. The contiguous form (f32 and f64, a thread's range starting mid-line),
+// rows plus a broadcast row (rows that are not whole lines: elements up to the first line one at
+// a time), and a row-wise kernel's output (softmax). Runs on any x86-64 host with AVX2.
+TEST_CASE("AVX2 kernels stream their output with 32-byte non-temporal stores", "[cpu][streaming][threads]") {
+  CompileOptions avx2;
+  avx2.pipeline.target = Target::host();
+  avx2.pipeline.target.vector_bits = 256;
+  auto streams = [&](const Graph& g) {
+    runtime::Executable exe = compile(g, avx2);
+    std::string mlir = codegen::emit_cpu_mlir(exe.program());
+    return mlir.find("nontemporal") != std::string::npos;
+  };
+  for (DType t : {DType::F32, DType::F64}) {
+    INFO(ir::dtype_name(t));
+    Graph contiguous;
+    Tensor x = contiguous.input("x", t, {sym("N")});
+    Tensor y = contiguous.input("y", t, {sym("N")});
+    contiguous.output("z", x * y + x);
+    CHECK(streams(contiguous));
+    check(contiguous, {{"N", 4'000'003}}, avx2);
+    Graph rows;
+    Tensor a = rows.input("a", t, {sym("N"), sym("M")});
+    Tensor row = rows.input("row", t, {sym("M")});
+    rows.output("c", a * 2.0 + row);
+    CHECK(streams(rows));
+    check(rows, {{"N", 4300}, {"M", 1001}}, avx2);
+  }
+  Graph softmax;
+  Tensor x = softmax.input("x", DType::F32, {sym("R"), sym("C")});
+  Tensor e = exp(x - max(x, -1, true));
+  softmax.output("softmax", e / sum(e, -1, true));
+  CHECK(streams(softmax));
+  check(softmax, {{"R", 1100}, {"C", 4096}}, avx2);
+}

@@ -21,7 +21,7 @@ void CpuKernelEmitter::emit_contiguous(mlir::Value base, int lanes) {
 // The contiguous loop over [begin, end) as one loop of whole vectors: the first and last
 // iterations load and store under a lane mask (masked-off lanes touch no memory), so the body
 // is emitted once, with no scalar copy for the tails (compile time). A large kernel starts at
-// the 64-byte boundary below `begin` and writes its whole vectors with non-temporal stores, when
+// the vector boundary below `begin` and writes its whole vectors with non-temporal stores, when
 // its outputs have one element size and start at the same offset within a line (HostArrays
 // start on one), so that one boundary is every output's.
 void CpuKernelEmitter::emit_contiguous_loops(mlir::Value begin, mlir::Value end, int lanes) {
@@ -38,7 +38,7 @@ void CpuKernelEmitter::emit_contiguous_loops(mlir::Value begin, mlir::Value end,
   bool one_size = std::all_of(k_.body.outputs.begin(), k_.body.outputs.end(), [&](const ir::GraphOutput& o) {
     return static_cast<int64_t>(ir::dtype_size(k_.body.node(o.node).dtype)) == out_size;
   });
-  if (one_size && out_size * lanes >= 64) {
+  if (one_size && streams_whole_lines(out_size * lanes)) {
     mlir::Value total = dim(ir::num_elements(k_.space));
     int64_t other_outputs = static_cast<int64_t>(k_.body.outputs.size()) - 1;
     mlir::Value large = cmpi(mlir::arith::CmpIPredicate::sgt,
@@ -54,10 +54,14 @@ void CpuKernelEmitter::emit_contiguous_loops(mlir::Value begin, mlir::Value end,
                                      b_.create<mlir::arith::RemUIOp>(loc_, address, i64(64)));
       streaming = b_.create<mlir::arith::AndIOp>(loc_, streaming, same_offset);
     }
-    mlir::Value misalignment = b_.create<mlir::arith::RemUIOp>(loc_, add(address, mul(begin, i64(out_size))), i64(64));
+    // To the next vector boundary (a non-temporal store needs one), so that the peel fits the
+    // masked head vector; with 32-byte vectors the line it may start in the middle of is written
+    // half by that ordinary store, every later line by two streaming ones.
+    int64_t vector_bytes = out_size * lanes;
+    mlir::Value misalignment = b_.create<mlir::arith::RemUIOp>(loc_, add(address, mul(begin, i64(out_size))), i64(vector_bytes));
     mlir::Value peel = b_.create<mlir::arith::DivUIOp>(
-        loc_, b_.create<mlir::arith::RemUIOp>(loc_, sub(i64(64), misalignment), i64(64)), i64(out_size));
-    aligned = select(streaming, min_i64(add(begin, peel), end), begin);  // peel <= lanes
+        loc_, b_.create<mlir::arith::RemUIOp>(loc_, sub(i64(vector_bytes), misalignment), i64(vector_bytes)), i64(out_size));
+    aligned = select(streaming, min_i64(add(begin, peel), end), begin);  // peel < lanes
   }
   // Whole vectors from `aligned` on, unmasked; the elements before it and after the last whole
   // vector are one masked vector each (no scalar copy of the body: compile time).
@@ -245,7 +249,7 @@ void CpuKernelEmitter::emit_rows(mlir::Value begin, mlir::Value end, int lanes) 
   if (lanes > 1 && k_.body.outputs.size() == 1) {
     DType t = k_.body.node(k_.body.outputs[0].node).dtype;
     out_size = static_cast<int64_t>(ir::dtype_size(t));
-    if (out_size * lanes == 64) {
+    if (streams_whole_lines(out_size * lanes)) {
       mlir::Value large = cmpi(mlir::arith::CmpIPredicate::sgt, mul(dim(ir::num_elements(k_.space)), i64(bytes_moved_per_element(t))),
                                i64(kStreamingBytes));
       address = b_.create<mlir::LLVM::PtrToIntOp>(loc_, i64_type(), base_[output_slot_[0]]);

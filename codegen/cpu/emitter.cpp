@@ -147,11 +147,11 @@ mlir::Value CpuKernelEmitter::zero_i8(int lanes) {
   return b_.create<mlir::arith::ConstantOp>(loc_, attr);
 }
 
-// `streaming`: a non-temporal store (the address must be 64-byte aligned), which writes
-// around the caches instead of first reading the line it overwrites.
+// `streaming`: a non-temporal store (the address must be aligned to the vector's size), which
+// writes around the caches instead of first reading the line it overwrites.
 void CpuKernelEmitter::store(int slot, DType t, mlir::Value offset, mlir::Value v, int lanes, bool streaming) {
   if (t == DType::Bool) v = b_.create<mlir::arith::ExtUIOp>(loc_, lane_type(b_.getI8Type(), lanes), v);
-  unsigned align = streaming ? 64 : static_cast<unsigned>(ir::dtype_size(t));
+  unsigned align = static_cast<unsigned>(ir::dtype_size(t)) * (streaming ? lanes : 1);
   if (mask_ && lanes > 1 && !streaming) {
     b_.create<mlir::LLVM::MaskedStoreOp>(loc_, v, element_address(slot, t, offset), mask_, align);
     return;

@@ -110,6 +110,11 @@ class CpuKernelEmitter : public KernelEmitterBase {
   // output could not stay in the caches anyway (larger than a typical L3 share), and streaming
   // it saves reading every line before it is overwritten (a third of an add's traffic).
   static constexpr int64_t kStreamingBytes = int64_t{32} << 20;
+  // Vectors that non-temporal stores write whole lines with: one 64-byte vector (AVX-512), or two
+  // 32-byte ones (AVX2) stored one after the other from a line boundary, which the core's
+  // write-combining buffer joins into one line. Without streaming, AVX2 outputs were written with
+  // ordinary stores, each line read before it was overwritten.
+  static bool streams_whole_lines(int64_t vector_bytes) { return vector_bytes == 64 || vector_bytes == 32; }
   // The contiguous loop over [begin, end) as one loop of whole vectors: the first and last
   // iterations load and store under a lane mask (masked-off lanes touch no memory), so the body
   // is emitted once, with no scalar copy for the tails (compile time). A large kernel with one

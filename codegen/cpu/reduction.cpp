@@ -145,7 +145,7 @@ void CpuKernelEmitter::emit_reduction_row(mlir::Value row) {
         // when every row starts on a 64-byte line (an ordinary store first reads the line it
         // overwrites: a third more memory traffic); the part the stash filled is in cache.
         mlir::Value streaming = b_.create<mlir::arith::ConstantIntOp>(loc_, 0, 1);
-        if (full_space_outputs == 1 && static_cast<int64_t>(ir::dtype_size(n.dtype)) * lanes == 64)
+        if (full_space_outputs == 1 && streams_whole_lines(static_cast<int64_t>(ir::dtype_size(n.dtype)) * lanes))
           streaming = streams_rows(output_slot_[o], n.dtype, bytes_moved_per_element(n.dtype), dim(row_length));
         mlir::Value computed_from = i64(0);
         if (stash.node >= 0 && static_cast<int>(o) == stash.output) {
