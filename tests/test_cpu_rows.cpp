@@ -163,9 +163,43 @@ TEST_CASE("transposes in registers on 256-bit vectors and large enough to stream
     INFO("N = " << n << ", M = " << m);
     check(g, {{"N", n}, {"M", m}}, avx2);
   }
-  // Over kStreamingBytes / 2 of output with rows of whole 64-byte lines: non-temporal stores;
-  // 2051 rows: a partial tile of rows at the end, and thread ranges that start mid-row.
-  check(g, {{"N", 2051}, {"M", 2048}});
+  // Over kStreamingBytes / 2 of output with rows of whole 64-byte lines: non-temporal stores,
+  // two 8 x 8 tiles across filling each line, in strips walked down blocks of 1024 rows;
+  // 2051 rows: two blocks, a partial tile of rows at the end, and thread ranges that start
+  // mid-row. Rows of 2056 and 2059 (not whole lines: nothing streams) end in a lone tile, and
+  // then elements.
+  CHECK(mlir.find("nontemporal") != std::string::npos);
+  for (int64_t m : {2048, 2056, 2059}) {
+    INFO("M = " << m);
+    check(g, {{"N", 2051}, {"M", m}}, avx2);
+  }
+}
+
+TEST_CASE("AVX2 transposes stream whole lines only when no operand is read along rows", "[cpu][rows][transpose][streaming]") {
+  CompileOptions avx2;
+  avx2.pipeline.target = Target::host();
+  avx2.pipeline.target.vector_bits = 256;
+  for (DType t : {DType::F32, DType::F64}) {  // 8 x 8 and 4 x 4 tiles, two across a line
+    INFO(ir::dtype_name(t));
+    Graph transposed;
+    Tensor x = transposed.input("x", t, {sym("M"), sym("N")});
+    Tensor column = transposed.input("column", t, {sym("N"), 1});
+    transposed.output("xt", transpose(x) * column);  // a column: constant along the rows
+    CHECK(one_tiled_kernel(transposed, avx2).find("nontemporal") != std::string::npos);
+    // (2100 x 2048: over kStreamingBytes, so the streaming stores run)
+    for (auto [n, m] : std::vector<std::pair<int64_t, int64_t>>{{1030, 1040}, {2100, 2048}, {17, 4100}}) {
+      INFO("N = " << n << ", M = " << m);
+      check(transposed, {{"N", n}, {"M", m}}, avx2);
+    }
+    // y read along its rows: a strip would read one line from each of a thousand rows of y, so
+    // the tiles keep bands walked across and ordinary stores (32-byte halves of lines).
+    Graph mixed;
+    Tensor a = mixed.input("a", t, {sym("M"), sym("N")});
+    Tensor y = mixed.input("y", t, {sym("N"), sym("M")});
+    mixed.output("z", transpose(a) * 2.0 + y);
+    CHECK(one_tiled_kernel(mixed, avx2).find("nontemporal") == std::string::npos);
+    check(mixed, {{"N", 2051}, {"M", 2048}}, avx2);
+  }
 }
 
 TEST_CASE("kernels larger than the caches stream their output (non-temporal stores)", "[cpu][streaming]") {

@@ -178,9 +178,10 @@ class CpuKernelEmitter : public KernelEmitterBase {
   // Whether every output (4 or 8 bytes per element) and every node it reads through
   // elementwise ops is Rows or Columns: emit_tiled then uses register tiles.
   bool register_tiles_apply();
+  bool tiles_read_no_rows();
   struct RegisterTile;  // one tile's indices and row vectors (elementwise.cpp)
   mlir::Value tile_row(NodeId id, RegisterTile& tile, int row);
-  void emit_register_tile(RegisterTile& tile, mlir::Value streaming);
+  void emit_register_tiles_across(std::vector<RegisterTile>& tiles, mlir::Value streaming);
   void emit_register_tiles(mlir::Value full_first, mlir::Value full_last, mlir::Value width);
   // A row: every reduction in order (a later one may use an earlier one's result, as softmax's
   // sum uses its max), then the outputs: reduced-space ones once, full-space ones over the row.
