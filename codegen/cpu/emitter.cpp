@@ -67,7 +67,11 @@ void CpuKernelEmitter::emit(mlir::func::FuncOp func) {
     case ir::LoopForm::Rows: emit_rows(begin, end, lanes); break;
     case ir::LoopForm::TiledRows: emit_tiled(begin, end); break;
     case ir::LoopForm::General: loop(begin, end, 1, [&](mlir::Value i) { emit_general(i); }); break;
-    case ir::LoopForm::ReductionRows: loop(begin, end, 1, [&](mlir::Value row) { emit_reduction_row(row); }); break;
+    case ir::LoopForm::ReductionRows:
+      row_scratch_ = row_stash_scratch();  // acquired once per task, before the rows
+      loop(begin, end, 1, [&](mlir::Value row) { emit_reduction_row(row); });
+      if (row_scratch_ >= 0) release_scratch();
+      break;
     case ir::LoopForm::ColumnReduction: emit_columns(begin, end, lanes); break;
     case ir::LoopForm::SplitReduction: loop(begin, end, 1, [&](mlir::Value chunk) { emit_split_chunk(chunk); }); break;
     case ir::LoopForm::BlockedMatmul: emit_matmul_blocked(begin, end); break;

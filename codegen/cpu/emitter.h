@@ -255,6 +255,11 @@ class CpuKernelEmitter : public KernelEmitterBase {
                         int lanes);
   bool reads_elementwise(NodeId id, NodeId source);
   RowStash row_stash(const std::vector<NodeId>& last_group, int lanes);
+  // A task's scratch row for the stash (slot, -1: none): see row_stash().
+  int row_stash_scratch();
+  std::vector<std::vector<NodeId>> row_groups(const std::set<NodeId>& in_moments, std::vector<std::vector<NodeId>>& arg_groups);
+  int row_scratch_ = -1;
+  static constexpr int64_t kRowStashBytes = int64_t{256} << 10;
   // One element at a time, each element's index taken apart into the reduced dims.
   std::vector<mlir::Value> accumulate_scalar(const std::vector<NodeId>& ids, const std::vector<mlir::Value>& init,
                                              const std::vector<mlir::Value>& kept, mlir::Value from, mlir::Value to);

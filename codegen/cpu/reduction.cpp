@@ -68,6 +68,33 @@ void CpuKernelEmitter::emit_split_chunk(mlir::Value chunk) {
   for (size_t q = 0; q < ids.size(); ++q) store_partial(ids[q], static_cast<int>(q), chunk, accs[q]);
 }
 
+// Reductions in groups that read the row once each: a group ends where a reduction needs an
+// earlier one's result (softmax's sum needs its max). argmax/argmin fold apart, in order, in
+// `arg_groups` (the same index as their group): their (value, index) pair is no SIMD accumulator.
+std::vector<std::vector<NodeId>> CpuKernelEmitter::row_groups(const std::set<NodeId>& in_moments,
+                                                              std::vector<std::vector<NodeId>>& arg_groups) {
+  std::vector<std::vector<NodeId>> groups(1);
+  for (NodeId id : reduce_nodes()) {
+    if (in_moments.count(id)) continue;
+    for (NodeId earlier : groups.back())
+      if (access_.depends_on(id, earlier)) {
+        groups.emplace_back();
+        break;
+      }
+    groups.back().push_back(id);
+  }
+  arg_groups.assign(groups.size(), {});
+  for (size_t g = 0; g < groups.size(); ++g) {
+    auto args = std::stable_partition(groups[g].begin(), groups[g].end(), [&](NodeId id) {
+      ir::ReduceKind r = k_.body.node(id).as<ir::ReduceAttrs>().kind;
+      return r != ir::ReduceKind::ArgMax && r != ir::ReduceKind::ArgMin;
+    });
+    arg_groups[g].assign(args, groups[g].end());
+    groups[g].erase(args, groups[g].end());
+  }
+  return groups;
+}
+
 // A row: every reduction in order (a later one may use an earlier one's result, as softmax's
 // sum uses its max), then the outputs: reduced-space ones once, full-space ones over the row.
 void CpuKernelEmitter::emit_reduction_row(mlir::Value row) {
@@ -83,31 +110,23 @@ void CpuKernelEmitter::emit_reduction_row(mlir::Value row) {
     emit_row_moments(m, kept, row_base, row_length, lanes);
     in_moments.insert({m.mean, m.variance});
   }
-  // Reductions in groups that read the row once each: a group ends where a reduction needs an
-  // earlier one's result (softmax's sum needs its max).
-  std::vector<std::vector<NodeId>> groups(1);
-  for (NodeId id : reduce_nodes()) {
-    if (in_moments.count(id)) continue;
-    for (NodeId earlier : groups.back())
-      if (access_.depends_on(id, earlier)) {
-        groups.emplace_back();
-        break;
-      }
-    groups.back().push_back(id);
-  }
-  // argmax/argmin fold apart, in order: their (value, index) pair is no SIMD accumulator.
-  std::vector<std::vector<NodeId>> arg_groups(groups.size());
-  for (size_t g = 0; g < groups.size(); ++g) {
-    auto args = std::stable_partition(groups[g].begin(), groups[g].end(), [&](NodeId id) {
-      ir::ReduceKind r = k_.body.node(id).as<ir::ReduceAttrs>().kind;
-      return r != ir::ReduceKind::ArgMax && r != ir::ReduceKind::ArgMin;
-    });
-    arg_groups[g].assign(args, groups[g].end());
-    groups[g].erase(args, groups[g].end());
-  }
+  std::vector<std::vector<NodeId>> arg_groups;
+  std::vector<std::vector<NodeId>> groups = row_groups(in_moments, arg_groups);
   RowStash stash = groups.back().empty() ? RowStash{} : row_stash(groups.back(), lanes);
+  // Whether the stash goes to the task's scratch row and the output streams (null: never).
+  mlir::Value stash_streams;
   if (stash.node >= 0) {
-    base_.push_back(element_address(output_slot_[stash.output], k_.body.node(stash.node).dtype, row_base));
+    DType t = k_.body.node(stash.node).dtype;
+    mlir::Value own_row = element_address(output_slot_[stash.output], t, row_base);
+    mlir::Value stash_row = own_row;
+    if (row_scratch_ >= 0) {
+      mlir::Value fits = cmpi(mlir::arith::CmpIPredicate::sle, mul(dim(row_length), i64(static_cast<int64_t>(ir::dtype_size(t)))),
+                              i64(kRowStashBytes));
+      stash_streams = b_.create<mlir::arith::AndIOp>(
+          loc_, fits, streams_rows(output_slot_[stash.output], t, bytes_moved_per_element(t), dim(row_length)));
+      stash_row = select(stash_streams, base_[row_scratch_], own_row);
+    }
+    base_.push_back(stash_row);
     stash.slot = static_cast<int>(base_.size()) - 1;
   }
   // The pass that prefetches the next row's inputs (prefetch_next_row_): the last one over them,
@@ -152,7 +171,8 @@ void CpuKernelEmitter::emit_reduction_row(mlir::Value row) {
           // The stashed value read back from the stash row (still in cache), not recomputed.
           loop(i64(0), stash.end, lanes, [&](mlir::Value j) {
             row_cache_[stash.node] = load(stash.slot, n.dtype, j, lanes);
-            store(output_slot_[o], n.dtype, add(row_base, j), row_value(out, kept, row_base, j, lanes), lanes);
+            store_or_stream(stash_streams, output_slot_[o], n.dtype, add(row_base, j), row_value(out, kept, row_base, j, lanes),
+                            lanes);
           });
           computed_from = stash.end;
         }
@@ -356,7 +376,8 @@ bool CpuKernelEmitter::reads_elementwise(NodeId id, NodeId source) {
 // ownership during the exp pass, where that overlaps the computation, and the output pass
 // rewrites them in cache. (A scratch row with a streamed output pass was slower: that pass
 // only writes memory, with nothing to overlap, 7.0-7.6 ms against 5.4-5.6 for softmax
-// 4096 x 4096 on the 2-vCPU EPYC.)
+// 4096 x 4096 on the 2-vCPU EPYC, Zen 4 with AVX-512. On AVX2 and Zen 3 it is faster, and
+// taken there: row_stash_scratch().)
 CpuKernelEmitter::RowStash CpuKernelEmitter::row_stash(const std::vector<NodeId>& last_group, int lanes) {
   RowStash stash;
   if (lanes < 2 || !ir::trailing_axes(k_)) return stash;
@@ -380,6 +401,35 @@ CpuKernelEmitter::RowStash CpuKernelEmitter::row_stash(const std::vector<NodeId>
     }
   }
   return stash;
+}
+
+// The task's scratch row for row_stash() on AVX2 (32-byte vectors): there the stash goes to a
+// row of scratch (one per thread, kept between runs) instead of the output's own row, and the
+// output pass streams, when the output is large, its rows are whole lines and a row's stash fits
+// kRowStashBytes (else the own row, as before): the exp pass no longer reads the output's lines
+// for ownership, a third of the traffic. On the Zen 3 VM (two threads, `fusec run --bench=20`,
+// five alternations) softmax 4096 x 4096 took 10.1 ms against 12.1, 512 x 32768 10.7 against
+// 11.8, 65536 x 64 3.18 against 3.17. AVX-512 keeps the own row: the scratch row with a streamed
+// output pass measured slower on the Zen 4 VM (row_stash()), and has not been measured since.
+int CpuKernelEmitter::row_stash_scratch() {
+  int lanes = k_.schedule.cpu.vector_width;
+  if (lanes < 2 || !ir::trailing_axes(k_)) return -1;
+  int full_space = -1;
+  for (size_t o = 0; o < k_.body.outputs.size(); ++o)
+    if (k_.body.node(k_.body.outputs[o].node).shape == k_.space) {
+      if (full_space >= 0) return -1;
+      full_space = static_cast<int>(o);
+    }
+  if (full_space < 0) return -1;
+  int64_t size = static_cast<int64_t>(ir::dtype_size(k_.body.node(k_.body.outputs[full_space].node).dtype));
+  if (size * lanes != 32) return -1;  // AVX2's vectors (and streams_whole_lines())
+  std::set<NodeId> in_moments;
+  for (const RowMoments& m : row_moments(reduce_nodes())) in_moments.insert({m.mean, m.variance});
+  std::vector<std::vector<NodeId>> arg_groups;
+  std::vector<std::vector<NodeId>> groups = row_groups(in_moments, arg_groups);
+  if (groups.back().empty() || row_stash(groups.back(), lanes).node < 0) return -1;
+  mlir::Value row_bytes = mul(dim(ir::num_elements(reduced_dims())), i64(size));
+  return allocate_slot(add(min_i64(row_bytes, i64(kRowStashBytes)), i64(64)));
 }
 
 CpuKernelEmitter::RowAccess CpuKernelEmitter::row_access(NodeId id) {
