@@ -186,8 +186,9 @@ TEST_CASE("AVX2 transposes stream whole lines only when no operand is read along
     Tensor column = transposed.input("column", t, {sym("N"), 1});
     transposed.output("xt", transpose(x) * column);  // a column: constant along the rows
     CHECK(one_tiled_kernel(transposed, avx2).find("nontemporal") != std::string::npos);
-    // (2100 x 2048: over kStreamingBytes, so the streaming stores run)
-    for (auto [n, m] : std::vector<std::pair<int64_t, int64_t>>{{1030, 1040}, {2100, 2048}, {17, 4100}}) {
+    // (2100 x 2048 f32, 1500 x 1504 f64: over kStreamingBytes, so the streaming stores run)
+    std::pair<int64_t, int64_t> streamed = t == DType::F32 ? std::pair<int64_t, int64_t>{2100, 2048} : std::pair<int64_t, int64_t>{1500, 1504};
+    for (auto [n, m] : std::vector<std::pair<int64_t, int64_t>>{{1030, 1040}, streamed, {17, 4100}}) {
       INFO("N = " << n << ", M = " << m);
       check(transposed, {{"N", n}, {"M", m}}, avx2);
     }
@@ -198,7 +199,7 @@ TEST_CASE("AVX2 transposes stream whole lines only when no operand is read along
     Tensor y = mixed.input("y", t, {sym("N"), sym("M")});
     mixed.output("z", transpose(a) * 2.0 + y);
     CHECK(one_tiled_kernel(mixed, avx2).find("nontemporal") == std::string::npos);
-    check(mixed, {{"N", 2051}, {"M", 2048}}, avx2);
+    check(mixed, {{"N", 257}, {"M", 1031}}, avx2);
   }
 }
 
@@ -256,7 +257,7 @@ TEST_CASE("AVX2 kernels stream their output with 32-byte non-temporal stores", "
 // row, and the output pass streams (codegen's row_stash_scratch), when the output is large (over
 // kStreamingBytes moved), its rows are whole lines and a row's stash fits 256 KiB; else the
 // own row, as on AVX-512. Results against the interpreter for each: rows of 4096 (scratch),
-// rows of 65,600 f32 (256.25 KiB: own row) and of 4100 (not whole lines: own row), with an
+// rows just over 256 KiB (own row) and of 4100 elements (not whole lines: own row), with an
 // infinity, a NaN and a row of subnormal exp(x - max) lanes (the rerun with the fix-up).
 TEST_CASE("AVX2 softmax stashes exp in a scratch row and streams its output", "[cpu][streaming][threads]") {
   constexpr double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
@@ -279,8 +280,9 @@ TEST_CASE("AVX2 softmax stashes exp in a scratch row and streams its output", "[
     CHECK(scratch_row(avx2));
     CHECK_FALSE(scratch_row(avx512));
     runtime::Executable exe = compile(g, avx2);
-    int64_t long_row = t == DType::F32 ? 65'600 : 32'800;  // just over 256 KiB
-    for (auto [r, c] : std::vector<std::pair<int64_t, int64_t>>{{1100, 4096}, {70, long_row}, {1100, 4100}}) {
+    // Just over kStreamingBytes moved (8 or 16 bytes an element); long rows just over 256 KiB.
+    int64_t rows = t == DType::F32 ? 1100 : 550, long_row = t == DType::F32 ? 65'600 : 32'800;
+    for (auto [r, c] : std::vector<std::pair<int64_t, int64_t>>{{rows, 4096}, {70, long_row}, {rows, 4100}}) {
       INFO("R = " << r << ", C = " << c);
       ir::TensorMap inputs = testing::random_inputs(g.ir(), {{"R", r}, {"C", c}}, 17);
       ir::HostArray& in = inputs["x"];
