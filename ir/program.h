@@ -79,6 +79,10 @@ struct CpuSchedule {
   int transpose_block = 16;    // TiledRows: square tile edge in elements
   int64_t mc = 0, kc = 0, nc = 0;  // BlockedMatmul: cache blocking (rows of A, depth, cols of B)
   int mr = 0, nr = 0;              // BlockedMatmul: register tile (rows x cols of C kept in registers)
+  /// Contiguous, Rows, TiledRows, ReductionRows: kernels moving more bytes than this stream
+  /// their outputs (non-temporal stores); Target::streaming_bytes.
+  int64_t streaming_bytes = kDefaultStreamingBytes;
+  static constexpr int64_t kDefaultStreamingBytes = int64_t{32} << 20;
 };
 
 /// CUDA schedule: block shape, items per thread, tiles.

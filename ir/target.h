@@ -21,6 +21,10 @@ struct Target {
   int vector_bits = 512;  // 512 with AVX-512, 256 with AVX2
   int cores = 1;
   int64_t l1_bytes = 32 << 10, l2_bytes = 1 << 20, l3_bytes = 16 << 20;
+  /// Kernels that move more bytes than this write their outputs with non-temporal stores (they
+  /// could not stay in the caches anyway). The tests set it low to run the streaming code on
+  /// small arrays.
+  int64_t streaming_bytes = CpuSchedule::kDefaultStreamingBytes;
   // Cuda
   int device = 0;  // the device ordinal to load onto and run on
   /// The compute capability to compile for (80: sm_80); 0 leaves it to the driver: the device's
@@ -33,8 +37,8 @@ struct Target {
   /// The machine this process runs on (cpuid and /sys cache sizes).
   static Target host();
   /// The host with the properties that `description` names replaced: comma-separated `avx512`,
-  /// `avx2` or `vector=BITS`, `l1=SIZE`, `l2=SIZE`, `l3=SIZE` (bytes, or with a K, M or G
-  /// suffix) and `cores=N`, e.g. "avx2,l1=48K,l2=2M,l3=480M,cores=2"; "" is the host. Schedules
+  /// `avx2` or `vector=BITS`, `l1=SIZE`, `l2=SIZE`, `l3=SIZE`, `stream=SIZE` (bytes, or with a
+  /// K, M or G suffix; stream: streaming_bytes) and `cores=N`, e.g. "avx2,l1=48K,l2=2M,l3=480M,cores=2"; "" is the host. Schedules
   /// for another CPU's caches and vector width; the code still runs here. Throws ir::Error
   /// naming the part it does not understand.
   static Target cpu(std::string_view description = "");

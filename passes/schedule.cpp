@@ -22,6 +22,7 @@ static ir::CpuSchedule cpu_schedule(const Kernel& k, const ir::Target& t) {
   ir::CpuSchedule s;
   size_t elem = widest_element(k);
   s.vector_width = std::max(1, static_cast<int>(t.vector_bits / 8 / elem));
+  s.streaming_bytes = t.streaming_bytes;
   // Enough work per task to amortize a thread-pool wake-up (~a few microseconds).
   s.grain = k.kind == KernelKind::Elementwise || k.kind == KernelKind::Copy ? 1 << 14 : 1;
   switch (k.kind) {

@@ -23,8 +23,9 @@ inline const std::vector<CpuTargetDescription>& cpu_target_descriptions() {
       {"xeon", "avx512,l1=48K,l2=2M,l3=480M,cores=2"},
       {"avx2", "avx2,l1=32K,l2=1M,l3=32M,cores=2"},
       {"xeon-avx2", "avx2,l1=48K,l2=2M,l3=480M,cores=2"},
-      // Caches so small that a few rows and columns cross every matmul block boundary.
-      {"tiny-caches", "l1=4K,l2=4K,l3=8K,cores=1"},
+      // Caches so small that a few rows and columns cross every matmul block boundary, and
+      // outputs streamed from 1 KiB moved.
+      {"tiny-caches", "l1=4K,l2=4K,l3=8K,stream=1K,cores=1"},
   };
   return targets;
 }
@@ -33,6 +34,13 @@ inline CompileOptions compile_options_for(const CpuTargetDescription& target) {
   CompileOptions options;
   options.pipeline.target = Target::cpu(target.description);
   return options;
+}
+
+/// `t` writing outputs with non-temporal stores once a kernel moves 64 KiB instead of 32 MiB:
+/// the streaming code runs on arrays small enough for the interpreter to check quickly.
+inline Target streams_from_64k(Target t = Target::host()) {
+  t.streaming_bytes = 64 << 10;
+  return t;
 }
 
 /// The descriptions FUSE_CPU_TARGET names: one name, or "all"; unset: none (the caller rotates).

@@ -615,7 +615,8 @@ TEST_CASE("softmax rows with subnormal exp(x - max) rerun with the fix-up", "[cp
 // Gaussian density (broadcast scalars, hoisted out of the loop) of inputs where no lane, one
 // lane, every fifth lane, or the first and last element need it must equal the interpreter's
 // exactly scaled values (no absolute tolerance), at sizes that end mid-block, mid-vector, and
-// large enough for streaming stores (one output, > 32 MiB moved).
+// large enough for streaming stores (one output, over the 64 KiB the target streams from) in
+// several tasks of the thread pool.
 TEST_CASE("contiguous blocks with subnormal exp rerun with the fix-up", "[cpu][threads]") {
   for (bool two_outputs : {false, true}) {
     Graph g;
@@ -625,11 +626,11 @@ TEST_CASE("contiguous blocks with subnormal exp rerun with the fix-up", "[cpu][t
     Tensor z = (x - mu) / sigma;
     g.output("pdf", exp(-0.5 * z * z) / (sigma * 2.5066282746));
     if (two_outputs) g.output("e", exp(x));
-    runtime::Executable exe = compile(g);
+    runtime::Executable exe = compile(g, testing::streams_from_64k());
     INFO(ir::print_program(exe.program()));
     REQUIRE(exe.program().kernels.size() == 1);
     CHECK(exe.program().kernels[0].schedule.form == ir::LoopForm::Contiguous);
-    for (int64_t n : {1, 7, 16, 1023, 1024, 1025, 3 * 1024 + 17, 4'500'001}) {
+    for (int64_t n : {1, 7, 16, 1023, 1024, 1025, 3 * 1024 + 17, 250'001}) {
       for (int pattern = 0; pattern < 4; ++pattern) {
         if (n > 100'000 && pattern % 2 == 1) continue;  // (time)
         INFO("N = " << n << ", pattern " << pattern << ", two outputs " << two_outputs);
@@ -651,8 +652,8 @@ TEST_CASE("contiguous blocks with subnormal exp rerun with the fix-up", "[cpu][t
 
 // A large contiguous kernel with several outputs of one element size writes them all with
 // non-temporal stores from one 64-byte boundary (HostArray outputs start on a line); outputs of
-// two sizes write with ordinary stores. Results at sizes below and above the 32 MiB threshold,
-// at 1 and 7 threads ([threads]: a thread's range starts mid-line).
+// two sizes write with ordinary stores. Results at sizes below and above the threshold (64 KiB
+// here), at 1 and 7 threads ([threads]: a thread's range starts mid-line).
 TEST_CASE("several outputs of a contiguous kernel stream together", "[cpu][threads]") {
   for (bool mixed : {false, true}) {
     Graph g;
@@ -664,11 +665,11 @@ TEST_CASE("several outputs of a contiguous kernel stream together", "[cpu][threa
       g.output("difference", cast(a - b, DType::F32));
     else
       g.output("difference", a - b);
-    runtime::Executable exe = compile(g);
+    runtime::Executable exe = compile(g, testing::streams_from_64k());
     INFO("mixed sizes " << mixed << "\n" << ir::print_program(exe.program()));
     REQUIRE(exe.program().kernels.size() == 1);
     CHECK(exe.program().kernels[0].schedule.form == ir::LoopForm::Contiguous);
-    for (int64_t n : {1, 7, 1023, 1'000'003}) {  // 40 bytes per element at 1'000'003: 40 MB
+    for (int64_t n : {1, 7, 1023, 120'003}) {  // 40 bytes per element: 4.8 MB, in 7 tasks
       INFO("N = " << n);
       ir::TensorMap inputs = inputs_of(g.ir(), {{"N", n}}, 11);
       CHECK(testing::compare_outputs(ir::interpret(g.ir(), inputs), exe.run(inputs), 0, 0) == "");
@@ -677,7 +678,7 @@ TEST_CASE("several outputs of a contiguous kernel stream together", "[cpu][threa
 }
 
 // A matrix plus a broadcast row (the Rows form) writes with non-temporal stores when the kernel
-// moves more than 32 MiB: each row piece (a thread's range may start mid-row) from its first
+// moves more than the target's streaming_bytes (64 KiB here): each row piece (a thread's range may start mid-row) from its first
 // 64-byte line on, the elements before it one at a time. Results at sizes with whole-line rows
 // and without (1100 columns: rows start at 4 line offsets in f32; 1001: at all 16 in f32 and
 // all 8 in f64), f32 and f64, at 1 and 7 threads ([threads]).
@@ -687,11 +688,12 @@ TEST_CASE("rows plus a broadcast row with streaming stores", "[cpu][threads]") {
     Tensor a = g.input("a", t, {sym("N"), sym("M")});
     Tensor row = g.input("row", t, {sym("M")});
     g.output("c", a * 2.0 + row);
-    runtime::Executable exe = compile(g);
+    runtime::Executable exe = compile(g, testing::streams_from_64k());
     INFO(ir::dtype_name(t) << "\n" << ir::print_program(exe.program()));
     REQUIRE(exe.program().kernels.size() == 1);
     CHECK(exe.program().kernels[0].schedule.form == ir::LoopForm::Rows);
-    for (auto [n, m] : std::vector<std::pair<int64_t, int64_t>>{{1100, 4096}, {1031, 4112}, {4099, 1100}, {4300, 1001}, {3, 7}}) {
+    // (over 7 x 16384 elements: a task per thread at 7 threads)
+    for (auto [n, m] : std::vector<std::pair<int64_t, int64_t>>{{31, 4096}, {29, 4112}, {121, 1100}, {131, 1001}, {3, 7}}) {
       INFO("N = " << n << ", M = " << m);
       ir::TensorMap inputs = inputs_of(g.ir(), {{"N", n}, {"M", m}}, 5);
       CHECK(testing::compare_outputs(ir::interpret(g.ir(), inputs), exe.run(inputs), 1e-6, 0) == "");

@@ -5,6 +5,7 @@
 
 #include "codegen/cpu_codegen.h"
 #include "frontends/compile.h"
+#include "cpu_targets.h"
 #include "ir/printer.h"
 #include "random_graph.h"
 
@@ -154,7 +155,7 @@ TEST_CASE("transposes in registers on 256-bit vectors and large enough to stream
   Tensor x = g.input("x", DType::F32, {sym("M"), sym("N")});
   g.output("xt", transpose(x) * 3.0);
   CompileOptions avx2;
-  avx2.pipeline.target = Target::host();
+  avx2.pipeline.target = testing::streams_from_64k();
   avx2.pipeline.target.vector_bits = 256;  // 8 x 8 tiles of f32 (this host runs AVX2 code too)
   std::string mlir = one_tiled_kernel(g, avx2);
   CHECK(shuffles(mlir));
@@ -163,13 +164,13 @@ TEST_CASE("transposes in registers on 256-bit vectors and large enough to stream
     INFO("N = " << n << ", M = " << m);
     check(g, {{"N", n}, {"M", m}}, avx2);
   }
-  // Over kStreamingBytes / 2 of output with rows of whole 64-byte lines: non-temporal stores,
-  // two 8 x 8 tiles across filling each line, in strips walked down blocks of 1024 rows;
-  // 2051 rows: two blocks, a partial tile of rows at the end, and thread ranges that start
-  // mid-row. Rows of 2056 and 2059 (not whole lines: nothing streams) end in a lone tile, and
-  // then elements.
+  // Over streaming_bytes / 2 of output (64 KiB here; 4096 x 16 above streams too) with rows of
+  // whole 64-byte lines: non-temporal stores, two 8 x 8 tiles across filling each line, in
+  // strips walked down blocks of 1024 rows; 2051 rows: two blocks, a partial tile of rows at the
+  // end, and thread ranges that start mid-row. Rows of 72 and 75 (not whole lines: nothing
+  // streams) end in a lone tile, and then elements.
   CHECK(mlir.find("nontemporal") != std::string::npos);
-  for (int64_t m : {2048, 2056, 2059}) {
+  for (int64_t m : {64, 72, 75}) {
     INFO("M = " << m);
     check(g, {{"N", 2051}, {"M", m}}, avx2);
   }
@@ -177,7 +178,7 @@ TEST_CASE("transposes in registers on 256-bit vectors and large enough to stream
 
 TEST_CASE("AVX2 transposes stream whole lines only when no operand is read along rows", "[cpu][rows][transpose][streaming]") {
   CompileOptions avx2;
-  avx2.pipeline.target = Target::host();
+  avx2.pipeline.target = testing::streams_from_64k();
   avx2.pipeline.target.vector_bits = 256;
   for (DType t : {DType::F32, DType::F64}) {  // 8 x 8 and 4 x 4 tiles, two across a line
     INFO(ir::dtype_name(t));
@@ -186,9 +187,9 @@ TEST_CASE("AVX2 transposes stream whole lines only when no operand is read along
     Tensor column = transposed.input("column", t, {sym("N"), 1});
     transposed.output("xt", transpose(x) * column);  // a column: constant along the rows
     CHECK(one_tiled_kernel(transposed, avx2).find("nontemporal") != std::string::npos);
-    // (2100 x 2048 f32, 1500 x 1504 f64: over kStreamingBytes, so the streaming stores run)
-    std::pair<int64_t, int64_t> streamed = t == DType::F32 ? std::pair<int64_t, int64_t>{2100, 2048} : std::pair<int64_t, int64_t>{1500, 1504};
-    for (auto [n, m] : std::vector<std::pair<int64_t, int64_t>>{{1030, 1040}, streamed, {17, 4100}}) {
+    // 30 x 40: below the target's 64 KiB, ordinary stores; 1100 x 64 and 1030 x 48: streamed,
+    // in two blocks of rows; 17 x 4100: rows that are not whole lines.
+    for (auto [n, m] : std::vector<std::pair<int64_t, int64_t>>{{30, 40}, {1100, 64}, {1030, 48}, {17, 4100}}) {
       INFO("N = " << n << ", M = " << m);
       check(transposed, {{"N", n}, {"M", m}}, avx2);
     }
@@ -204,7 +205,7 @@ TEST_CASE("AVX2 transposes stream whole lines only when no operand is read along
 }
 
 TEST_CASE("kernels larger than the caches stream their output (non-temporal stores)", "[cpu][streaming]") {
-  // Over 32 MB moved: the aligned middle of each thread's range is written with streaming
+  // Over the target's streaming_bytes moved (64 KiB here, 32 MiB by default): the aligned middle of each thread's range is written with streaming
   // stores, after scalar iterations up to a 64-byte boundary (outputs need not be aligned).
   for (DType t : {DType::F32, DType::F64, DType::Bool, DType::I32}) {
     INFO(ir::dtype_name(t));
@@ -213,7 +214,9 @@ TEST_CASE("kernels larger than the caches stream their output (non-temporal stor
     Tensor y = g.input("y", t, {sym("N")});
     if (t == DType::Bool) g.output("z", logical_or(x, logical_not(y)));
     else g.output("z", x * y + x);
-    check(g, {{"N", 4'000'003}});
+    CompileOptions streaming;
+    streaming.pipeline.target = testing::streams_from_64k();
+    check(g, {{"N", 140'003}}, streaming);
   }
 }
 
@@ -223,7 +226,7 @@ TEST_CASE("kernels larger than the caches stream their output (non-temporal stor
 // a time), and a row-wise kernel's output (softmax). Runs on any x86-64 host with AVX2.
 TEST_CASE("AVX2 kernels stream their output with 32-byte non-temporal stores", "[cpu][streaming][threads]") {
   CompileOptions avx2;
-  avx2.pipeline.target = Target::host();
+  avx2.pipeline.target = testing::streams_from_64k();
   avx2.pipeline.target.vector_bits = 256;
   auto streams = [&](const Graph& g) {
     runtime::Executable exe = compile(g, avx2);
@@ -237,32 +240,32 @@ TEST_CASE("AVX2 kernels stream their output with 32-byte non-temporal stores", "
     Tensor y = contiguous.input("y", t, {sym("N")});
     contiguous.output("z", x * y + x);
     CHECK(streams(contiguous));
-    check(contiguous, {{"N", 4'000'003}}, avx2);
+    check(contiguous, {{"N", 140'003}}, avx2);
     Graph rows;
     Tensor a = rows.input("a", t, {sym("N"), sym("M")});
     Tensor row = rows.input("row", t, {sym("M")});
     rows.output("c", a * 2.0 + row);
     CHECK(streams(rows));
-    check(rows, {{"N", 4300}, {"M", 1001}}, avx2);
+    check(rows, {{"N", 131}, {"M", 1001}}, avx2);
   }
   Graph softmax;
   Tensor x = softmax.input("x", DType::F32, {sym("R"), sym("C")});
   Tensor e = exp(x - max(x, -1, true));
   softmax.output("softmax", e / sum(e, -1, true));
   CHECK(streams(softmax));
-  check(softmax, {{"R", 1100}, {"C", 4096}}, avx2);
+  check(softmax, {{"R", 11}, {"C", 4096}}, avx2);
 }
 
 // On AVX2, softmax's exp(x - max) goes to a scratch row of the task instead of the output's own
 // row, and the output pass streams (codegen's row_stash_scratch), when the output is large (over
-// kStreamingBytes moved), its rows are whole lines and a row's stash fits 256 KiB; else the
+// the target's streaming_bytes moved: 64 KiB here), its rows are whole lines and a row's stash fits 256 KiB; else the
 // own row, as on AVX-512. Results against the interpreter for each: rows of 4096 (scratch),
 // rows just over 256 KiB (own row) and of 4100 elements (not whole lines: own row), with an
 // infinity, a NaN and a row of subnormal exp(x - max) lanes (the rerun with the fix-up).
 TEST_CASE("AVX2 softmax stashes exp in a scratch row and streams its output", "[cpu][streaming][threads]") {
   constexpr double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
   CompileOptions avx2;
-  avx2.pipeline.target = Target::host();
+  avx2.pipeline.target = testing::streams_from_64k();
   avx2.pipeline.target.vector_bits = 256;
   CompileOptions avx512 = avx2;
   avx512.pipeline.target.vector_bits = 512;
@@ -280,9 +283,10 @@ TEST_CASE("AVX2 softmax stashes exp in a scratch row and streams its output", "[
     CHECK(scratch_row(avx2));
     CHECK_FALSE(scratch_row(avx512));
     runtime::Executable exe = compile(g, avx2);
-    // Just over kStreamingBytes moved (8 or 16 bytes an element); long rows just over 256 KiB.
-    int64_t rows = t == DType::F32 ? 1100 : 550, long_row = t == DType::F32 ? 65'600 : 32'800;
-    for (auto [r, c] : std::vector<std::pair<int64_t, int64_t>>{{rows, 4096}, {70, long_row}, {rows, 4100}}) {
+    // Over 64 KiB moved (8 or 16 bytes an element) in 13 rows, 7 threads' ranges of rows; long
+    // rows just over 256 KiB.
+    int64_t rows = 13, long_row = t == DType::F32 ? 65'600 : 32'800;
+    for (auto [r, c] : std::vector<std::pair<int64_t, int64_t>>{{rows, 4096}, {5, long_row}, {rows, 4100}}) {
       INFO("R = " << r << ", C = " << c);
       ir::TensorMap inputs = testing::random_inputs(g.ir(), {{"R", r}, {"C", c}}, 17);
       ir::HostArray& in = inputs["x"];

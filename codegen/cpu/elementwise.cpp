@@ -42,7 +42,7 @@ void CpuKernelEmitter::emit_contiguous_loops(mlir::Value begin, mlir::Value end,
     mlir::Value total = dim(ir::num_elements(k_.space));
     int64_t other_outputs = static_cast<int64_t>(k_.body.outputs.size()) - 1;
     mlir::Value large = cmpi(mlir::arith::CmpIPredicate::sgt,
-                             mul(total, i64(bytes_moved_per_element(out_type) + other_outputs * out_size)), i64(kStreamingBytes));
+                             mul(total, i64(bytes_moved_per_element(out_type) + other_outputs * out_size)), i64(streaming_bytes()));
     mlir::Value address = b_.create<mlir::LLVM::PtrToIntOp>(loc_, i64_type(), base_[output_slot_[0]]);
     // Elements are aligned to their size (the runtime's buffers are), so a boundary is an element.
     mlir::Value element_aligned =
@@ -251,7 +251,7 @@ void CpuKernelEmitter::emit_rows(mlir::Value begin, mlir::Value end, int lanes) 
     out_size = static_cast<int64_t>(ir::dtype_size(t));
     if (streams_whole_lines(out_size * lanes)) {
       mlir::Value large = cmpi(mlir::arith::CmpIPredicate::sgt, mul(dim(ir::num_elements(k_.space)), i64(bytes_moved_per_element(t))),
-                               i64(kStreamingBytes));
+                               i64(streaming_bytes()));
       address = b_.create<mlir::LLVM::PtrToIntOp>(loc_, i64_type(), base_[output_slot_[0]]);
       // (whole elements from a line boundary: a non-temporal store to an unaligned address faults)
       mlir::Value element_aligned = cmpi(mlir::arith::CmpIPredicate::eq, rem(address, i64(out_size)), i64(0));
@@ -451,7 +451,7 @@ void CpuKernelEmitter::emit_register_tiles(mlir::Value full_first, mlir::Value f
   mlir::Value height = max_i64(dim(k_.space[rank - 2]), i64(1));
   // Tiles across: as many side by side as make one 64-byte line of a row (two for AVX2's
   // 32-byte rows, one for AVX-512). Non-temporal stores when one output moves more than
-  // kStreamingBytes / 2 (about as much is read) and the rows start on lines.
+  // streaming_bytes() / 2 (about as much is read) and the rows start on lines.
   mlir::Value streaming;
   DType out_type = k_.body.node(k_.body.outputs[0].node).dtype;
   int64_t out_size = static_cast<int64_t>(ir::dtype_size(out_type));

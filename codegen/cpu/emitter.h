@@ -101,15 +101,16 @@ class CpuKernelEmitter : public KernelEmitterBase {
   // like the space.
   int64_t bytes_moved_per_element(DType out) const;
   // Whether the output in `slot` can be written row by row with non-temporal stores: the kernel
-  // moves more than kStreamingBytes (`bytes_per_element` per element of the space), the output
+  // moves more than streaming_bytes() (`bytes_per_element` per element of the space), the output
   // starts on a 64-byte line and its rows of `row_length` elements are whole lines.
   mlir::Value streams_rows(int slot, DType out, int64_t bytes_per_element, mlir::Value row_length);
   // ---- Contiguous, Rows, TiledRows, General (codegen/cpu/elementwise.cpp) ----
   void emit_contiguous(mlir::Value base, int lanes);
   // Kernels moving more than this many bytes write their output with non-temporal stores: the
-  // output could not stay in the caches anyway (larger than a typical L3 share), and streaming
-  // it saves reading every line before it is overwritten (a third of an add's traffic).
-  static constexpr int64_t kStreamingBytes = int64_t{32} << 20;
+  // output could not stay in the caches anyway (32 MiB by default, larger than a typical L3
+  // share), and streaming it saves reading every line before it is overwritten (a third of an
+  // add's traffic). The schedule's, from Target::streaming_bytes.
+  int64_t streaming_bytes() const { return k_.schedule.cpu.streaming_bytes; }
   // Vectors that non-temporal stores write whole lines with: one 64-byte vector (AVX-512), or two
   // 32-byte ones (AVX2) stored one after the other from a line boundary, which the core's
   // write-combining buffer joins into one line. Without streaming, AVX2 outputs were written with
