@@ -339,12 +339,16 @@ bool CpuKernelEmitter::register_tiles_apply() {
   if (k_.space.size() < 2 || lanes < 2 || (lanes & (lanes - 1)) != 0) return false;
   for (const Node& n : k_.body.nodes)
     if (n.kind == OpKind::Matmul) return false;  // (lane_value reads a matmul as the strip of C)
-  std::vector<NodeId> pending;
   for (const ir::GraphOutput& o : k_.body.outputs) {
     size_t size = ir::dtype_size(k_.body.node(o.node).dtype);
     if (size != 4 && size != 8) return false;
-    pending.push_back(o.node);
   }
+  return every_tile_read([](NodeId, TileRead read) { return read != TileRead::Unsupported; });
+}
+
+bool CpuKernelEmitter::every_tile_read(llvm::function_ref<bool(NodeId, TileRead)> accept) {
+  std::vector<NodeId> pending;
+  for (const ir::GraphOutput& o : k_.body.outputs) pending.push_back(o.node);
   std::vector<bool> seen(k_.body.nodes.size(), false);
   while (!pending.empty()) {
     NodeId id = pending.back();
@@ -352,7 +356,7 @@ bool CpuKernelEmitter::register_tiles_apply() {
     if (seen[id]) continue;
     seen[id] = true;
     TileRead read = tile_read(id);
-    if (read == TileRead::Unsupported) return false;
+    if (!accept(id, read)) return false;
     if (read == TileRead::Elementwise)
       for (NodeId in : k_.body.node(id).inputs) pending.push_back(in);
   }
@@ -365,20 +369,9 @@ bool CpuKernelEmitter::register_tiles_apply() {
 // VM, `x.T * 2.0 + y` (4096 x 4096 f32) took 30.3 ms so against 23.6 ms in bands.
 bool CpuKernelEmitter::tiles_read_no_rows() {
   int last = static_cast<int>(k_.space.size()) - 1;
-  std::vector<NodeId> pending;
-  for (const ir::GraphOutput& o : k_.body.outputs) pending.push_back(o.node);
-  std::vector<bool> seen(k_.body.nodes.size(), false);
-  while (!pending.empty()) {  // the nodes tile_row reads, as register_tiles_apply walks them
-    NodeId id = pending.back();
-    pending.pop_back();
-    if (seen[id]) continue;
-    seen[id] = true;
-    TileRead read = tile_read(id);
-    if (read == TileRead::Rows && access_.inner(id, last) == ir::InnerAccess::Unit) return false;
-    if (read == TileRead::Elementwise)
-      for (NodeId in : k_.body.node(id).inputs) pending.push_back(in);
-  }
-  return true;
+  return every_tile_read([&](NodeId id, TileRead read) {
+    return read != TileRead::Rows || access_.inner(id, last) != ir::InnerAccess::Unit;
+  });
 }
 
 // Node `id`'s values on row `row` of the tile, one vector.

@@ -68,10 +68,13 @@ void CpuKernelEmitter::emit(mlir::func::FuncOp func) {
     case ir::LoopForm::TiledRows: emit_tiled(begin, end); break;
     case ir::LoopForm::General: loop(begin, end, 1, [&](mlir::Value i) { emit_general(i); }); break;
     case ir::LoopForm::ReductionRows:
-      row_scratch_ = row_stash_scratch();  // acquired once per task, before the rows
-      loop(begin, end, 1, [&](mlir::Value row) { emit_reduction_row(row); });
+    {
+      RowPlan plan = row_plan();
+      row_scratch_ = row_stash_scratch(plan);  // acquired once per task, before the rows
+      loop(begin, end, 1, [&](mlir::Value row) { emit_reduction_row(row, plan); });
       if (row_scratch_ >= 0) release_scratch();
       break;
+    }
     case ir::LoopForm::ColumnReduction: emit_columns(begin, end, lanes); break;
     case ir::LoopForm::SplitReduction: loop(begin, end, 1, [&](mlir::Value chunk) { emit_split_chunk(chunk); }); break;
     case ir::LoopForm::BlockedMatmul: emit_matmul_blocked(begin, end); break;

@@ -179,6 +179,9 @@ class CpuKernelEmitter : public KernelEmitterBase {
   // Whether every output (4 or 8 bytes per element) and every node it reads through
   // elementwise ops is Rows or Columns: emit_tiled then uses register tiles.
   bool register_tiles_apply();
+  // Whether `accept` holds for every node tile_row reads: the outputs, and the operands of
+  // Elementwise reads, each once (stops at the first false).
+  bool every_tile_read(llvm::function_ref<bool(NodeId, TileRead)> accept);
   bool tiles_read_no_rows();
   struct RegisterTile;  // one tile's indices and row vectors (elementwise.cpp)
   mlir::Value tile_row(NodeId id, RegisterTile& tile, int row);
@@ -186,7 +189,8 @@ class CpuKernelEmitter : public KernelEmitterBase {
   void emit_register_tiles(mlir::Value full_first, mlir::Value full_last, mlir::Value width);
   // A row: every reduction in order (a later one may use an earlier one's result, as softmax's
   // sum uses its max), then the outputs: reduced-space ones once, full-space ones over the row.
-  void emit_reduction_row(mlir::Value row);
+  struct RowPlan;  // (below: the reductions a row computes, worked out once per kernel)
+  void emit_reduction_row(mlir::Value row, const RowPlan& plan);
   // ---- SIMD over a row, for reductions over trailing axes ----
   // Element j of a row is element row*L + j of every value laid out like the space; a value
   // broadcast from the row's own shape (a reduction's result, a per-row input) is one scalar for
@@ -256,9 +260,18 @@ class CpuKernelEmitter : public KernelEmitterBase {
                         int lanes);
   bool reads_elementwise(NodeId id, NodeId source);
   RowStash row_stash(const std::vector<NodeId>& last_group, int lanes);
-  // A task's scratch row for the stash (slot, -1: none): see row_stash().
-  int row_stash_scratch();
   std::vector<std::vector<NodeId>> row_groups(const std::set<NodeId>& in_moments, std::vector<std::vector<NodeId>>& arg_groups);
+  // What each row of a ReductionRows kernel computes, worked out once per kernel: the moments'
+  // pass, the groups of reductions after it (argmax/argmin apart) and the last group's stash
+  // (its slot not yet set).
+  struct RowPlan {
+    std::vector<RowMoments> moments;
+    std::vector<std::vector<NodeId>> groups, arg_groups;
+    RowStash stash;
+  };
+  RowPlan row_plan();
+  // A task's scratch row for the plan's stash (slot, -1: none): see row_stash().
+  int row_stash_scratch(const RowPlan& plan);
   int row_scratch_ = -1;
   static constexpr int64_t kRowStashBytes = int64_t{256} << 10;
   // One element at a time, each element's index taken apart into the reduced dims.

@@ -97,22 +97,29 @@ std::vector<std::vector<NodeId>> CpuKernelEmitter::row_groups(const std::set<Nod
 
 // A row: every reduction in order (a later one may use an earlier one's result, as softmax's
 // sum uses its max), then the outputs: reduced-space ones once, full-space ones over the row.
-void CpuKernelEmitter::emit_reduction_row(mlir::Value row) {
+CpuKernelEmitter::RowPlan CpuKernelEmitter::row_plan() {
+  int lanes = std::max(1, k_.schedule.cpu.vector_width);
+  RowPlan plan;
+  // Layernorm's mean and variance first, in one pass of their own (row_moments()).
+  if (lanes > 1) plan.moments = row_moments(reduce_nodes());
+  std::set<NodeId> in_moments;
+  for (const RowMoments& m : plan.moments) in_moments.insert({m.mean, m.variance});
+  plan.groups = row_groups(in_moments, plan.arg_groups);
+  if (!plan.groups.back().empty()) plan.stash = row_stash(plan.groups.back(), lanes);
+  return plan;
+}
+
+void CpuKernelEmitter::emit_reduction_row(mlir::Value row, const RowPlan& plan) {
   std::vector<mlir::Value> kept = delinearize(row, kept_dims());
   ir::Dim row_length = ir::num_elements(reduced_dims());
   int lanes = std::max(1, k_.schedule.cpu.vector_width);
   mlir::Value row_base = mul(row, dim(row_length));
   mlir::Value vector_end = mul(div(dim(row_length), i64(lanes)), i64(lanes));
-  // Layernorm's mean and variance first, in one pass of their own (row_moments()).
-  std::vector<RowMoments> moments = lanes > 1 ? row_moments(reduce_nodes()) : std::vector<RowMoments>{};
-  std::set<NodeId> in_moments;
-  for (const RowMoments& m : moments) {
-    emit_row_moments(m, kept, row_base, row_length, lanes);
-    in_moments.insert({m.mean, m.variance});
-  }
-  std::vector<std::vector<NodeId>> arg_groups;
-  std::vector<std::vector<NodeId>> groups = row_groups(in_moments, arg_groups);
-  RowStash stash = groups.back().empty() ? RowStash{} : row_stash(groups.back(), lanes);
+  const std::vector<RowMoments>& moments = plan.moments;
+  for (const RowMoments& m : moments) emit_row_moments(m, kept, row_base, row_length, lanes);
+  const std::vector<std::vector<NodeId>>& groups = plan.groups;
+  const std::vector<std::vector<NodeId>>& arg_groups = plan.arg_groups;
+  RowStash stash = plan.stash;
   // Whether the stash goes to the task's scratch row and the output streams (null: never).
   mlir::Value stash_streams;
   if (stash.node >= 0) {
@@ -411,9 +418,9 @@ CpuKernelEmitter::RowStash CpuKernelEmitter::row_stash(const std::vector<NodeId>
 // five alternations) softmax 4096 x 4096 took 10.1 ms against 12.1, 512 x 32768 10.7 against
 // 11.8, 65536 x 64 3.18 against 3.17. AVX-512 keeps the own row: the scratch row with a streamed
 // output pass measured slower on the Zen 4 VM (row_stash()), and has not been measured since.
-int CpuKernelEmitter::row_stash_scratch() {
+int CpuKernelEmitter::row_stash_scratch(const RowPlan& plan) {
   int lanes = k_.schedule.cpu.vector_width;
-  if (lanes < 2 || !ir::trailing_axes(k_)) return -1;
+  if (lanes < 2 || !ir::trailing_axes(k_) || plan.stash.node < 0) return -1;
   int full_space = -1;
   for (size_t o = 0; o < k_.body.outputs.size(); ++o)
     if (k_.body.node(k_.body.outputs[o].node).shape == k_.space) {
@@ -423,11 +430,6 @@ int CpuKernelEmitter::row_stash_scratch() {
   if (full_space < 0) return -1;
   int64_t size = static_cast<int64_t>(ir::dtype_size(k_.body.node(k_.body.outputs[full_space].node).dtype));
   if (size * lanes != 32) return -1;  // AVX2's vectors (and streams_whole_lines())
-  std::set<NodeId> in_moments;
-  for (const RowMoments& m : row_moments(reduce_nodes())) in_moments.insert({m.mean, m.variance});
-  std::vector<std::vector<NodeId>> arg_groups;
-  std::vector<std::vector<NodeId>> groups = row_groups(in_moments, arg_groups);
-  if (groups.back().empty() || row_stash(groups.back(), lanes).node < 0) return -1;
   mlir::Value row_bytes = mul(dim(ir::num_elements(reduced_dims())), i64(size));
   return allocate_slot(add(min_i64(row_bytes, i64(kRowStashBytes)), i64(64)));
 }
