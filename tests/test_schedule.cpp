@@ -97,6 +97,11 @@ TEST_CASE("the printed schedule shows the form and only the parameters its code 
   std::string cpu = ir::print_program(passes::run_pipeline(g.ir(), options).program);
   CHECK_THAT(cpu, Catch::Contains("form=tiled_rows") && Catch::Contains("transpose_block=16"));
   CHECK_THAT(cpu, !Catch::Contains("accumulators") && !Catch::Contains("parallel_dims") && !Catch::Contains(" mc="));
+  // The streaming threshold only when it is not the default: it is part of the disk cache's key
+  // (the printed program), so code compiled for another threshold is never reused.
+  CHECK_THAT(cpu, !Catch::Contains("streaming_bytes"));
+  options.target = ir::Target::cpu("stream=64K");
+  CHECK_THAT(ir::print_program(passes::run_pipeline(g.ir(), options).program), Catch::Contains("streaming_bytes=65536"));
   options.target = ir::Target::cuda(80);
   std::string cuda = ir::print_program(passes::run_pipeline(g.ir(), options).program);
   CHECK_THAT(cuda, Catch::Contains("form=shared_tile_transpose") && Catch::Contains("tile_rows=32") &&

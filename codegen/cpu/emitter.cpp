@@ -67,8 +67,7 @@ void CpuKernelEmitter::emit(mlir::func::FuncOp func) {
     case ir::LoopForm::Rows: emit_rows(begin, end, lanes); break;
     case ir::LoopForm::TiledRows: emit_tiled(begin, end); break;
     case ir::LoopForm::General: loop(begin, end, 1, [&](mlir::Value i) { emit_general(i); }); break;
-    case ir::LoopForm::ReductionRows:
-    {
+    case ir::LoopForm::ReductionRows: {
       RowPlan plan = row_plan();
       row_scratch_ = row_stash_scratch(plan);  // acquired once per task, before the rows
       loop(begin, end, 1, [&](mlir::Value row) { emit_reduction_row(row, plan); });

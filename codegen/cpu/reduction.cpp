@@ -95,8 +95,6 @@ std::vector<std::vector<NodeId>> CpuKernelEmitter::row_groups(const std::set<Nod
   return groups;
 }
 
-// A row: every reduction in order (a later one may use an earlier one's result, as softmax's
-// sum uses its max), then the outputs: reduced-space ones once, full-space ones over the row.
 CpuKernelEmitter::RowPlan CpuKernelEmitter::row_plan() {
   int lanes = std::max(1, k_.schedule.cpu.vector_width);
   RowPlan plan;
@@ -109,6 +107,8 @@ CpuKernelEmitter::RowPlan CpuKernelEmitter::row_plan() {
   return plan;
 }
 
+// A row: every reduction in order (a later one may use an earlier one's result, as softmax's
+// sum uses its max), then the outputs: reduced-space ones once, full-space ones over the row.
 void CpuKernelEmitter::emit_reduction_row(mlir::Value row, const RowPlan& plan) {
   std::vector<mlir::Value> kept = delinearize(row, kept_dims());
   ir::Dim row_length = ir::num_elements(reduced_dims());
