@@ -678,8 +678,8 @@ TEST_CASE("several outputs of a contiguous kernel stream together", "[cpu][threa
 }
 
 // A matrix plus a broadcast row (the Rows form) writes with non-temporal stores when the kernel
-// moves more than the target's streaming_bytes (64 KiB here): each row piece (a thread's range may start mid-row) from its first
-// 64-byte line on, the elements before it one at a time. Results at sizes with whole-line rows
+// moves more than the target's streaming_bytes (64 KiB here): each row piece (a thread's range
+// may start mid-row) from its first 64-byte line on, the elements before it one at a time. Results at sizes with whole-line rows
 // and without (1100 columns: rows start at 4 line offsets in f32; 1001: at all 16 in f32 and
 // all 8 in f64), f32 and f64, at 1 and 7 threads ([threads]).
 TEST_CASE("rows plus a broadcast row with streaming stores", "[cpu][threads]") {

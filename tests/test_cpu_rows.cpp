@@ -99,6 +99,14 @@ std::string one_tiled_kernel(const Graph& g, const CompileOptions& options = {})
 
 bool shuffles(const std::string& mlir) { return mlir.find("vector.shuffle") != std::string::npos; }
 
+// The host with 256-bit vectors (it runs AVX2 code too), streaming from 64 KiB moved.
+CompileOptions avx2_streaming_from_64k() {
+  CompileOptions options;
+  options.pipeline.target = testing::streams_from_64k();
+  options.pipeline.target.vector_bits = 256;
+  return options;
+}
+
 }  // namespace
 
 TEST_CASE("transposes in registers across dtypes and odd sizes", "[cpu][rows][transpose]") {
@@ -154,9 +162,7 @@ TEST_CASE("transposes in registers on 256-bit vectors and large enough to stream
   Graph g;
   Tensor x = g.input("x", DType::F32, {sym("M"), sym("N")});
   g.output("xt", transpose(x) * 3.0);
-  CompileOptions avx2;
-  avx2.pipeline.target = testing::streams_from_64k();
-  avx2.pipeline.target.vector_bits = 256;  // 8 x 8 tiles of f32 (this host runs AVX2 code too)
+  CompileOptions avx2 = avx2_streaming_from_64k();  // 8 x 8 tiles of f32
   std::string mlir = one_tiled_kernel(g, avx2);
   CHECK(shuffles(mlir));
   CHECK(mlir.find("vector<16xf32>") == std::string::npos);
@@ -177,9 +183,7 @@ TEST_CASE("transposes in registers on 256-bit vectors and large enough to stream
 }
 
 TEST_CASE("AVX2 transposes stream whole lines only when no operand is read along rows", "[cpu][rows][transpose][streaming]") {
-  CompileOptions avx2;
-  avx2.pipeline.target = testing::streams_from_64k();
-  avx2.pipeline.target.vector_bits = 256;
+  CompileOptions avx2 = avx2_streaming_from_64k();
   for (DType t : {DType::F32, DType::F64}) {  // 8 x 8 and 4 x 4 tiles, two across a line
     INFO(ir::dtype_name(t));
     Graph transposed;
@@ -225,9 +229,7 @@ TEST_CASE("kernels larger than the caches stream their output (non-temporal stor
 // rows plus a broadcast row (rows that are not whole lines: elements up to the first line one at
 // a time), and a row-wise kernel's output (softmax). Runs on any x86-64 host with AVX2.
 TEST_CASE("AVX2 kernels stream their output with 32-byte non-temporal stores", "[cpu][streaming][threads]") {
-  CompileOptions avx2;
-  avx2.pipeline.target = testing::streams_from_64k();
-  avx2.pipeline.target.vector_bits = 256;
+  CompileOptions avx2 = avx2_streaming_from_64k();
   auto streams = [&](const Graph& g) {
     runtime::Executable exe = compile(g, avx2);
     std::string mlir = codegen::emit_cpu_mlir(exe.program());
@@ -264,9 +266,7 @@ TEST_CASE("AVX2 kernels stream their output with 32-byte non-temporal stores", "
 // infinity, a NaN and a row of subnormal exp(x - max) lanes (the rerun with the fix-up).
 TEST_CASE("AVX2 softmax stashes exp in a scratch row and streams its output", "[cpu][streaming][threads]") {
   constexpr double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
-  CompileOptions avx2;
-  avx2.pipeline.target = testing::streams_from_64k();
-  avx2.pipeline.target.vector_bits = 256;
+  CompileOptions avx2 = avx2_streaming_from_64k();
   CompileOptions avx512 = avx2;
   avx512.pipeline.target.vector_bits = 512;
   for (DType t : {DType::F32, DType::F64}) {

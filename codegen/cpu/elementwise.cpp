@@ -39,10 +39,8 @@ void CpuKernelEmitter::emit_contiguous_loops(mlir::Value begin, mlir::Value end,
     return static_cast<int64_t>(ir::dtype_size(k_.body.node(o.node).dtype)) == out_size;
   });
   if (one_size && streams_whole_lines(out_size * lanes)) {
-    mlir::Value total = dim(ir::num_elements(k_.space));
     int64_t other_outputs = static_cast<int64_t>(k_.body.outputs.size()) - 1;
-    mlir::Value large = cmpi(mlir::arith::CmpIPredicate::sgt,
-                             mul(total, i64(bytes_moved_per_element(out_type) + other_outputs * out_size)), i64(streaming_bytes()));
+    mlir::Value large = moves_more_than_streaming_bytes(bytes_moved_per_element(out_type) + other_outputs * out_size);
     mlir::Value address = b_.create<mlir::LLVM::PtrToIntOp>(loc_, i64_type(), base_[output_slot_[0]]);
     // Elements are aligned to their size (the runtime's buffers are), so a boundary is an element.
     mlir::Value element_aligned =
@@ -250,8 +248,7 @@ void CpuKernelEmitter::emit_rows(mlir::Value begin, mlir::Value end, int lanes) 
     DType t = k_.body.node(k_.body.outputs[0].node).dtype;
     out_size = static_cast<int64_t>(ir::dtype_size(t));
     if (streams_whole_lines(out_size * lanes)) {
-      mlir::Value large = cmpi(mlir::arith::CmpIPredicate::sgt, mul(dim(ir::num_elements(k_.space)), i64(bytes_moved_per_element(t))),
-                               i64(streaming_bytes()));
+      mlir::Value large = moves_more_than_streaming_bytes(bytes_moved_per_element(t));
       address = b_.create<mlir::LLVM::PtrToIntOp>(loc_, i64_type(), base_[output_slot_[0]]);
       // (whole elements from a line boundary: a non-temporal store to an unaligned address faults)
       mlir::Value element_aligned = cmpi(mlir::arith::CmpIPredicate::eq, rem(address, i64(out_size)), i64(0));

@@ -186,10 +186,14 @@ int64_t CpuKernelEmitter::bytes_moved_per_element(DType out) const {
   return bytes;
 }
 
+mlir::Value CpuKernelEmitter::moves_more_than_streaming_bytes(int64_t bytes_per_element) {
+  return cmpi(mlir::arith::CmpIPredicate::sgt, mul(dim(ir::num_elements(k_.space)), i64(bytes_per_element)),
+              i64(streaming_bytes()));
+}
+
 mlir::Value CpuKernelEmitter::streams_rows(int slot, DType out, int64_t bytes_per_element, mlir::Value row_length) {
   int64_t out_size = static_cast<int64_t>(ir::dtype_size(out));
-  mlir::Value large =
-      cmpi(mlir::arith::CmpIPredicate::sgt, mul(dim(ir::num_elements(k_.space)), i64(bytes_per_element)), i64(streaming_bytes()));
+  mlir::Value large = moves_more_than_streaming_bytes(bytes_per_element);
   mlir::Value address = b_.create<mlir::LLVM::PtrToIntOp>(loc_, i64_type(), base_[slot]);
   mlir::Value line_start = cmpi(mlir::arith::CmpIPredicate::eq, rem(address, i64(64)), i64(0));
   mlir::Value whole_lines = cmpi(mlir::arith::CmpIPredicate::eq, rem(mul(row_length, i64(out_size)), i64(64)), i64(0));

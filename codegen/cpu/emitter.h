@@ -111,6 +111,9 @@ class CpuKernelEmitter : public KernelEmitterBase {
   // share), and streaming it saves reading every line before it is overwritten (a third of an
   // add's traffic). The schedule's, from Target::streaming_bytes.
   int64_t streaming_bytes() const { return k_.schedule.cpu.streaming_bytes; }
+  // Whether the kernel moves more than streaming_bytes(), at `bytes_per_element` per element of
+  // its space (an i1 at run time: the space's size may be symbolic).
+  mlir::Value moves_more_than_streaming_bytes(int64_t bytes_per_element);
   // Vectors that non-temporal stores write whole lines with: one 64-byte vector (AVX-512), or two
   // 32-byte ones (AVX2) stored one after the other from a line boundary, which the core's
   // write-combining buffer joins into one line. Without streaming, AVX2 outputs were written with
