@@ -87,6 +87,23 @@ class CpuKernelEmitter : public KernelEmitterBase {
     body(for_op.getInductionVar());
     clear_caches();
   }
+  // loop() whose body stores with non-temporal stores where `streaming` is true at run time
+  // (null: never): emitted twice behind one test, `body(j, true)` and `body(j, false)`, rather
+  // than testing the flag at every store (two instructions a vector that LLVM's O2 leaves in
+  // the loop: it does not unswitch on a loop-invariant flag).
+  template <class Body>
+  void loop_streaming_or_not(mlir::Value streaming, mlir::Value from, mlir::Value to, int64_t step, Body body) {
+    if (!streaming) {
+      loop(from, to, step, [&](mlir::Value j) { body(j, false); });
+      return;
+    }
+    auto branch = b_.create<mlir::scf::IfOp>(loc_, streaming, /*withElseRegion=*/true);
+    mlir::OpBuilder::InsertionGuard guard(b_);
+    b_.setInsertionPointToStart(&branch.getThenRegion().front());
+    loop(from, to, step, [&](mlir::Value j) { body(j, true); });
+    b_.setInsertionPointToStart(&branch.getElseRegion().front());
+    loop(from, to, step, [&](mlir::Value j) { body(j, false); });
+  }
   // Byte address of element `offset` of the buffer in `slot`.
   mlir::Value element_address(int slot, DType t, mlir::Value offset);
   mlir::Value load(int slot, DType t, mlir::Value offset, int lanes);

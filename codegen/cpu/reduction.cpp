@@ -170,23 +170,22 @@ void CpuKernelEmitter::emit_reduction_row(mlir::Value row, const RowPlan& plan) 
         // A large kernel with one output of the space writes its rows with non-temporal stores
         // when every row starts on a 64-byte line (an ordinary store first reads the line it
         // overwrites: a third more memory traffic); the part the stash filled is in cache.
-        mlir::Value streaming = b_.create<mlir::arith::ConstantIntOp>(loc_, 0, 1);
+        mlir::Value streaming;  // (null: never)
         if (full_space_outputs == 1 && streams_whole_lines(static_cast<int64_t>(ir::dtype_size(n.dtype)) * lanes))
           streaming = streams_rows(output_slot_[o], n.dtype, bytes_moved_per_element(n.dtype), dim(row_length));
         mlir::Value computed_from = i64(0);
         if (stash.node >= 0 && static_cast<int>(o) == stash.output) {
           // The stashed value read back from the stash row (still in cache), not recomputed.
-          loop(i64(0), stash.end, lanes, [&](mlir::Value j) {
+          loop_streaming_or_not(stash_streams, i64(0), stash.end, lanes, [&](mlir::Value j, bool streams) {
             row_cache_[stash.node] = load(stash.slot, n.dtype, j, lanes);
-            store_or_stream(stash_streams, output_slot_[o], n.dtype, add(row_base, j), row_value(out, kept, row_base, j, lanes),
-                            lanes);
+            store(output_slot_[o], n.dtype, add(row_base, j), row_value(out, kept, row_base, j, lanes), lanes, streams);
           });
           computed_from = stash.end;
         }
         if (stash.node < 0) prefetch_next_row_ = next_row;
-        loop(computed_from, vector_end, lanes, [&](mlir::Value j) {
+        loop_streaming_or_not(streaming, computed_from, vector_end, lanes, [&](mlir::Value j, bool streams) {
           prefetch_inputs(row_base, j);
-          store_or_stream(streaming, output_slot_[o], n.dtype, add(row_base, j), row_value(out, kept, row_base, j, lanes), lanes);
+          store(output_slot_[o], n.dtype, add(row_base, j), row_value(out, kept, row_base, j, lanes), lanes, streams);
         });
         prefetch_next_row_ = {};
         scalar_from = vector_end;
@@ -772,16 +771,21 @@ std::vector<mlir::Value> CpuKernelEmitter::accumulate_vectors(const std::vector<
   }
   if (blocks > 0) {
     // A block's f32 sum can overflow where the f64 one would not (or meet a NaN or inf of the
-    // input): a row whose blocked sum is not finite runs the pass again, unblocked.
+    // input): a row whose blocked sum is not finite runs the pass again, unblocked. The chains
+    // are tested added up, one test per sum: a chain that is not finite makes their sum not
+    // finite (inf + x = inf, inf - inf = NaN), and finite chains whose sum overflows only run
+    // the pass again. (Testing each chain took some 20 instructions a row for softmax's sum.)
     mlir::Value infinity = constant(DType::F64, std::numeric_limits<double>::infinity(), 0, lanes);
     mlir::Value not_finite;
-    for (size_t q = 0; q < vectorized.size(); ++q)
-      for (int c = 0; c < chains && block_of[q] >= 0; ++c) {
-        mlir::Value magnitude = b_.create<mlir::math::AbsFOp>(loc_, results[chains * q + c]);
-        mlir::Value lanes_out = cmpf(mlir::arith::CmpFPredicate::UGE, magnitude, infinity);
-        mlir::Value any = b_.create<mlir::vector::ReductionOp>(loc_, mlir::vector::CombiningKind::OR, lanes_out);
-        not_finite = not_finite ? b_.create<mlir::arith::OrIOp>(loc_, not_finite, any).getResult() : any;
-      }
+    for (size_t q = 0; q < vectorized.size(); ++q) {
+      if (block_of[q] < 0) continue;
+      mlir::Value all = results[chains * q];
+      for (int c = 1; c < chains; ++c) all = combine(vectorized[q], all, results[chains * q + c]);
+      mlir::Value magnitude = b_.create<mlir::math::AbsFOp>(loc_, all);
+      mlir::Value lanes_out = cmpf(mlir::arith::CmpFPredicate::UGE, magnitude, infinity);
+      mlir::Value any = b_.create<mlir::vector::ReductionOp>(loc_, mlir::vector::CombiningKind::OR, lanes_out);
+      not_finite = not_finite ? b_.create<mlir::arith::OrIOp>(loc_, not_finite, any).getResult() : any;
+    }
     *needs_patch = *needs_patch ? b_.create<mlir::arith::OrIOp>(loc_, *needs_patch, not_finite).getResult() : not_finite;
   }
   return results;
