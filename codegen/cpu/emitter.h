@@ -112,7 +112,8 @@ class CpuKernelEmitter : public KernelEmitterBase {
   // `streaming`: a non-temporal store (the address must be 64-byte aligned), which writes
   // around the caches instead of first reading the line it overwrites.
   void store(int slot, DType t, mlir::Value offset, mlir::Value v, int lanes, bool streaming = false);
-  // store(), non-temporal where `streaming` is true at run time (null: never).
+  // store(), non-temporal where `streaming` is true at run time (null: never): a test per store;
+  // loops whose every store may stream take loop_streaming_or_not() instead.
   void store_or_stream(mlir::Value streaming, int slot, DType t, mlir::Value offset, mlir::Value v, int lanes);
   // Bytes a kernel moves per element of its space: an output of `out` and the inputs laid out
   // like the space.

@@ -115,11 +115,9 @@ void CpuKernelEmitter::emit_reduction_row(mlir::Value row, const RowPlan& plan) 
   int lanes = std::max(1, k_.schedule.cpu.vector_width);
   mlir::Value row_base = mul(row, dim(row_length));
   mlir::Value vector_end = mul(div(dim(row_length), i64(lanes)), i64(lanes));
-  const std::vector<RowMoments>& moments = plan.moments;
-  for (const RowMoments& m : moments) emit_row_moments(m, kept, row_base, row_length, lanes);
+  for (const RowMoments& m : plan.moments) emit_row_moments(m, kept, row_base, row_length, lanes);
   const std::vector<std::vector<NodeId>>& groups = plan.groups;
-  const std::vector<std::vector<NodeId>>& arg_groups = plan.arg_groups;
-  RowStash stash = plan.stash;
+  RowStash stash = plan.stash;  // (a copy: this row's stash slot is set below)
   // Whether the stash goes to the task's scratch row and the output streams (null: never).
   mlir::Value stash_streams;
   if (stash.node >= 0) {
@@ -140,7 +138,7 @@ void CpuKernelEmitter::emit_reduction_row(mlir::Value row, const RowPlan& plan) 
   // when the row is read more than once; none in the last row (its next is past the inputs).
   int full_space_outputs = 0;
   for (const ir::GraphOutput& o : k_.body.outputs) full_space_outputs += k_.body.node(o.node).shape == k_.space;
-  size_t passes = moments.size() + (full_space_outputs > 0 ? 1 : 0);
+  size_t passes = plan.moments.size() + (full_space_outputs > 0 ? 1 : 0);
   for (const std::vector<NodeId>& group : groups) passes += group.empty() ? 0 : 1;
   mlir::Value next_row;
   if (passes > 1 && lanes > 1 && ir::trailing_axes(k_)) {
@@ -148,7 +146,7 @@ void CpuKernelEmitter::emit_reduction_row(mlir::Value row, const RowPlan& plan) 
     next_row = select(more, dim(row_length), i64(0));
   }
   for (size_t g = 0; g < groups.size(); ++g) {
-    for (NodeId id : arg_groups[g])
+    for (NodeId id : plan.arg_groups[g])
       reduced_[id] = fold_arg(id, i64(0), dim(row_length), i64(1), [&](mlir::Value j) {
         return general_value(k_.body.node(id).inputs[0], full_index(kept, delinearize(j, reduced_dims())));
       }).second;
