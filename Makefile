@@ -6,7 +6,7 @@ BUILD_TSAN ?= build-tsan
 JOBS       ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-DEB_PACKAGES := cmake ninja-build g++ catch2 libmlir-19-dev mlir-19-tools llvm-19-dev clang-19 \
+DEB_PACKAGES := cmake ninja-build g++ catch2 libmlir-19-dev mlir-19-tools llvm-19-dev clang-19 lld-19 \
                 libclang-rt-19-dev graphviz libgraphviz-dev libbenchmark-dev libopenblas-dev \
                 libeigen3-dev libdnnl-dev libsleef-dev \
                 python3-numpy libboost-context-dev \
