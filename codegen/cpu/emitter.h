@@ -269,6 +269,8 @@ class CpuKernelEmitter : public KernelEmitterBase {
                                               mlir::Value row_base, mlir::Value from, mlir::Value vector_end, int lanes,
                                               RowStash* stash, bool deferred, mlir::Value* needs_patch);
   bool sums_in_f32_blocks(NodeId id);
+  int input_cost(NodeId id);
+  int vector_chains(const std::vector<NodeId>& vectorized, bool stashes);
   static constexpr int64_t kF32BlockSteps = 8;
   // A row's mean and the mean (or sum) of its squared deviations from that mean, as layernorm
   // writes them (`mean((x - mean(x))**2)`), found in the body so that both come from one pass.
