@@ -834,7 +834,8 @@ int CpuKernelEmitter::input_cost(NodeId id) {
 // softmax rows of 64 1.5-9% faster (four runs), rows of 1000 6-10%, rows of 4096 the same within
 // noise (4% either way, following link order). Without the stash two chains stay: logsumexp's
 // sum of exp took up to 8% (rows of 64) and 18-28% (rows of 4096) longer with one (its second
-// exp in flight, not spilled, hides the first's latency). AVX-512's 32 registers keep the schedule's chains (not measured there).
+// exp in flight, not spilled, hides the first's latency). AVX-512's 32 registers keep the
+// schedule's chains (not measured there).
 int CpuKernelEmitter::vector_chains(const std::vector<NodeId>& vectorized, bool stashes) {
   int chains = std::max(1, k_.schedule.cpu.accumulators);
   if (!stashes || vectorized.empty()) return chains;
