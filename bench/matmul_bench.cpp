@@ -3,7 +3,10 @@
 // interleave the rows in a shuffled order (so that load from other processes hits all rows
 // alike), and the tables report medians.
 //
-//   matmul_bench [--rounds=N] [--max=SIZE] [--threads-note]
+//   matmul_bench [--rounds=N] [--max=SIZE] [--shapes=MxKxN,...]
+//
+// --shapes replaces the default rows (squares up to --max, three odd shapes, two MLP layers) with
+// plain matmuls of the shapes given, e.g. --shapes=1024x1024x1023,1024x1024x1024.
 #include <cblas.h>
 #include <immintrin.h>
 #include <unistd.h>
@@ -17,6 +20,7 @@
 #include <fstream>
 #include <functional>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -184,6 +188,20 @@ double max_difference(const MatmulCase& p) {
   return diff / scale;
 }
 
+// "MxKxN,MxKxN,...": appends each shape to `shapes`; false on anything else.
+bool parse_shapes(const std::string& list, std::vector<Shape>& shapes) {
+  std::stringstream items(list);
+  for (std::string item; std::getline(items, item, ',');) {
+    Shape s{};
+    char x1 = 0, x2 = 0;
+    std::stringstream in(item);
+    if (!(in >> s.m >> x1 >> s.k >> x2 >> s.n) || x1 != 'x' || x2 != 'x' || !in.eof() || s.m < 1 || s.k < 1 || s.n < 1)
+      return false;
+    shapes.push_back(s);
+  }
+  return !shapes.empty();
+}
+
 std::string cpu_model() {
   std::ifstream in("/proc/cpuinfo");
   for (std::string line; std::getline(in, line);)
@@ -212,12 +230,16 @@ int main(int argc, char** argv) {
   }
   int rounds = 11;
   int64_t max_size = 4096;
+  std::vector<Shape> given;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
+    bool ok = true;
     if (a.starts_with("--rounds=")) rounds = std::max(1, std::atoi(a.c_str() + 9));
     else if (a.starts_with("--max=")) max_size = std::atoll(a.c_str() + 6);
-    else {
-      std::fprintf(stderr, "usage: matmul_bench [--rounds=N] [--max=SIZE]\n");
+    else if (a.starts_with("--shapes=")) ok = parse_shapes(a.substr(9), given);
+    else ok = false;
+    if (!ok) {
+      std::fprintf(stderr, "usage: matmul_bench [--rounds=N] [--max=SIZE] [--shapes=MxKxN,...]\n");
       return 2;
     }
   }
@@ -227,14 +249,17 @@ int main(int argc, char** argv) {
     std::string load_before = load_average();
     std::vector<Row> rows;
     std::vector<std::unique_ptr<MatmulCase>> cases;
-    std::vector<Shape> shapes;
-    for (int64_t n : {256, 512, 1024, 2048, 4096})
-      if (n <= max_size) shapes.push_back({n, n, n});
-    for (Shape s : {Shape{1000, 1000, 1000}, Shape{1023, 1023, 1023}, Shape{2047, 513, 1001}})
-      if (std::max({s.m, s.k, s.n}) <= max_size) shapes.push_back(s);
+    std::vector<Shape> shapes = given;
+    if (given.empty()) {
+      for (int64_t n : {256, 512, 1024, 2048, 4096})
+        if (n <= max_size) shapes.push_back({n, n, n});
+      for (Shape s : {Shape{1000, 1000, 1000}, Shape{1023, 1023, 1023}, Shape{2047, 513, 1001}})
+        if (std::max({s.m, s.k, s.n}) <= max_size) shapes.push_back(s);
+    }
     for (Shape s : shapes) add_rows(rows, cases, s, false);
-    for (Shape s : {Shape{2048, 1024, 1024}, Shape{256, 1024, 1024}})
-      if (std::max({s.m, s.k, s.n}) <= max_size) add_rows(rows, cases, s, true);
+    if (given.empty())
+      for (Shape s : {Shape{2048, 1024, 1024}, Shape{256, 1024, 1024}})
+        if (std::max({s.m, s.k, s.n}) <= max_size) add_rows(rows, cases, s, true);
     Row peak{"peak", "fma", 0, nullptr, {}};
     std::vector<double> peak_gflops;
 
