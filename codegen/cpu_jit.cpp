@@ -592,12 +592,16 @@ struct ModuleLoader {
       if (!sleef) throw ir::Error(fail_text("cannot load " + sleef_library_file() + ": " + llvm::toString(sleef.takeError())));
       (*jit)->getMainJITDylib().addGenerator(std::move(*sleef));
     }
-    // The kernels' scratch buffers, kept per thread across runs (runtime/cpu_scratch.h).
+    // The kernels' scratch buffers, kept per thread across runs, and the shared packing's claim
+    // flags (runtime/cpu_scratch.h).
     llvm::orc::MangleAndInterner mangle((*jit)->getExecutionSession(), (*jit)->getDataLayout());
     auto exported = llvm::JITSymbolFlags::Exported | llvm::JITSymbolFlags::Callable;
     llvm::orc::SymbolMap scratch{
         {mangle("fuse_cpu_scratch_acquire"), {llvm::orc::ExecutorAddr::fromPtr(&fuse_cpu_scratch_acquire), exported}},
-        {mangle("fuse_cpu_scratch_release"), {llvm::orc::ExecutorAddr::fromPtr(&fuse_cpu_scratch_release), exported}}};
+        {mangle("fuse_cpu_scratch_release"), {llvm::orc::ExecutorAddr::fromPtr(&fuse_cpu_scratch_release), exported}},
+        {mangle("fuse_cpu_claim_panels"), {llvm::orc::ExecutorAddr::fromPtr(&fuse_cpu_claim_panels), exported}},
+        {mangle("fuse_cpu_publish_panels"), {llvm::orc::ExecutorAddr::fromPtr(&fuse_cpu_publish_panels), exported}},
+        {mangle("fuse_cpu_wait_for_panels"), {llvm::orc::ExecutorAddr::fromPtr(&fuse_cpu_wait_for_panels), exported}}};
     if (llvm::Error e = (*jit)->getMainJITDylib().define(llvm::orc::absoluteSymbols(std::move(scratch))))
       throw ir::Error(fail_text("cannot define the scratch functions: " + llvm::toString(std::move(e))));
     for (const std::string& part : object.parts)

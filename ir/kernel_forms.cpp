@@ -133,6 +133,35 @@ NodeId matmul_node(const Kernel& k) {
   return -1;
 }
 
+// ---- blocked matmuls on the CPU ----
+MatmulTiling matmul_tiling(const CpuSchedule& s) {
+  MatmulTiling t;
+  t.lanes = std::max(1, s.vector_width);
+  t.mr = std::max(1, s.mr);
+  t.nr = (std::max(1, s.nr) + t.lanes - 1) / t.lanes * t.lanes;
+  t.kc = (std::max<int64_t>(1, s.kc) + t.lanes - 1) / t.lanes * t.lanes;
+  t.mc = std::max<int64_t>(t.mr, s.mc / t.mr * t.mr);
+  // Four panels a claim: 64 columns with AVX2's f32 tile, 128 with AVX-512's, so that B's rows
+  // are read a few lines at a time; a thousand columns make 16 groups to share out.
+  t.group_columns = 4 * t.nr;
+  t.nc = std::max(t.group_columns, s.nc / t.group_columns * t.group_columns);
+  return t;
+}
+
+bool shares_packed_b(const Kernel& k) { return k.schedule.form == LoopForm::BlockedMatmul && k.space.size() == 2; }
+
+SharedPackedB shared_packed_b(const Kernel& k, int64_t depth, int64_t columns) {
+  MatmulTiling t = matmul_tiling(k.schedule.cpu);
+  int64_t elem = static_cast<int64_t>(dtype_size(k.body.node(matmul_node(k)).dtype));
+  SharedPackedB b;
+  b.k_blocks = std::max<int64_t>(1, (depth + t.kc - 1) / t.kc);  // one block even when K = 0
+  b.groups = (std::max<int64_t>(0, columns) + t.group_columns - 1) / t.group_columns;
+  b.flags_bytes = (b.k_blocks * b.groups * 4 + 63) / 64 * 64;
+  int64_t padded_columns = (std::max<int64_t>(0, columns) + t.nr - 1) / t.nr * t.nr;
+  b.bytes = b.flags_bytes + (b.k_blocks * t.kc * padded_columns + t.lanes) * elem;
+  return b;
+}
+
 // ---- scatter kernels (issue 16, np-scatter) ----
 NodeId scatter_node(const Kernel& k) {
   for (NodeId id = 0; id < static_cast<NodeId>(k.body.nodes.size()); ++id) {

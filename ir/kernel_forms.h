@@ -58,6 +58,37 @@ bool trailing_axes(const Kernel& k);
 /// The kernel's matmul node; -1 when it has none.
 NodeId matmul_node(const Kernel& k);
 
+// ---- blocked matmuls on the CPU (codegen/cpu/matmul.cpp) ----
+/// A BlockedMatmul's blocking, from its schedule.
+struct MatmulTiling {
+  int64_t mr, nr, kc, mc, nc;  // nr and kc whole vectors; mc whole mr tiles; nc whole groups
+  int lanes;
+  int64_t group_columns;       // columns of B per group of panels claimed at once (shared packing)
+};
+MatmulTiling matmul_tiling(const CpuSchedule& s);
+
+/// Whether a BlockedMatmul kernel's tasks share one packed copy of B (plain 2-D matmuls; batched
+/// ones pack each batch's B per task). Each task used to pack all of B for its own rows: with T
+/// threads, T copies. Shared, each group of panels of each K block is packed by the first task
+/// to claim it, and the others wait for its flag (the claimer packs it at once and waits for
+/// nothing meanwhile, so nothing can deadlock). The runtime passes the buffer after the
+/// kernel's constants, its flags zeroed, when it runs the kernel as several tasks of at least
+/// mc rows each; else a null pointer, and each task packs into a buffer of one block it reuses,
+/// as batched matmuls do.
+bool shares_packed_b(const Kernel& k);
+
+/// The buffer of a kernel that shares_packed_b, for a depth K and N columns of B: an int32 claim
+/// flag per group per K block (0 free, 1 being packed, 2 packed; K block b's group g at
+/// b * groups + g), then, from flags_bytes on, B packed as the kernel packs it: K block b at
+/// element b * kc * round_up(N, nr), its columns [j, ...) at j * kb within it (kb the block's
+/// depth), plus one vector of slack.
+struct SharedPackedB {
+  int64_t k_blocks = 0, groups = 0;
+  int64_t flags_bytes = 0;  // whole 64-byte lines: the panels start on one
+  int64_t bytes = 0;        // the whole buffer
+};
+SharedPackedB shared_packed_b(const Kernel& k, int64_t depth, int64_t columns);
+
 // ---- scatter kernels (issue 16, np-scatter) ----
 /// The kernel's scatter node (IndexAdd, Bincount or Histogram); -1 when it has none.
 NodeId scatter_node(const Kernel& k);

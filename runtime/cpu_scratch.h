@@ -12,7 +12,7 @@
 // `fusec --emit=obj` needs fuse_runtime to link.
 //
 // Thread safety: each thread has its own buffers. A slot is one buffer of one kernel task; a
-// thread runs one task at a time.
+// thread runs one task at a time. The claim flags are atomics, shared by a kernel's tasks.
 #pragma once
 
 #include <cstdint>
@@ -28,6 +28,16 @@ void* fuse_cpu_scratch_acquire(int64_t slot, int64_t bytes);
 /// Done with `buffer` (from fuse_cpu_scratch_acquire(slot, ...)) until the next task. A buffer
 /// over kKeptScratchBytes is freed instead of kept.
 void fuse_cpu_scratch_release(int64_t slot, void* buffer);
+
+/// A blocked matmul's B packed once for all its tasks (ir::SharedPackedB): the claim flag of a
+/// group of panels is 0 (free), 1 (being packed) or 2 (packed).
+/// Claims a free group for the calling task: 1 when the task is to pack it, 0 when another has.
+int32_t fuse_cpu_claim_panels(int32_t* flag);
+/// The claimed group is packed: a release, so that a task that waits sees the panels.
+void fuse_cpu_publish_panels(int32_t* flag);
+/// Returns once the group is packed (an acquire). It spins, then yields: the task that claimed
+/// the group is packing it and waits for nothing meanwhile.
+void fuse_cpu_wait_for_panels(int32_t* flag);
 }
 
 namespace fuse::runtime {

@@ -10,9 +10,11 @@
 
 #include "codegen/cpu_codegen.h"
 #include "frontends/compile.h"
+#include "ir/kernel_forms.h"
 #include "ir/printer.h"
 #include "passes/pipeline.h"
 #include "random_graph.h"
+#include "runtime/thread_pool.h"
 
 using namespace fuse;
 
@@ -155,6 +157,49 @@ TEST_CASE("matmul blocking edges: every K, M and N block boundary", "[cpu][matmu
     runtime::Executable bool_exe = compile(only_bool, with_target(tiny_caches()));
     check(only_bool, bool_exe, sizes, 257);
   }
+}
+
+// Run again at 1, 2 and 7 threads (tests/CMakeLists.txt): with several tasks of at least mc rows
+// each, a 2-D matmul's tasks share one packed copy of B, each group of panels packed by the task
+// that claims it first (ir::SharedPackedB); on one thread the task packs B alone, block by block.
+TEST_CASE("2-D blocked matmuls share packed B among tasks", "[cpu][matmul][threads]") {
+  int threads = runtime::ThreadPool::global().num_threads();
+  // Tiny caches: nc is one group of panels, so N = 200 crosses several column blocks; with a
+  // large L3, one column block holds several groups.
+  Target large_l3 = tiny_caches();
+  large_l3.l3_bytes = 1 << 20;
+  for (const Target& target : {tiny_caches(), large_l3})
+    for (DType t : {DType::F32, DType::F64, DType::I32}) {
+      INFO(ir::dtype_name(t) << " on " << threads << " threads, L3 " << target.l3_bytes);
+      Graph g;
+      Tensor a = g.input("a", t, {sym("M"), sym("K")});
+      Tensor b = g.input("b", t, {sym("K"), sym("N")});
+      g.output("c", matmul(a, b) * 2);
+      runtime::Executable exe = compile(g, with_target(target));
+      const ir::Kernel& k = only_matmul(exe);
+      REQUIRE(ir::shares_packed_b(k));
+      std::string mlir = codegen::emit_cpu_mlir(exe.program());
+      CHECK(mlir.find("@fuse_cpu_claim_panels") != std::string::npos);
+      CHECK(mlir.find("@fuse_cpu_wait_for_panels") != std::string::npos);
+      ir::MatmulTiling tiling = ir::matmul_tiling(k.schedule.cpu);
+      INFO("kc=" << tiling.kc << " mc=" << tiling.mc << " nc=" << tiling.nc << " group=" << tiling.group_columns);
+      // Several K blocks (the last partial), partial groups, and enough rows for every task to
+      // take at least mc: the shared path, whatever the thread count.
+      CHECK(tiling.kc < 100);
+      CHECK(400 / 7 >= tiling.mc);
+      if (target.l3_bytes == large_l3.l3_bytes) CHECK(tiling.nc >= 200);
+      else CHECK(tiling.nc < 200);
+      check(g, exe, mkn({{400, 100, 200}, {400, 100, 1}, {400, 33, 70}, {401, 129, 129}, {1, 100, 200}, {400, 0, 20}}), 129);
+    }
+  // Batched matmuls pack each batch's B per task.
+  Graph batched;
+  Tensor a = batched.input("a", DType::F32, {2, sym("M"), sym("K")});
+  Tensor b = batched.input("b", DType::F32, {2, sym("K"), sym("N")});
+  batched.output("c", matmul(a, b));
+  runtime::Executable exe = compile(batched, with_target(tiny_caches()));
+  CHECK_FALSE(ir::shares_packed_b(only_matmul(exe)));
+  CHECK(codegen::emit_cpu_mlir(exe.program()).find("@fuse_cpu_claim_panels") == std::string::npos);
+  check(batched, exe, mkn({{200, 70, 90}}), 70);
 }
 
 TEST_CASE("batched matmul with broadcast batch dims", "[cpu][matmul]") {

@@ -4,6 +4,7 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -350,4 +351,35 @@ TEST_CASE("kernel scratch buffers are kept per thread and slot", "[runtime][buff
   REQUIRE(huge != nullptr);
   std::memset(huge, 4, 1 << 20);
   fuse_cpu_scratch_release(2, huge);
+}
+
+// A blocked matmul's shared packed B (ir::SharedPackedB): of the tasks that claim a group of
+// panels, exactly one packs it, and a wait returns once it is published, with what it wrote.
+TEST_CASE("claims of shared matmul panels: one claimer, waiters see its writes", "[runtime]") {
+  for (int round = 0; round < 50; ++round) {
+    int32_t flag = 0;
+    std::array<int64_t, 64> panel{};
+    std::atomic<int> claimers{0};
+    std::vector<std::thread> tasks;
+    std::array<int64_t, 4> seen{};
+    for (int t = 0; t < 4; ++t)
+      tasks.emplace_back([&, t] {
+        if (fuse_cpu_claim_panels(&flag)) {
+          claimers.fetch_add(1);
+          for (size_t i = 0; i < panel.size(); ++i) panel[i] = static_cast<int64_t>(i) + round;
+          fuse_cpu_publish_panels(&flag);
+        }
+        fuse_cpu_wait_for_panels(&flag);
+        int64_t sum = 0;
+        for (int64_t v : panel) sum += v;
+        seen[t] = sum;
+      });
+    for (std::thread& t : tasks) t.join();
+    CHECK(claimers.load() == 1);
+    CHECK(flag == 2);
+    for (int64_t sum : seen) CHECK(sum == 64 * 63 / 2 + 64 * round);
+  }
+  int32_t taken = 1;  // being packed by another task: not claimed again
+  CHECK(fuse_cpu_claim_panels(&taken) == 0);
+  CHECK(taken == 1);
 }

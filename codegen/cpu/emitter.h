@@ -327,11 +327,8 @@ class CpuKernelEmitter : public KernelEmitterBase {
   // stored. Packing reads operands through their index maps, so transposes, broadcasts and
   // elementwise prologues cost nothing in the loops that matter, and panels are padded to
   // whole tiles (padding lanes are computed and never stored).
-  struct MatmulTiling {
-    int64_t mr, nr, kc, mc, nc;  // nr and kc multiples of lanes; mc a multiple of mr; nc of nr
-    int lanes;
-  };
-  MatmulTiling matmul_tiling() const;
+  using MatmulTiling = ir::MatmulTiling;
+  MatmulTiling matmul_tiling() const { return ir::matmul_tiling(k_.schedule.cpu); }
   // An llvm.call to a C library function (declared in the module on first use).
   mlir::Value call_c(const std::string& name, mlir::Type result, mlir::ValueRange args);
   // A 64-byte aligned scratch buffer of at least `bytes`, registered as a new slot: the
@@ -363,6 +360,16 @@ class CpuKernelEmitter : public KernelEmitterBase {
     std::vector<mlir::Value> batch;  // this batch's index
   };
   void emit_matmul_blocked(mlir::Value begin, mlir::Value end);
+  // A 2-D matmul's packed B (ir::SharedPackedB): `flags` null for a kernel that never shares.
+  struct SharedB {
+    mlir::Value flags;           // the runtime's buffer (its claim flags first), or null at run time
+    mlir::Value present;         // whether the runtime passed one
+    mlir::Value panels;          // past the flags
+    mlir::Value groups;          // groups of panels per K block
+    mlir::Value padded_columns;  // N rounded up to whole panels
+    int own = -1;                // the task's own buffer of one block (slot)
+  };
+  void pack_b_in_groups(MatmulPlan& p, mlir::Value pc, mlir::Value kb, mlir::Value jc, mlir::Value nb, const SharedB& shared);
   // Rounds x up to a multiple of `to`.
   mlir::Value round_up(mlir::Value x, int64_t to);
   // B[pc : pc + kb, jc : jc + nb] into panels of nr columns: panel q holds, for each k, the
@@ -396,7 +403,8 @@ class CpuKernelEmitter : public KernelEmitterBase {
   void emit_scatter_chunk(mlir::Value chunk, mlir::Value chunks, mlir::Value bins);
   void emit_index_add_column(mlir::Value column);
   // (histogram_bin is KernelEmitterBase's: the CUDA scatter kernels use it too.)
-  // Whether the kernel takes a scratch slot after its own (split reductions, histogram/bincount).
+  // Whether the kernel takes a scratch slot after its own (split reductions, histogram/bincount,
+  // a 2-D blocked matmul's shared packed B: ir::SharedPackedB).
   bool takes_scratch() const;
   // ir::scatter_chunks of the run's B.
   mlir::Value scatter_chunk_count(mlir::Value bins);
