@@ -73,7 +73,7 @@ MatmulTiling matmul_tiling(const CpuSchedule& s);
 /// to claim it, and the others wait for its flag (the claimer packs it at once and waits for
 /// nothing meanwhile, so nothing can deadlock). The runtime passes the buffer after the
 /// kernel's constants, its flags zeroed, when it runs the kernel as several tasks of at least
-/// mc rows each; else a null pointer, and each task packs into a buffer of one block it reuses,
+/// mc rows each and the buffer takes at most 256 MiB; else a null pointer, and each task packs into a buffer of one block it reuses,
 /// as batched matmuls do.
 bool shares_packed_b(const Kernel& k);
 

@@ -13,6 +13,9 @@
 
 namespace fuse::runtime {
 
+// The largest shared packed B: a larger one is packed per task rather than held twice.
+constexpr int64_t kMaxSharedPanelBytes = int64_t{256} << 20;
+
 // A blocked matmul's packed B, shared by its tasks (ir::SharedPackedB): aligned, and kept for
 // the next kernel and run (its pages fault once). One per workspace, as large as the largest.
 struct SharedPanels {
@@ -341,7 +344,7 @@ void Executable::launch(const ir::Kernel& k, const CpuKernelCode& code, std::vec
         const ir::Node& mm = k.body.node(ir::matmul_node(k));
         int64_t depth = ir::evaluate(k.body.node(mm.inputs[0]).shape.back(), symbols);
         ir::SharedPackedB layout = ir::shared_packed_b(k, depth, ir::evaluate(k.space.back(), symbols));
-        panels = workspace.panels.prepare(layout.bytes, layout.flags_bytes);
+        if (layout.bytes <= kMaxSharedPanelBytes) panels = workspace.panels.prepare(layout.bytes, layout.flags_bytes);
       }
       pointers.push_back(panels);
     }
