@@ -2,13 +2,10 @@
 
 #include <algorithm>
 #include <array>
-#include <cstdlib>
 #include <cstring>
 #include <mutex>
-#include <utility>
 
 #include "ir/kernel_forms.h"
-#include "runtime/buffer.h"
 #include "runtime/thread_pool.h"
 
 namespace fuse::runtime {
@@ -16,34 +13,13 @@ namespace fuse::runtime {
 // The largest shared packed B: a larger one is packed per task rather than held twice.
 constexpr int64_t kMaxSharedPanelBytes = int64_t{256} << 20;
 
-// A blocked matmul's packed B, shared by its tasks (ir::SharedPackedB): aligned, and kept for
-// the next kernel and run (its pages fault once). One per workspace, as large as the largest.
-struct SharedPanels {
-  void* data = nullptr;
-  int64_t capacity = 0;
-  SharedPanels() = default;
-  SharedPanels(const SharedPanels&) = delete;
-  SharedPanels& operator=(const SharedPanels&) = delete;
-  ~SharedPanels() { std::free(data); }
-  // At least `bytes`, its first `flags_bytes` (the claim flags) zeroed.
-  void* prepare(int64_t bytes, int64_t flags_bytes) {
-    if (capacity < bytes) {
-      std::free(std::exchange(data, nullptr));
-      capacity = 0;
-      data = allocate_aligned_host(static_cast<std::size_t>(bytes));
-      if (!data) throw ir::Error("out of memory: could not allocate " + std::to_string(bytes) + " bytes for a matmul's packed B");
-      capacity = bytes;
-    }
-    std::memset(data, 0, static_cast<std::size_t>(flags_bytes));
-    return data;
-  }
-};
-
 // What one run needs besides its caller's arrays; grown on first use, then reused.
 struct Executable::Workspace {
   std::vector<Buffer> slots;                   // one per memory-plan slot
   std::vector<std::vector<uint64_t>> scratch;  // per kernel: a split reduction's partials
-  SharedPanels panels;  // the shared packed B of the blocked matmul running now (kernels run one at a time)
+  // A blocked matmul's packed B, shared by its tasks (ir::SharedPackedB), kept for the next
+  // kernel and run (its pages fault once): one, as large as the largest (kernels run one at a time).
+  Buffer panels;
   std::vector<void*> pointers;                 // a kernel's buffer arguments
   std::vector<int64_t> symbol_sizes;
   std::array<int64_t, ir::kErrorRecordWords> error_record{};  // issue 16: zeroed before each run
@@ -344,7 +320,12 @@ void Executable::launch(const ir::Kernel& k, const CpuKernelCode& code, std::vec
         const ir::Node& mm = k.body.node(ir::matmul_node(k));
         int64_t depth = ir::evaluate(k.body.node(mm.inputs[0]).shape.back(), symbols);
         ir::SharedPackedB layout = ir::shared_packed_b(k, depth, ir::evaluate(k.space.back(), symbols));
-        if (layout.bytes <= kMaxSharedPanelBytes) panels = workspace.panels.prepare(layout.bytes, layout.flags_bytes);
+        if (layout.bytes <= kMaxSharedPanelBytes) {
+          Buffer& buffer = workspace.panels;
+          if (static_cast<int64_t>(buffer.size_bytes()) < layout.bytes) buffer = Buffer::empty(ir::DType::Bool, {layout.bytes});
+          panels = buffer.data();
+          std::memset(panels, 0, static_cast<size_t>(layout.flags_bytes));  // the claim flags
+        }
       }
       pointers.push_back(panels);
     }

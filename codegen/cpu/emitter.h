@@ -267,7 +267,7 @@ class CpuKernelEmitter : public KernelEmitterBase {
   mlir::Value any_patch(mlir::Value seen);  // an i1: whether any lane of `seen` is set
   std::vector<mlir::Value> accumulate_vectors(const std::vector<NodeId>& vectorized, const std::vector<mlir::Value>& kept,
                                               mlir::Value row_base, mlir::Value from, mlir::Value vector_end, int lanes,
-                                              RowStash* stash, bool deferred, mlir::Value* needs_patch);
+                                              int chains, RowStash* stash, bool deferred, mlir::Value* needs_patch);
   bool sums_in_f32_blocks(NodeId id);
   int input_cost(NodeId id);
   int vector_chains(const std::vector<NodeId>& vectorized, bool stashes);

@@ -602,7 +602,7 @@ std::vector<mlir::Value> CpuKernelEmitter::accumulate(const std::vector<NodeId>&
     if (stash) stash->end = vector_end;
     mlir::Value needs_patch;
     std::vector<mlir::Value> results =
-        accumulate_vectors(vectorized, kept, row_base, from, vector_end, lanes, stash, /*deferred=*/true, &needs_patch);
+        accumulate_vectors(vectorized, kept, row_base, from, vector_end, lanes, chains, stash, /*deferred=*/true, &needs_patch);
     if (needs_patch) {
       // Some lane wanted an f32 fix-up (an exp below -87.3, whose result is subnormal), or a
       // blocked f32 sum was not finite: the whole loop again with the fix-ups in it and every
@@ -614,7 +614,8 @@ std::vector<mlir::Value> CpuKernelEmitter::accumulate(const std::vector<NodeId>&
         mlir::OpBuilder::InsertionGuard guard(b_);
         b_.setInsertionPointToStart(&again.getThenRegion().front());
         b_.create<mlir::scf::YieldOp>(
-            loc_, accumulate_vectors(vectorized, kept, row_base, from, vector_end, lanes, stash, /*deferred=*/false, nullptr));
+            loc_, accumulate_vectors(vectorized, kept, row_base, from, vector_end, lanes, chains, stash, /*deferred=*/false,
+                                     nullptr));
         b_.setInsertionPointToStart(&again.getElseRegion().front());
         b_.create<mlir::scf::YieldOp>(loc_, results);
       }
@@ -669,12 +670,12 @@ std::vector<mlir::Value> CpuKernelEmitter::accumulate(const std::vector<NodeId>&
 std::vector<mlir::Value> CpuKernelEmitter::accumulate_vectors(const std::vector<NodeId>& vectorized,
                                                              const std::vector<mlir::Value>& kept, mlir::Value row_base,
                                                              mlir::Value from, mlir::Value vector_end, int lanes,
-                                                             RowStash* stash, bool deferred, mlir::Value* needs_patch) {
-  // Independent accumulators per reduction (the schedule's `accumulators`): that many
-  // dependency chains in flight, combined in order after the loop. Iteration arguments:
-  // each reduction's chains, then a NaN tracker per chain of each ordered_max_min() one, then
-  // (deferred) the lanes that wanted a fix-up.
-  int chains = vector_chains(vectorized, stash != nullptr);
+                                                             int chains, RowStash* stash, bool deferred,
+                                                             mlir::Value* needs_patch) {
+  // `chains` independent accumulators per reduction (vector_chains()): that many dependency
+  // chains in flight, combined in order after the loop. Iteration arguments: each reduction's
+  // chains, then a NaN tracker per chain of each ordered_max_min() one, then (deferred) the
+  // lanes that wanted a fix-up.
   int64_t step = static_cast<int64_t>(chains) * lanes;
   std::vector<mlir::Value> init;
   for (NodeId id : vectorized) init.insert(init.end(), chains, accumulator_identity(id, lanes));
