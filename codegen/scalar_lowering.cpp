@@ -1,5 +1,6 @@
 #include "codegen/scalar_lowering.h"
 
+#include <iterator>
 #include <map>
 #include <optional>
 #include <tuple>
@@ -611,6 +612,60 @@ void share_sleef_sincos(mlir::Operation* module) {
   }
 }
 
+namespace {
+// exp_f32_inline's constants, in the order of the table exp_constant() reads.
+constexpr float kExpConstants[] = {87.f, -104.f, 104.f, 1.442695040888963407359924681001892137f, -0.693145751953125f,
+                                   -1.428606765330187045e-06f, 0.00139304355252534151077271f,
+                                   0.0416664853692054748535156f, 0.5f, 0.000198527617612853646278381f,
+                                   0.00833336077630519866943359f, 0.166666671633720397949219f, 1.f,
+                                   static_cast<float>(0x1.8p23 + 127)};
+constexpr int kExpTableLanes = 8;
+}  // namespace
+
+mlir::Value ScalarLowering::exp_constant(float v, int lanes) {
+  const float* at = std::find(std::begin(kExpConstants), std::end(kExpConstants), v);
+  if (!sleef_on_ || lanes != kExpTableLanes || at == std::end(kExpConstants)) return constant(DType::F32, v, 0, lanes);
+  auto index = static_cast<int32_t>((at - std::begin(kExpConstants)) * kExpTableLanes);
+  mlir::Type vector = lane_type(b_.getF32Type(), lanes);
+  mlir::Value address = b_.create<mlir::LLVM::GEPOp>(loc_, mlir::LLVM::LLVMPointerType::get(b_.getContext()), b_.getF32Type(),
+                                                     constant_table(), mlir::ArrayRef<mlir::LLVM::GEPArg>{index});
+  return b_.create<mlir::LLVM::LoadOp>(loc_, vector, address, /*alignment=*/32);
+}
+
+mlir::Value ScalarLowering::constant_table() {
+  mlir::Operation* func = b_.getInsertionBlock()->getParentOp();
+  if (!mlir::isa<mlir::FunctionOpInterface>(func)) func = func->getParentOfType<mlir::FunctionOpInterface>();
+  auto known = constant_tables_.find(func);
+  if (known != constant_tables_.end()) return known->second;
+  mlir::MLIRContext* context = b_.getContext();
+  mlir::Operation* module = mlir::SymbolTable::getNearestSymbolTable(func->getParentOp());
+  const char* name = "fuse_exp_f32x8_constants";
+  auto table = mlir::dyn_cast_or_null<mlir::LLVM::GlobalOp>(mlir::SymbolTable::lookupSymbolIn(module, name));
+  constexpr int64_t count = std::size(kExpConstants) * kExpTableLanes;
+  if (!table) {
+    mlir::OpBuilder::InsertionGuard guard(b_);
+    b_.setInsertionPointToStart(&module->getRegion(0).front());
+    std::vector<float> values;
+    for (float v : kExpConstants) values.insert(values.end(), kExpTableLanes, v);
+    auto shape = mlir::RankedTensorType::get({count}, b_.getF32Type());
+    table = b_.create<mlir::LLVM::GlobalOp>(loc_, mlir::LLVM::LLVMArrayType::get(b_.getF32Type(), count), /*isConstant=*/true,
+                                            mlir::LLVM::Linkage::Private, name,
+                                            mlir::DenseElementsAttr::get(shape, llvm::ArrayRef<float>(values)), /*alignment=*/32);
+  }
+  mlir::OpBuilder::InsertionGuard guard(b_);
+  b_.setInsertionPointToStart(&func->getRegion(0).front());
+  mlir::Type ptr = mlir::LLVM::LLVMPointerType::get(context);
+  mlir::Value address = b_.create<mlir::LLVM::AddressOfOp>(loc_, ptr, name);
+  // An empty asm that returns its operand: LLVM no longer knows what the pointer points to, so
+  // it keeps the loads (and folds them into their users) instead of making them splats again.
+  mlir::Value opaque = b_.create<mlir::LLVM::InlineAsmOp>(loc_, ptr, mlir::ValueRange{address}, "", "=r,0",
+                                                          /*has_side_effects=*/false, /*is_align_stack=*/false,
+                                                          mlir::LLVM::AsmDialectAttr(), mlir::ArrayAttr())
+                           .getResult(0);
+  constant_tables_[func] = opaque;
+  return opaque;
+}
+
 // SLEEF's f32 exp (xexpf in sleefsimdsp.c, the u10 algorithm: q = rint(x / ln 2), s = x - q ln 2
 // in two FMA steps, a degree-6 polynomial), inlined for vectors (1 ulp measured). x is clamped to
 // [-104, 104] (exp is 0 below, inf above) so that s stays small for huge |x| and q within
@@ -631,7 +686,7 @@ void share_sleef_sincos(mlir::Operation* module) {
 // rounds to the negated result), so the pair's exp(-x) is bit for bit exp_f32_inline(-x).
 mlir::Value ScalarLowering::exp_f32_inline(mlir::Value x, int lanes) {
   using mlir::arith::CmpFPredicate;
-  auto c = [&](float v) { return constant(DType::F32, v, 0, lanes); };
+  auto c = [&](float v) { return exp_constant(v, lanes); };
   auto fma = [&](mlir::Value a, mlir::Value m, mlir::Value d) { return b_.create<mlir::math::FmaOp>(loc_, a, m, d).getResult(); };
   auto neg = [&](mlir::Value v) { return b_.create<mlir::arith::NegFOp>(loc_, v).getResult(); };
   // A reduction made for x itself, or for -x: keyed by the value it was made for.
@@ -691,7 +746,7 @@ mlir::Value ScalarLowering::scale_by_normal_power_of_two(mlir::Value u, mlir::Va
   // 2^q from the bits of q + 1.5 * 2^23 + 127: shifted left by 23 they are q + 127, the exponent
   // field, and the rest is shifted out. (For -q LLVM makes the sum one subtraction.)
   mlir::Value biased = b_.create<mlir::arith::BitcastOp>(
-      loc_, lane_type(b_.getI32Type(), lanes), b_.create<mlir::arith::AddFOp>(loc_, q, constant(DType::F32, 0x1.8p23 + 127, 0, lanes)));
+      loc_, lane_type(b_.getI32Type(), lanes), b_.create<mlir::arith::AddFOp>(loc_, q, exp_constant(0x1.8p23 + 127, lanes)));
   mlir::Value field = b_.create<mlir::arith::ShLIOp>(loc_, biased, constant(DType::I32, 0, 23, lanes));
   return b_.create<mlir::arith::MulFOp>(loc_, u, b_.create<mlir::arith::BitcastOp>(loc_, u.getType(), field));
 }

@@ -70,7 +70,8 @@ void CpuKernelEmitter::emit(mlir::func::FuncOp func) {
     case ir::LoopForm::ReductionRows: {
       RowPlan plan = row_plan();
       row_scratch_ = row_stash_scratch(plan);  // acquired once per task, before the rows
-      loop(begin, end, 1, [&](mlir::Value row) { emit_reduction_row(row, plan); });
+      if (row_rides(plan)) emit_riding_rows(begin, end, plan);
+      else loop(begin, end, 1, [&](mlir::Value row) { emit_reduction_row(row, plan); });
       if (row_scratch_ >= 0) release_scratch();
       break;
     }

@@ -211,7 +211,11 @@ class CpuKernelEmitter : public KernelEmitterBase {
   // A row: every reduction in order (a later one may use an earlier one's result, as softmax's
   // sum uses its max), then the outputs: reduced-space ones once, full-space ones over the row.
   struct RowPlan;  // (below: the reductions a row computes, worked out once per kernel)
-  void emit_reduction_row(mlir::Value row, const RowPlan& plan);
+  struct RowRide;  // (below: a row's output pass carried by the next row's stash pass)
+  // With `ride`, the output pass from the stash of the row before runs inside this row's stash
+  // pass, and this row's waits for the next row (emit_riding_rows()). Returns the reductions
+  // the output reads (ride.carried's order), for the next row.
+  std::vector<mlir::Value> emit_reduction_row(mlir::Value row, const RowPlan& plan, RowRide* ride = nullptr);
   // ---- SIMD over a row, for reductions over trailing axes ----
   // Element j of a row is element row*L + j of every value laid out like the space; a value
   // broadcast from the row's own shape (a reduction's result, a per-row input) is one scalar for
@@ -253,7 +257,7 @@ class CpuKernelEmitter : public KernelEmitterBase {
   void prefetch_inputs(mlir::Value row_base, mlir::Value j);
   std::vector<mlir::Value> accumulate(const std::vector<NodeId>& ids, const std::vector<mlir::Value>& kept,
                                       mlir::Value row_base, mlir::Value from, mlir::Value to, int lanes,
-                                      RowStash* stash = nullptr);
+                                      RowStash* stash = nullptr, const RowRide* ride = nullptr);
   // The SIMD loop of accumulate(): the loop's results, each reduction's `chains` accumulators
   // (then NaN trackers, see ordered_max_min). With `deferred`, f32 fix-ups in the body are deferred
   // (ScalarLowering::defer_patches): *needs_patch becomes whether any lane wanted one.
@@ -267,7 +271,8 @@ class CpuKernelEmitter : public KernelEmitterBase {
   mlir::Value any_patch(mlir::Value seen);  // an i1: whether any lane of `seen` is set
   std::vector<mlir::Value> accumulate_vectors(const std::vector<NodeId>& vectorized, const std::vector<mlir::Value>& kept,
                                               mlir::Value row_base, mlir::Value from, mlir::Value vector_end, int lanes,
-                                              int chains, RowStash* stash, bool deferred, mlir::Value* needs_patch);
+                                              int chains, RowStash* stash, bool deferred, mlir::Value* needs_patch,
+                                              const RowRide* ride = nullptr);
   bool sums_in_f32_blocks(NodeId id);
   int input_cost(NodeId id);
   int vector_chains(const std::vector<NodeId>& vectorized, bool stashes);
@@ -293,10 +298,50 @@ class CpuKernelEmitter : public KernelEmitterBase {
     RowStash stash;
   };
   RowPlan row_plan();
-  // A task's scratch row for the plan's stash (slot, -1: none): see row_stash().
+  // A task's scratch rows for the plan's stash (slot, -1: none): see row_stash(). Two rows
+  // when the rows ride (row_rides()), taking turns.
   int row_stash_scratch(const RowPlan& plan);
   int row_scratch_ = -1;
   static constexpr int64_t kRowStashBytes = int64_t{256} << 10;
+  // ---- the output pass riding on the next row's stash pass (issue 15) ----
+  // Where the stash goes to scratch rows and the output streams (row_stash_scratch(): AVX2),
+  // row r's output pass from its stash runs inside row r + 1's stash pass, one vector of row r
+  // per vector of row r + 1: its non-temporal stores go out while the exp polynomial computes,
+  // instead of in a pass of their own that only writes (softmax's division pass). Two scratch
+  // rows take turns; the reductions the output reads go to the next row as loop-carried values;
+  // the task's last row's output pass runs after the rows. The first row's pass rides on
+  // nothing: it stores into the other scratch row, whose contents are not used.
+  struct RowRide {
+    NodeId stash_node = -1;      // the plan's stash
+    int output = -1;             // and the output that reads it
+    mlir::Value first_row;       // the task's
+    mlir::Value stash_streams;   // i1 at run time: the stash is in the scratch rows, the output streams
+    mlir::Value streams;         // and the rows are long enough to ride (kRideRowBytes)
+    mlir::Value stash_elements;  // elements between the two scratch rows (whole 64-byte lines)
+    std::vector<NodeId> carried;  // the reductions the output reads
+    // Set by emit_reduction_row() for the row before the one it emits:
+    int stash_slot = -1, output_slot = -1;  // its stash row, and where its output row starts
+    std::vector<mlir::Value> kept;
+    mlir::Value row_base;
+    std::map<NodeId, mlir::Value> reduced;  // its reductions (carried)
+  };
+  // The full-space output whose stash may go to a scratch row (AVX2's 32-byte vectors), or -1.
+  int scratch_stash_output(const RowPlan& plan);
+  mlir::Value stash_row_elements(const RowPlan& plan);
+  // Whether the stash goes to the scratch row and `output` streams (an i1 at run time): the
+  // output is large, its rows whole lines, and a row fits kRowStashBytes.
+  mlir::Value stash_in_scratch(int output);
+  bool row_rides(const RowPlan& plan);
+  // Rows shorter than this do not ride: their output pass is too short to hide anything, and
+  // the ride's bookkeeping cost more than it saved. Softmax on the Zen 3 VM (two threads, 64 MiB
+  // in, old and new kernels alternated in one process): rows of 64 elements 2-4% slower riding,
+  // of 256 1-2% faster, of 512 4-6%, of 4096 2-7% (and 6-8% more with exp_constant()).
+  static constexpr int64_t kRideRowBytes = 1024;
+  void emit_riding_rows(mlir::Value begin, mlir::Value end, const RowPlan& plan);
+  // The ridden row's output at elements [j, j + lanes): from its stash, non-temporal.
+  void ride_step(const RowRide& ride, mlir::Value j, int lanes);
+  // The scratch row of `row` when the rows ride (slot of a new base).
+  int stash_scratch_row(const RowRide& ride, mlir::Value row);
   // One element at a time, each element's index taken apart into the reduced dims.
   std::vector<mlir::Value> accumulate_scalar(const std::vector<NodeId>& ids, const std::vector<mlir::Value>& init,
                                              const std::vector<mlir::Value>& kept, mlir::Value from, mlir::Value to);

@@ -109,7 +109,7 @@ CpuKernelEmitter::RowPlan CpuKernelEmitter::row_plan() {
 
 // A row: every reduction in order (a later one may use an earlier one's result, as softmax's
 // sum uses its max), then the outputs: reduced-space ones once, full-space ones over the row.
-void CpuKernelEmitter::emit_reduction_row(mlir::Value row, const RowPlan& plan) {
+std::vector<mlir::Value> CpuKernelEmitter::emit_reduction_row(mlir::Value row, const RowPlan& plan, RowRide* ride) {
   std::vector<mlir::Value> kept = delinearize(row, kept_dims());
   ir::Dim row_length = ir::num_elements(reduced_dims());
   int lanes = std::max(1, k_.schedule.cpu.vector_width);
@@ -124,11 +124,22 @@ void CpuKernelEmitter::emit_reduction_row(mlir::Value row, const RowPlan& plan) 
     DType t = k_.body.node(stash.node).dtype;
     mlir::Value own_row = element_address(output_slot_[stash.output], t, row_base);
     mlir::Value stash_row = own_row;
-    if (row_scratch_ >= 0) {
-      mlir::Value fits = cmpi(mlir::arith::CmpIPredicate::sle, mul(dim(row_length), i64(static_cast<int64_t>(ir::dtype_size(t)))),
-                              i64(kRowStashBytes));
-      stash_streams = b_.create<mlir::arith::AndIOp>(
-          loc_, fits, streams_rows(output_slot_[stash.output], t, bytes_moved_per_element(t), dim(row_length)));
+    if (ride) {
+      stash_streams = ride->stash_streams;
+      stash_row = select(stash_streams, base_[stash_scratch_row(*ride, row)], own_row);
+      // The row before, whose output pass rides on this row's stash pass (the first row's
+      // rides on nothing: it reads and writes the other scratch row, never read after).
+      mlir::Value later = cmpi(mlir::arith::CmpIPredicate::sgt, row, ride->first_row);
+      mlir::Value before = sub(row, i64(1));
+      mlir::Value previous = select(later, before, row);
+      ride->kept = delinearize(previous, kept_dims());
+      ride->row_base = mul(previous, dim(row_length));
+      ride->stash_slot = stash_scratch_row(*ride, before);
+      mlir::Value output_row = element_address(output_slot_[stash.output], t, ride->row_base);
+      base_.push_back(select(later, output_row, base_[ride->stash_slot]));
+      ride->output_slot = static_cast<int>(base_.size()) - 1;
+    } else if (row_scratch_ >= 0) {
+      stash_streams = stash_in_scratch(stash.output);
       stash_row = select(stash_streams, base_[row_scratch_], own_row);
     }
     base_.push_back(stash_row);
@@ -153,8 +164,9 @@ void CpuKernelEmitter::emit_reduction_row(mlir::Value row, const RowPlan& plan) 
     if (groups[g].empty()) continue;
     bool last = g + 1 == groups.size();
     if (last && stash.node >= 0) prefetch_next_row_ = next_row;
-    std::vector<mlir::Value> accs =
-        accumulate(groups[g], kept, row_base, i64(0), dim(row_length), lanes, last && stash.node >= 0 ? &stash : nullptr);
+    bool stashes = last && stash.node >= 0;
+    std::vector<mlir::Value> accs = accumulate(groups[g], kept, row_base, i64(0), dim(row_length), lanes,
+                                               stashes ? &stash : nullptr, stashes ? ride : nullptr);
     prefetch_next_row_ = {};
     for (size_t q = 0; q < groups[g].size(); ++q) reduced_[groups[g][q]] = finish(groups[g][q], accs[q], row_length);
   }
@@ -174,6 +186,11 @@ void CpuKernelEmitter::emit_reduction_row(mlir::Value row, const RowPlan& plan) 
         mlir::Value computed_from = i64(0);
         if (stash.node >= 0 && static_cast<int>(o) == stash.output) {
           // The stashed value read back from the stash row (still in cache), not recomputed.
+          mlir::OpBuilder::InsertionGuard guard(b_);
+          if (ride) {  // riding, this part goes with the next row's stash pass (or follows the rows)
+            mlir::Value stays = b_.create<mlir::arith::XOrIOp>(loc_, ride->streams, constant(DType::Bool, 0, 1, 1));
+            b_.setInsertionPointToStart(&b_.create<mlir::scf::IfOp>(loc_, stays, /*withElseRegion=*/false).getThenRegion().front());
+          }
           loop_streaming_or_not(stash_streams, i64(0), stash.end, lanes, [&](mlir::Value j, bool streams) {
             row_cache_[stash.node] = load(stash.slot, n.dtype, j, lanes);
             store(output_slot_[o], n.dtype, add(row_base, j), row_value(out, kept, row_base, j, lanes), lanes, streams);
@@ -206,6 +223,10 @@ void CpuKernelEmitter::emit_reduction_row(mlir::Value row, const RowPlan& plan) 
     // A reduced-space output: element `row` (cpu_compiles() keeps rows in order up to here).
     store(output_slot_[o], n.dtype, row, general_value(out, delinearize(row, n.shape)), 1);
   }
+  std::vector<mlir::Value> carried;
+  if (ride)
+    for (NodeId id : ride->carried) carried.push_back(reduced_.at(id));
+  return carried;
 }
 
 // Pairs (mean, variance) of row reductions that one pass can compute together: `variance` is
@@ -407,8 +428,9 @@ CpuKernelEmitter::RowStash CpuKernelEmitter::row_stash(const std::vector<NodeId>
   return stash;
 }
 
-// The task's scratch row for row_stash() on AVX2 (32-byte vectors): there the stash goes to a
-// row of scratch (one per thread, kept between runs) instead of the output's own row, and the
+// The task's scratch row for row_stash() on AVX2 (32-byte vectors; two when the rows ride,
+// RowRide): there the stash goes to a row of scratch (one per thread, kept between runs) instead
+// of the output's own row, and the
 // output pass streams, when the output is large, its rows are whole lines and a row's stash fits
 // kRowStashBytes (else the own row, as before): the exp pass no longer reads the output's lines
 // for ownership, a third of the traffic. On the Zen 3 VM (two threads, `fusec run --bench=20`,
@@ -416,6 +438,14 @@ CpuKernelEmitter::RowStash CpuKernelEmitter::row_stash(const std::vector<NodeId>
 // 11.8, 65536 x 64 3.18 against 3.17. AVX-512 keeps the own row: the scratch row with a streamed
 // output pass measured slower on the Zen 4 VM (row_stash()), and has not been measured since.
 int CpuKernelEmitter::row_stash_scratch(const RowPlan& plan) {
+  int full_space = scratch_stash_output(plan);
+  if (full_space < 0) return -1;
+  int64_t size = static_cast<int64_t>(ir::dtype_size(k_.body.node(k_.body.outputs[full_space].node).dtype));
+  mlir::Value row_bytes = mul(stash_row_elements(plan), i64(size));
+  return allocate_slot(add(mul(row_bytes, i64(row_rides(plan) ? 2 : 1)), i64(64)));
+}
+
+int CpuKernelEmitter::scratch_stash_output(const RowPlan& plan) {
   int lanes = k_.schedule.cpu.vector_width;
   if (lanes < 2 || !ir::trailing_axes(k_) || plan.stash.node < 0) return -1;
   int full_space = -1;
@@ -426,9 +456,118 @@ int CpuKernelEmitter::row_stash_scratch(const RowPlan& plan) {
     }
   if (full_space < 0) return -1;
   int64_t size = static_cast<int64_t>(ir::dtype_size(k_.body.node(k_.body.outputs[full_space].node).dtype));
-  if (size * lanes != 32) return -1;  // AVX2's vectors (and streams_whole_lines())
-  mlir::Value row_bytes = mul(dim(ir::num_elements(reduced_dims())), i64(size));
-  return allocate_slot(add(min_i64(row_bytes, i64(kRowStashBytes)), i64(64)));
+  return size * lanes == 32 ? full_space : -1;  // AVX2's vectors (and streams_whole_lines())
+}
+
+// A scratch row's elements: the row's, up to kRowStashBytes, rounded up to whole 64-byte lines
+// (so that the second of two rows starts on a line).
+mlir::Value CpuKernelEmitter::stash_row_elements(const RowPlan& plan) {
+  int64_t size = static_cast<int64_t>(ir::dtype_size(k_.body.node(plan.stash.node).dtype));
+  int64_t line = 64 / size;
+  mlir::Value elements = min_i64(dim(ir::num_elements(reduced_dims())), i64(kRowStashBytes / size));
+  return mul(div(add(elements, i64(line - 1)), i64(line)), i64(line));
+}
+
+mlir::Value CpuKernelEmitter::stash_in_scratch(int output) {
+  DType t = k_.body.node(k_.body.outputs[output].node).dtype;
+  mlir::Value row_length = dim(ir::num_elements(reduced_dims()));
+  mlir::Value fits = cmpi(mlir::arith::CmpIPredicate::sle, mul(row_length, i64(static_cast<int64_t>(ir::dtype_size(t)))),
+                          i64(kRowStashBytes));
+  return b_.create<mlir::arith::AndIOp>(loc_, fits,
+                                        streams_rows(output_slot_[output], t, bytes_moved_per_element(t), row_length));
+}
+
+// Whether the rows ride (RowRide): a stash that may go to scratch rows, in a float output (the
+// first row's pass computes from values never set: no integer division may trap on them).
+bool CpuKernelEmitter::row_rides(const RowPlan& plan) {
+  int output = scratch_stash_output(plan);
+  return output >= 0 && ir::is_float(k_.body.node(k_.body.outputs[output].node).dtype);
+}
+
+int CpuKernelEmitter::stash_scratch_row(const RowRide& ride, mlir::Value row) {
+  DType t = k_.body.node(ride.stash_node).dtype;
+  mlir::Value turn = b_.create<mlir::arith::AndIOp>(loc_, row, i64(1));
+  base_.push_back(element_address(row_scratch_, t, mul(turn, ride.stash_elements)));
+  return static_cast<int>(base_.size()) - 1;
+}
+
+void CpuKernelEmitter::emit_riding_rows(mlir::Value begin, mlir::Value end, const RowPlan& plan) {
+  RowRide ride;
+  ride.stash_node = plan.stash.node;
+  ride.output = plan.stash.output;
+  ride.first_row = begin;
+  NodeId out = k_.body.outputs[ride.output].node;
+  DType t = k_.body.node(out).dtype;
+  ir::Dim row_length = ir::num_elements(reduced_dims());
+  ride.stash_streams = stash_in_scratch(ride.output);
+  mlir::Value long_rows = cmpi(mlir::arith::CmpIPredicate::sge,
+                               mul(dim(row_length), i64(static_cast<int64_t>(ir::dtype_size(t)))), i64(kRideRowBytes));
+  ride.streams = b_.create<mlir::arith::AndIOp>(loc_, ride.stash_streams, long_rows);
+  ride.stash_elements = stash_row_elements(plan);
+  // The reductions the output reads (not those only other reductions read).
+  {
+    std::set<NodeId> seen{out};
+    std::vector<NodeId> pending{out};
+    while (!pending.empty()) {
+      NodeId id = pending.back();
+      pending.pop_back();
+      if (k_.body.node(id).kind == OpKind::Reduce) {
+        ride.carried.push_back(id);
+        continue;
+      }
+      for (NodeId in : k_.body.node(id).inputs)
+        if (seen.insert(in).second) pending.push_back(in);
+    }
+    std::sort(ride.carried.begin(), ride.carried.end());
+  }
+  std::vector<mlir::Value> none;
+  for (NodeId id : ride.carried) none.push_back(constant(k_.body.node(id).dtype, 0, 0, 1));
+  auto rows = b_.create<mlir::scf::ForOp>(loc_, begin, end, i64(1), none);
+  {
+    mlir::OpBuilder::InsertionGuard guard(b_);
+    b_.setInsertionPointToStart(rows.getBody());
+    clear_caches();
+    for (size_t q = 0; q < ride.carried.size(); ++q) ride.reduced[ride.carried[q]] = rows.getRegionIterArgs()[q];
+    std::vector<mlir::Value> next = emit_reduction_row(rows.getInductionVar(), plan, &ride);
+    for (size_t q = 0; q < next.size(); ++q)
+      if (next[q].getType() != none[q].getType())
+        throw ir::Error(fail_text("kernel " + k_.name + ": a carried reduction changed type between rows"));
+    b_.create<mlir::scf::YieldOp>(loc_, next);
+    clear_caches();
+  }
+  // The last row's output pass, which rides on nothing.
+  mlir::Value any = cmpi(mlir::arith::CmpIPredicate::slt, begin, end);
+  auto branch = b_.create<mlir::scf::IfOp>(loc_, b_.create<mlir::arith::AndIOp>(loc_, any, ride.streams),
+                                           /*withElseRegion=*/false);
+  mlir::OpBuilder::InsertionGuard guard(b_);
+  b_.setInsertionPointToStart(&branch.getThenRegion().front());
+  int lanes = k_.schedule.cpu.vector_width;
+  mlir::Value last = sub(end, i64(1));
+  ride.kept = delinearize(last, kept_dims());
+  ride.row_base = mul(last, dim(row_length));
+  ride.stash_slot = stash_scratch_row(ride, last);
+  base_.push_back(element_address(output_slot_[ride.output], t, ride.row_base));
+  ride.output_slot = static_cast<int>(base_.size()) - 1;
+  for (size_t q = 0; q < ride.carried.size(); ++q) ride.reduced[ride.carried[q]] = rows.getResult(q);
+  // As far as the stash pass's whole steps went (accumulate()).
+  std::vector<NodeId> vectorized;
+  for (NodeId id : plan.groups.back())
+    if (row_vectorizable(id)) vectorized.push_back(id);
+  int64_t step = static_cast<int64_t>(vector_chains(vectorized, /*stashes=*/true)) * lanes;
+  loop(i64(0), whole_steps_end(i64(0), dim(row_length), step), lanes,
+       [&](mlir::Value j) { ride_step(ride, j, lanes); });
+}
+
+void CpuKernelEmitter::ride_step(const RowRide& ride, mlir::Value j, int lanes) {
+  clear_caches();  // another row's values from here on
+  std::map<NodeId, mlir::Value> own = reduced_;
+  for (const auto& [id, value] : ride.reduced) reduced_[id] = value;
+  NodeId out = k_.body.outputs[ride.output].node;
+  DType t = k_.body.node(out).dtype;
+  row_cache_[ride.stash_node] = load(ride.stash_slot, t, j, lanes);
+  store(ride.output_slot, t, j, row_value(out, ride.kept, ride.row_base, j, lanes), lanes, /*streaming=*/true);
+  reduced_ = std::move(own);
+  clear_caches();
 }
 
 CpuKernelEmitter::RowAccess CpuKernelEmitter::row_access(NodeId id) {
@@ -591,7 +730,8 @@ mlir::Value CpuKernelEmitter::nan_tracker_seen(NodeId id, mlir::Value tracker, i
 // schedule's number of independent vector accumulators each (dependency chains in flight) for
 // those row_vectorizable(), then one scalar loop for the rest and the SIMD loop's tail.
 std::vector<mlir::Value> CpuKernelEmitter::accumulate(const std::vector<NodeId>& ids, const std::vector<mlir::Value>& kept,
-                                    mlir::Value row_base, mlir::Value from, mlir::Value to, int lanes, RowStash* stash) {
+                                    mlir::Value row_base, mlir::Value from, mlir::Value to, int lanes, RowStash* stash,
+                                    const RowRide* ride) {
   std::vector<NodeId> vectorized, scalar;
   for (NodeId id : ids) (lanes > 1 && row_vectorizable(id) ? vectorized : scalar).push_back(id);
   std::map<NodeId, mlir::Value> result;
@@ -601,8 +741,46 @@ std::vector<mlir::Value> CpuKernelEmitter::accumulate(const std::vector<NodeId>&
     mlir::Value vector_end = whole_steps_end(from, to, step);
     if (stash) stash->end = vector_end;
     mlir::Value needs_patch;
-    std::vector<mlir::Value> results =
-        accumulate_vectors(vectorized, kept, row_base, from, vector_end, lanes, chains, stash, /*deferred=*/true, &needs_patch);
+    std::vector<mlir::Value> results;
+    if (!ride) {
+      results = accumulate_vectors(vectorized, kept, row_base, from, vector_end, lanes, chains, stash, /*deferred=*/true,
+                                   &needs_patch);
+    } else {
+      // Two loops behind the run-time test: with the row before's output riding, and without
+      // (the stash then in this row's own output row). Their results' types are known once
+      // emitted: drafted in an scf.if without results, then moved into one with them.
+      auto draft = b_.create<mlir::scf::IfOp>(loc_, ride->streams, /*withElseRegion=*/true);
+      std::vector<mlir::Value> branch_results[2];
+      bool patches[2] = {false, false};
+      for (int k = 0; k < 2; ++k) {
+        mlir::OpBuilder::InsertionGuard guard(b_);
+        mlir::Block& block = k == 0 ? draft.getThenRegion().front() : draft.getElseRegion().front();
+        block.getTerminator()->erase();
+        b_.setInsertionPointToEnd(&block);
+        clear_caches();
+        mlir::Value patch;
+        branch_results[k] = accumulate_vectors(vectorized, kept, row_base, from, vector_end, lanes, chains, stash,
+                                               /*deferred=*/true, &patch, k == 0 ? ride : nullptr);
+        patches[k] = static_cast<bool>(patch);
+        if (patch) branch_results[k].push_back(patch);
+        b_.create<mlir::scf::YieldOp>(loc_, branch_results[k]);
+        clear_caches();
+      }
+      // (Both loops have the same fix-ups: the ride defers none.)
+      if (branch_results[0].size() != branch_results[1].size() || patches[0] != patches[1])
+        throw ir::Error(fail_text("kernel " + k_.name + ": the riding stash pass differs from the other"));
+      std::vector<mlir::Type> types;
+      for (mlir::Value v : branch_results[0]) types.push_back(v.getType());
+      auto branch = b_.create<mlir::scf::IfOp>(loc_, types, ride->streams, /*withElseRegion=*/true);
+      branch.getThenRegion().takeBody(draft.getThenRegion());
+      branch.getElseRegion().takeBody(draft.getElseRegion());
+      draft.erase();
+      results.assign(branch.getResults().begin(), branch.getResults().end());
+      if (patches[0]) {
+        needs_patch = results.back();
+        results.pop_back();
+      }
+    }
     if (needs_patch) {
       // Some lane wanted an f32 fix-up (an exp below -87.3, whose result is subnormal), or a
       // blocked f32 sum was not finite: the whole loop again with the fix-ups in it and every
@@ -671,7 +849,7 @@ std::vector<mlir::Value> CpuKernelEmitter::accumulate_vectors(const std::vector<
                                                              const std::vector<mlir::Value>& kept, mlir::Value row_base,
                                                              mlir::Value from, mlir::Value vector_end, int lanes,
                                                              int chains, RowStash* stash, bool deferred,
-                                                             mlir::Value* needs_patch) {
+                                                             mlir::Value* needs_patch, const RowRide* ride) {
   // `chains` independent accumulators per reduction (vector_chains()): that many dependency
   // chains in flight, combined in order after the loop. Iteration arguments: each reduction's
   // chains, then a NaN tracker per chain of each ordered_max_min() one, then (deferred) the
@@ -726,6 +904,11 @@ std::vector<mlir::Value> CpuKernelEmitter::accumulate_vectors(const std::vector<
         store(stash->slot, t, j, row_value(stash->node, kept, row_base, j, lanes), lanes);
       }
       prefetch_inputs(row_base, j);
+      if (ride) {
+        scalar_.defer_patches(nullptr);  // the row before's values are stored here: exact now
+        ride_step(*ride, j, lanes);
+        if (deferred) scalar_.defer_patches(&masks);
+      }
     }
     scalar_.defer_patches(nullptr);
     if (deferred) next[patch_at] = or_patch_masks(args[patch_at], masks);
