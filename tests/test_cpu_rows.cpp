@@ -265,7 +265,7 @@ TEST_CASE("AVX2 kernels stream their output with 32-byte non-temporal stores", "
 // rows just over 256 KiB (own row), of 4100 elements (not whole lines: own row) and short ones
 // (1 to 1023), with an infinity, a NaN and a row of subnormal exp(x - max) lanes (the rerun with
 // the fix-up).
-TEST_CASE("AVX2 softmax stashes exp in a scratch row and streams its output", "[cpu][streaming][threads]") {
+TEST_CASE("AVX2 softmax stashes exp in a scratch row and streams its output", "[cpu][streaming][threads][stash]") {
   constexpr double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
   CompileOptions avx2 = avx2_streaming_from_64k();
   CompileOptions avx512 = avx2;
@@ -300,18 +300,19 @@ TEST_CASE("AVX2 softmax stashes exp in a scratch row and streams its output", "[
     int64_t rows = 13, long_row = t == DType::F32 ? 65'600 : 32'800;
     // Short and odd rows too: the exp pass takes one vector a step on AVX2 (vector_chains), so
     // rows of 9, 15 and 17 have a vector part and a scalar tail, 1 and 7 only the tail. Rows of
-    // 4096 and 256 elements (1 KiB, kRideRowBytes) ride, of 240 (whole lines) do not; a row as
-    // large as a scratch row (256 KiB) rides in two of them; tasks of one and two rows (R = 1, 2
-    // and 7 threads) have only the last row's pass, or one ride.
+    // 4096 and 256 elements (f32: 1 KiB, kRideRowBytes) ride, of 240 (whole lines) do not; a row
+    // as large as a scratch row (256 KiB) rides in two of them; tasks of one and two rows (R = 1,
+    // 2 and 7 threads) have only the last row's pass, or one ride. (Every shape here moves over
+    // 64 KiB but those of 1 to 17 and 1023 elements a row.)
     int64_t largest_stash = t == DType::F32 ? 65'536 : 32'768;
     for (auto [r, c] : std::vector<std::pair<int64_t, int64_t>>{{rows, 4096},
                                                                 {5, long_row},
                                                                 {4, largest_stash},
                                                                 {rows, 4100},
-                                                                {rows, 256},
-                                                                {rows, 240},
-                                                                {1, 4096},
-                                                                {2, 4096},
+                                                                {40, 256},
+                                                                {40, 240},
+                                                                {1, 16'384},
+                                                                {2, 8192},
                                                                 {rows, 1},
                                                                 {rows, 7},
                                                                 {rows, 9},
@@ -327,5 +328,30 @@ TEST_CASE("AVX2 softmax stashes exp in a scratch row and streams its output", "[
         in.set_f64(3 * c + i, i == c / 3 ? 95.0 : in.get_f64(3 * c + i));
       CHECK(testing::compare_outputs(ir::interpret(g.ir(), inputs), exe.run(inputs), 1e-5, 0) == "");
     }
+  }
+}
+
+TEST_CASE("AVX2 rows whose output pass rides read the row before's inputs and reductions", "[cpu][streaming][threads][stash]") {
+  // The output reads, besides the stash, the input itself, a per-row input, an input along the
+  // row and the row's max: the pass that rides on the next row's exp pass must read all of them
+  // at the row before (RowRide), and the last row's pass after the rows too.
+  Graph g;
+  Tensor x = g.input("x", DType::F32, {sym("R"), sym("C")});
+  Tensor bias = g.input("bias", DType::F32, {sym("R"), 1});
+  Tensor gamma = g.input("gamma", DType::F32, {sym("C")});
+  Tensor m = max(x, 1, true);
+  Tensor e = exp(x - m);
+  g.output("y", e / sum(e, 1, true) * x * gamma + bias - m);
+  runtime::Executable exe = compile(g, avx2_streaming_from_64k());
+  REQUIRE(exe.program().kernels.size() == 1);
+  std::string mlir = codegen::emit_cpu_mlir(exe.program());
+  size_t streamed = 0;
+  for (size_t at = mlir.find("nontemporal"); at != std::string::npos; at = mlir.find("nontemporal", at + 1)) ++streamed;
+  CHECK(streamed == 4);  // as softmax's: the kernel rides
+  // Each over 64 KiB moved (8 bytes an element), so that it streams and rides.
+  for (auto [r, c] : std::vector<std::pair<int64_t, int64_t>>{{13, 4096}, {9, 1024}, {40, 256}, {1, 16'384}, {2, 8192}}) {
+    INFO("R = " << r << ", C = " << c);
+    ir::TensorMap inputs = testing::random_inputs(g.ir(), {{"R", r}, {"C", c}}, 23);
+    CHECK(testing::compare_outputs(ir::interpret(g.ir(), inputs), exe.run(inputs), 1e-5, 0) == "");
   }
 }
