@@ -254,7 +254,14 @@ class CpuKernelEmitter : public KernelEmitterBase {
   // its last pass over them, so that reading them from memory overlaps this row's computation
   // instead of stalling the next row's first pass (the passes between run from cache).
   mlir::Value prefetch_next_row_;
-  void prefetch_inputs(mlir::Value row_base, mlir::Value j);
+  // A split reduction's chunk streams from memory on one core; a prefetch kPrefetchAheadBytes
+  // ahead of each line it reads keeps enough lines in flight where the loop's other work (a
+  // widening to f64, a NaN tracker) would hold the core's own loads back: on the 2-vCPU Intel
+  // Xeon (AVX-512) sum over 100M f32 read 14.4-17.4 GB/s without, 19.5-25 with.
+  bool prefetch_ahead_ = false;
+  static constexpr int64_t kPrefetchAheadBytes = 4096;
+  // The prefetches for the vector of `lanes` elements at j, the `chain`-th of its step.
+  void prefetch_inputs(mlir::Value row_base, mlir::Value j, int chain = 0, int lanes = 1);
   std::vector<mlir::Value> accumulate(const std::vector<NodeId>& ids, const std::vector<mlir::Value>& kept,
                                       mlir::Value row_base, mlir::Value from, mlir::Value to, int lanes,
                                       RowStash* stash = nullptr, const RowRide* ride = nullptr);

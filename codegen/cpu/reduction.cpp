@@ -64,7 +64,9 @@ void CpuKernelEmitter::emit_split_chunk(mlir::Value chunk) {
   int lanes = std::max(1, k_.schedule.cpu.vector_width);
   std::vector<NodeId> ids = reduce_nodes();
   std::vector<mlir::Value> kept(kept_dims().size(), i64(0));  // every kept dim has size 1
+  prefetch_ahead_ = true;
   std::vector<mlir::Value> accs = accumulate(ids, kept, i64(0), from, to, lanes);
+  prefetch_ahead_ = false;
   for (size_t q = 0; q < ids.size(); ++q) store_partial(ids[q], static_cast<int>(q), chunk, accs[q]);
 }
 
@@ -903,7 +905,7 @@ std::vector<mlir::Value> CpuKernelEmitter::accumulate_vectors(const std::vector<
         DType t = k_.body.node(stash->node).dtype;
         store(stash->slot, t, j, row_value(stash->node, kept, row_base, j, lanes), lanes);
       }
-      prefetch_inputs(row_base, j);
+      prefetch_inputs(row_base, j, c, lanes);
       if (ride) {
         scalar_.defer_patches(nullptr);  // the row before's values are stored here: exact now
         ride_step(*ride, j, lanes);
@@ -1030,13 +1032,25 @@ int CpuKernelEmitter::vector_chains(const std::vector<NodeId>& vectorized, bool 
   return 1;
 }
 
-void CpuKernelEmitter::prefetch_inputs(mlir::Value row_base, mlir::Value j) {
-  if (!prefetch_next_row_) return;
+void CpuKernelEmitter::prefetch_inputs(mlir::Value row_base, mlir::Value j, int chain, int lanes) {
+  if (!prefetch_next_row_ && !prefetch_ahead_) return;
   for (auto [id, slot] : input_slot_) {
     const Node& n = k_.body.node(id);
     if (n.kind != OpKind::Input || !(n.shape == k_.space)) continue;
-    mlir::Value address = element_address(slot, n.dtype, add(add(row_base, prefetch_next_row_), j));
-    b_.create<mlir::LLVM::Prefetch>(loc_, address, /*rw=*/0u, /*locality=*/3u, /*data cache=*/1u);
+    if (prefetch_next_row_) {
+      mlir::Value address = element_address(slot, n.dtype, add(add(row_base, prefetch_next_row_), j));
+      b_.create<mlir::LLVM::Prefetch>(loc_, address, /*rw=*/0u, /*locality=*/3u, /*data cache=*/1u);
+    }
+    if (prefetch_ahead_) {
+      // One prefetch per 64 bytes of the step: at each multiple of 64 within this vector's bytes.
+      int64_t size = static_cast<int64_t>(ir::dtype_size(n.dtype));
+      int64_t first = static_cast<int64_t>(chain) * lanes * size, last = first + lanes * size;
+      for (int64_t line = (first + 63) / 64 * 64; line < last; line += 64) {
+        mlir::Value ahead = add(add(row_base, j), i64((kPrefetchAheadBytes + line - first) / size));
+        b_.create<mlir::LLVM::Prefetch>(loc_, element_address(slot, n.dtype, ahead), /*rw=*/0u, /*locality=*/3u,
+                                        /*data cache=*/1u);
+      }
+    }
   }
 }
 
