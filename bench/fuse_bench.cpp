@@ -30,6 +30,7 @@
 
 #include <cblas.h>
 
+#include "bench/openblas_core.h"
 #include "bench/peers.h"
 #include "bench/stream.h"
 #include "frontends/api.h"
@@ -970,8 +971,9 @@ std::string load_average() {
 }
 
 void print_summary(const MedianReporter& rep, const std::string& load_before) {
-  std::printf("\nCPU: %s, %d threads; load average %s before the run, %s after\n", cpu_model().c_str(),
-              runtime::ThreadPool::global().num_threads(), load_before.c_str(), load_average().c_str());
+  std::printf("\nCPU: %s, %d threads; load average %s before the run, %s after; OpenBLAS core %s\n",
+              cpu_model().c_str(), runtime::ThreadPool::global().num_threads(), load_before.c_str(),
+              load_average().c_str(), openblas_get_corename());
   std::printf("bandwidth limit: %.1f GB/s, the best rate of STREAM copy or triad (non-temporal %s stores, "
               "%zu trials each over the run)\n",
               limit_gbs(), stream().isa(), g_stream_gbs[kCopy].size());
@@ -1005,6 +1007,10 @@ int main(int argc, char** argv) {
   for (auto [name, value] : {std::pair{"OMP_WAIT_POLICY", "passive"}, std::pair{"OPENBLAS_THREAD_TIMEOUT", "4"}}) {
     if (std::getenv(name)) continue;
     setenv(name, value, 1);
+    restart = true;
+  }
+  if (const char* core = openblas_core_override()) {  // (bench/openblas_core.h)
+    setenv("OPENBLAS_CORETYPE", core, 1);
     restart = true;
   }
   if (restart) execv("/proc/self/exe", argv);

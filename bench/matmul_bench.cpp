@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/openblas_core.h"
 #include "frontends/compile.h"
 #include "runtime/thread_pool.h"
 
@@ -224,10 +225,16 @@ int main(int argc, char** argv) {
   // OpenBLAS's threads spin for 2^28 cycles (about 0.1 s) after each call, taking a core from
   // the fuse row that runs next; 2^4 cycles and they sleep, as fuse's pool does. OpenBLAS reads
   // this when it is loaded, so this sets it and starts again (as fuse_bench does).
+  bool restart = false;
   if (!std::getenv("OPENBLAS_THREAD_TIMEOUT")) {
     setenv("OPENBLAS_THREAD_TIMEOUT", "4", 1);
-    execv("/proc/self/exe", argv);
+    restart = true;
   }
+  if (const char* core = openblas_core_override()) {  // (bench/openblas_core.h)
+    setenv("OPENBLAS_CORETYPE", core, 1);
+    restart = true;
+  }
+  if (restart) execv("/proc/self/exe", argv);
   int rounds = 11;
   int64_t max_size = 4096;
   std::vector<Shape> given;
@@ -280,9 +287,9 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "round %d/%d\r", r + 1, rounds);
     }
     double peak_median = median(peak_gflops);
-    std::printf("CPU: %s, %d threads (fuse and OpenBLAS alike); load average %s before, %s after\n",
+    std::printf("CPU: %s, %d threads (fuse and OpenBLAS alike); load average %s before, %s after; OpenBLAS core %s\n",
                 cpu_model().c_str(), fuse::runtime::ThreadPool::global().num_threads(), load_before.c_str(),
-                load_average().c_str());
+                load_average().c_str(), openblas_get_corename());
     std::printf("f32 FMA peak: %.1f GFLOP/s (%s, %d chains per thread, median of %zu trials; best %.1f)\n\n",
                 peak_median, peak_isa().isa, kChains, peak_gflops.size(),
                 *std::max_element(peak_gflops.begin(), peak_gflops.end()));
