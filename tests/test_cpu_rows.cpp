@@ -107,6 +107,22 @@ CompileOptions avx2_streaming_from_64k() {
   return options;
 }
 
+// The 256-bit vectors, and the host's 512-bit ones where it has them (streaming from 64 KiB).
+std::vector<CompileOptions> widths_this_host_runs() {
+  std::vector<CompileOptions> widths{avx2_streaming_from_64k()};
+  if (ir::Target::host().vector_bits >= 512) {
+    widths.push_back(widths.front());
+    widths.back().pipeline.target.vector_bits = 512;
+  }
+  return widths;
+}
+
+size_t count_streamed(const std::string& mlir) {
+  size_t streamed = 0;
+  for (size_t at = mlir.find("nontemporal"); at != std::string::npos; at = mlir.find("nontemporal", at + 1)) ++streamed;
+  return streamed;
+}
+
 }  // namespace
 
 TEST_CASE("transposes in registers across dtypes and odd sizes", "[cpu][rows][transpose]") {
@@ -265,7 +281,7 @@ TEST_CASE("AVX2 kernels stream their output with 32-byte non-temporal stores", "
 // rows just over 256 KiB (own row), of 4100 elements (not whole lines: own row) and short ones
 // (1 to 1023), with an infinity, a NaN and a row of subnormal exp(x - max) lanes (the rerun with
 // the fix-up).
-TEST_CASE("AVX2 softmax stashes exp in a scratch row and streams its output", "[cpu][streaming][threads][stash]") {
+TEST_CASE("softmax stashes exp in a scratch row and streams its output (AVX2 and AVX-512)", "[cpu][streaming][threads][stash]") {
   constexpr double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
   CompileOptions avx2 = avx2_streaming_from_64k();
   CompileOptions avx512 = avx2;
@@ -286,52 +302,54 @@ TEST_CASE("AVX2 softmax stashes exp in a scratch row and streams its output", "[
     // Streamed: the output pass's copy from the stash and its computed rest, and (the rows
     // riding, codegen/cpu/emitter.h RowRide) the copy inside the next row's exp pass and the
     // last row's after the rows.
-    size_t streamed = 0;
-    for (size_t at = avx2_mlir.find("nontemporal"); at != std::string::npos; at = avx2_mlir.find("nontemporal", at + 1)) ++streamed;
-    CHECK(streamed == 4);
+    CHECK(count_streamed(avx2_mlir) == 4);
     std::string avx512_mlir = kernel_mlir(avx512);
-    CHECK(avx512_mlir.find("fuse_cpu_scratch_acquire") == std::string::npos);
+    CHECK(avx512_mlir.find("fuse_cpu_scratch_acquire") != std::string::npos);
+    CHECK(count_streamed(avx512_mlir) == 5);  // the exp pass takes two vectors a step: a copy rides on each
     // exp's constants from a table in memory in AVX2's f32 vectors only (exp_constant()).
     CHECK((avx2_mlir.find("fuse_exp_f32x8_constants") != std::string::npos) == (t == DType::F32));
     CHECK(avx512_mlir.find("fuse_exp_f32x8_constants") == std::string::npos);
-    runtime::Executable exe = compile(g, avx2);
-    // Over 64 KiB moved (8 or 16 bytes an element) in 13 rows, 7 threads' ranges of rows; long
-    // rows just over 256 KiB.
-    int64_t rows = 13, long_row = t == DType::F32 ? 65'600 : 32'800;
-    // Short and odd rows too: the exp pass takes one vector a step on AVX2 (vector_chains), so
-    // rows of 9, 15 and 17 have a vector part and a scalar tail, 1 and 7 only the tail. Rows of
-    // 4096 and 256 elements (f32: 1 KiB, kRideRowBytes) ride, of 240 (whole lines) do not; a row
-    // as large as a scratch row (256 KiB) rides in two of them; tasks of one and two rows (R = 1,
-    // 2 and 7 threads) have only the last row's pass, or one ride. (Every shape here moves over
-    // 64 KiB but those of 1 to 17 and 1023 elements a row.)
-    int64_t largest_stash = t == DType::F32 ? 65'536 : 32'768;
-    for (auto [r, c] : std::vector<std::pair<int64_t, int64_t>>{{rows, 4096},
-                                                                {5, long_row},
-                                                                {4, largest_stash},
-                                                                {rows, 4100},
-                                                                {40, 256},
-                                                                {40, 240},
-                                                                {1, 16'384},
-                                                                {2, 8192},
-                                                                {rows, 1},
-                                                                {rows, 7},
-                                                                {rows, 9},
-                                                                {rows, 15},
-                                                                {rows, 17},
-                                                                {7, 1023}}) {
-      INFO("R = " << r << ", C = " << c);
-      ir::TensorMap inputs = testing::random_inputs(g.ir(), {{"R", r}, {"C", c}}, 17);
-      ir::HostArray& in = inputs["x"];
-      if (r > 1) in.set_f64(c + c / 2, inf);  // row 1: inf - inf is NaN, as in the interpreter
-      if (r > 2) in.set_f64(2 * c + c - 1, nan);
-      for (int64_t i = 0; i < c && r > 3; ++i)  // row 3: subnormal exp
-        in.set_f64(3 * c + i, i == c / 3 ? 95.0 : in.get_f64(3 * c + i));
-      CHECK(testing::compare_outputs(ir::interpret(g.ir(), inputs), exe.run(inputs), 1e-5, 0) == "");
+    for (const CompileOptions& options : widths_this_host_runs()) {
+      INFO("vector bits " << options.pipeline.target.vector_bits);
+      runtime::Executable exe = compile(g, options);
+      // Over 64 KiB moved (8 or 16 bytes an element) in 13 rows, 7 threads' ranges of rows; long
+      // rows just over 256 KiB.
+      int64_t rows = 13, long_row = t == DType::F32 ? 65'600 : 32'800;
+      // Short and odd rows too: the exp pass takes one vector a step on AVX2 (vector_chains), so
+      // rows of 9, 15 and 17 have a vector part and a scalar tail, 1 and 7 only the tail. Rows of
+      // 4096 and 256 elements (f32: 1 KiB, kRideRowBytes) ride, of 240 (whole lines) do not; a row
+      // as large as a scratch row (256 KiB) rides in two of them; tasks of one and two rows (R = 1,
+      // 2 and 7 threads) have only the last row's pass, or one ride. (Every shape here moves over
+      // 64 KiB but those of 1 to 17 and 1023 elements a row.)
+      int64_t largest_stash = t == DType::F32 ? 65'536 : 32'768;
+      for (auto [r, c] : std::vector<std::pair<int64_t, int64_t>>{{rows, 4096},
+                                                                  {5, long_row},
+                                                                  {4, largest_stash},
+                                                                  {rows, 4100},
+                                                                  {40, 256},
+                                                                  {40, 240},
+                                                                  {1, 16'384},
+                                                                  {2, 8192},
+                                                                  {rows, 1},
+                                                                  {rows, 7},
+                                                                  {rows, 9},
+                                                                  {rows, 15},
+                                                                  {rows, 17},
+                                                                  {7, 1023}}) {
+        INFO("R = " << r << ", C = " << c);
+        ir::TensorMap inputs = testing::random_inputs(g.ir(), {{"R", r}, {"C", c}}, 17);
+        ir::HostArray& in = inputs["x"];
+        if (r > 1) in.set_f64(c + c / 2, inf);  // row 1: inf - inf is NaN, as in the interpreter
+        if (r > 2) in.set_f64(2 * c + c - 1, nan);
+        for (int64_t i = 0; i < c && r > 3; ++i)  // row 3: subnormal exp
+          in.set_f64(3 * c + i, i == c / 3 ? 95.0 : in.get_f64(3 * c + i));
+        CHECK(testing::compare_outputs(ir::interpret(g.ir(), inputs), exe.run(inputs), 1e-5, 0) == "");
+      }
     }
   }
 }
 
-TEST_CASE("AVX2 rows whose output pass rides read the row before's inputs and reductions", "[cpu][streaming][threads][stash]") {
+TEST_CASE("rows whose output pass rides read the row before's inputs and reductions", "[cpu][streaming][threads][stash]") {
   // The output reads, besides the stash, the input itself, a per-row input, an input along the
   // row and the row's max: the pass that rides on the next row's exp pass must read all of them
   // at the row before (RowRide), and the last row's pass after the rows too.
@@ -342,16 +360,17 @@ TEST_CASE("AVX2 rows whose output pass rides read the row before's inputs and re
   Tensor m = max(x, 1, true);
   Tensor e = exp(x - m);
   g.output("y", e / sum(e, 1, true) * x * gamma + bias - m);
-  runtime::Executable exe = compile(g, avx2_streaming_from_64k());
-  REQUIRE(exe.program().kernels.size() == 1);
-  std::string mlir = codegen::emit_cpu_mlir(exe.program());
-  size_t streamed = 0;
-  for (size_t at = mlir.find("nontemporal"); at != std::string::npos; at = mlir.find("nontemporal", at + 1)) ++streamed;
-  CHECK(streamed == 4);  // as softmax's: the kernel rides
-  // Each over 64 KiB moved (8 bytes an element), so that it streams and rides.
-  for (auto [r, c] : std::vector<std::pair<int64_t, int64_t>>{{13, 4096}, {9, 1024}, {40, 256}, {1, 16'384}, {2, 8192}}) {
-    INFO("R = " << r << ", C = " << c);
-    ir::TensorMap inputs = testing::random_inputs(g.ir(), {{"R", r}, {"C", c}}, 23);
-    CHECK(testing::compare_outputs(ir::interpret(g.ir(), inputs), exe.run(inputs), 1e-5, 0) == "");
+  for (const CompileOptions& options : widths_this_host_runs()) {
+    INFO("vector bits " << options.pipeline.target.vector_bits);
+    runtime::Executable exe = compile(g, options);
+    REQUIRE(exe.program().kernels.size() == 1);
+    // As softmax's: the kernel rides (a copy on each vector of the exp pass's step).
+    CHECK(count_streamed(codegen::emit_cpu_mlir(exe.program())) == (options.pipeline.target.vector_bits == 512 ? 5 : 4));
+    // Each over 64 KiB moved (8 bytes an element), so that it streams and rides.
+    for (auto [r, c] : std::vector<std::pair<int64_t, int64_t>>{{13, 4096}, {9, 1024}, {40, 256}, {1, 16'384}, {2, 8192}}) {
+      INFO("R = " << r << ", C = " << c);
+      ir::TensorMap inputs = testing::random_inputs(g.ir(), {{"R", r}, {"C", c}}, 23);
+      CHECK(testing::compare_outputs(ir::interpret(g.ir(), inputs), exe.run(inputs), 1e-5, 0) == "");
+    }
   }
 }

@@ -311,7 +311,7 @@ class CpuKernelEmitter : public KernelEmitterBase {
   int row_scratch_ = -1;
   static constexpr int64_t kRowStashBytes = int64_t{256} << 10;
   // ---- the output pass riding on the next row's stash pass (issue 15) ----
-  // Where the stash goes to scratch rows and the output streams (row_stash_scratch(): AVX2),
+  // Where the stash goes to scratch rows and the output streams (row_stash_scratch(): AVX2 and AVX-512),
   // row r's output pass from its stash runs inside row r + 1's stash pass, one vector of row r
   // per vector of row r + 1: its non-temporal stores go out while the exp polynomial computes,
   // instead of in a pass of their own that only writes (softmax's division pass). Two scratch
@@ -332,7 +332,7 @@ class CpuKernelEmitter : public KernelEmitterBase {
     mlir::Value row_base;
     std::map<NodeId, mlir::Value> reduced;  // its reductions (carried)
   };
-  // The full-space output whose stash may go to a scratch row (AVX2's 32-byte vectors), or -1.
+  // The full-space output whose stash may go to a scratch row (AVX2 and AVX-512 vectors), or -1.
   int scratch_stash_output(const RowPlan& plan);
   mlir::Value stash_row_elements(const RowPlan& plan);
   // Whether the stash goes to the scratch row and `output` streams (an i1 at run time): the

@@ -403,8 +403,8 @@ bool CpuKernelEmitter::reads_elementwise(NodeId id, NodeId source) {
 // ownership during the exp pass, where that overlaps the computation, and the output pass
 // rewrites them in cache. (A scratch row with a streamed output pass was slower: that pass
 // only writes memory, with nothing to overlap, 7.0-7.6 ms against 5.4-5.6 for softmax
-// 4096 x 4096 on the 2-vCPU EPYC, Zen 4 with AVX-512. On AVX2 and Zen 3 it is faster, and
-// taken there: row_stash_scratch().)
+// 4096 x 4096 on the 2-vCPU EPYC, Zen 4 with AVX-512. With the rows riding, RowRide, it is
+// faster on Zen 3 (AVX2) and on the Intel Xeon (AVX-512), and taken: row_stash_scratch().)
 CpuKernelEmitter::RowStash CpuKernelEmitter::row_stash(const std::vector<NodeId>& last_group, int lanes) {
   RowStash stash;
   if (lanes < 2 || !ir::trailing_axes(k_)) return stash;
@@ -437,8 +437,10 @@ CpuKernelEmitter::RowStash CpuKernelEmitter::row_stash(const std::vector<NodeId>
 // kRowStashBytes (else the own row, as before): the exp pass no longer reads the output's lines
 // for ownership, a third of the traffic. On the Zen 3 VM (two threads, `fusec run --bench=20`,
 // five alternations) softmax 4096 x 4096 took 10.1 ms against 12.1, 512 x 32768 10.7 against
-// 11.8, 65536 x 64 3.18 against 3.17. AVX-512 keeps the own row: the scratch row with a streamed
-// output pass measured slower on the Zen 4 VM (row_stash()), and has not been measured since.
+// 11.8, 65536 x 64 3.18 against 3.17. AVX-512 kept the own row until the rows rode (the scratch
+// row alone measured slower on the Zen 4 VM, row_stash()); with them, on the 2-vCPU Intel Xeon
+// (family 6 model 207, `fusec run --bench=30`, alternated) softmax 4096 x 4096 took 6.4-6.9 ms
+// against 10.6-11.6, 512 x 32768 6.5-9.9 against 10.5-11.5, 65536 x 64 2.8-3.1 either way.
 int CpuKernelEmitter::row_stash_scratch(const RowPlan& plan) {
   int full_space = scratch_stash_output(plan);
   if (full_space < 0) return -1;
@@ -458,7 +460,7 @@ int CpuKernelEmitter::scratch_stash_output(const RowPlan& plan) {
     }
   if (full_space < 0) return -1;
   int64_t size = static_cast<int64_t>(ir::dtype_size(k_.body.node(k_.body.outputs[full_space].node).dtype));
-  return size * lanes == 32 ? full_space : -1;  // AVX2's vectors (and streams_whole_lines())
+  return streams_whole_lines(size * lanes) ? full_space : -1;  // AVX2's and AVX-512's vectors
 }
 
 // A scratch row's elements: the row's, up to kRowStashBytes, rounded up to whole 64-byte lines
