@@ -249,7 +249,8 @@ class CpuKernelEmitter : public KernelEmitterBase {
     mlir::Value end;
     int slot = -1;  // the slot whose element j is the stash's element j of this row
   };
-  // The next row's first element relative to this row's (null: this pass prefetches nothing).
+  // The next row's first element relative to this row's, or kPrefetchAheadBytes of f32 for short
+  // rows (null: this pass prefetches nothing).
   // A row kernel that passes over its row more than once prefetches the next row's inputs in
   // its last pass over them, so that reading them from memory overlaps this row's computation
   // instead of stalling the next row's first pass (the passes between run from cache).
