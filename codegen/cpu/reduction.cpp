@@ -150,9 +150,10 @@ std::vector<mlir::Value> CpuKernelEmitter::emit_reduction_row(mlir::Value row, c
   // The pass that prefetches the next row's inputs (prefetch_next_row_): the last one over them,
   // when the row is read more than once; none in the last row (its next is past the inputs).
   // Short rows prefetch kPrefetchAheadBytes ahead (of f32), not one row: a row of 64 f32 is
-  // four lines, too close to arrive in time. On the Intel Xeon, layernorm of 2M x 64 f32 (in
-  // DRAM, `fusec run --bench=10`, alternated) took 53-54 ms against 69-76, 512K x 256 42-53
-  // against 56-70; softmax of 2M x 64 80-101 against 89-102.
+  // four lines, too close to arrive in time (the last rows' prefetches then land past the
+  // inputs, as a split reduction's do: a prefetch never faults). On the Intel Xeon, layernorm
+  // of 2M x 64 f32 (in DRAM, `fusec run --bench=10`, alternated) took 53-54 ms against 69-76,
+  // 512K x 256 42-53 against 56-70; softmax of 2M x 64 80-101 against 89-102.
   int full_space_outputs = 0;
   for (const ir::GraphOutput& o : k_.body.outputs) full_space_outputs += k_.body.node(o.node).shape == k_.space;
   size_t passes = plan.moments.size() + (full_space_outputs > 0 ? 1 : 0);
