@@ -1180,4 +1180,11 @@ inline std::string compare_outputs(const ir::ValuesAndBounds& expected, const ir
                              });
 }
 
+/// How many times `needle` occurs in `text` (e.g. an op's name in a kernel's MLIR).
+inline size_t count_occurrences(const std::string& text, const std::string& needle) {
+  size_t n = 0;
+  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
+  return n;
+}
+
 }  // namespace fuse::testing

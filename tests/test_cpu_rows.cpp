@@ -117,11 +117,7 @@ std::vector<CompileOptions> widths_this_host_runs() {
   return widths;
 }
 
-size_t count_streamed(const std::string& mlir) {
-  size_t streamed = 0;
-  for (size_t at = mlir.find("nontemporal"); at != std::string::npos; at = mlir.find("nontemporal", at + 1)) ++streamed;
-  return streamed;
-}
+size_t count_streamed(const std::string& mlir) { return testing::count_occurrences(mlir, "nontemporal"); }
 
 }  // namespace
 

@@ -81,9 +81,8 @@ TEST_CASE("split reductions and short rows prefetch their inputs 4 KiB ahead", "
   auto prefetches = [](const Graph& g) {
     runtime::Executable exe = compile(g);
     std::string mlir = codegen::emit_cpu_mlir(exe.program());
-    size_t n = 0;
-    for (size_t at = mlir.find("llvm.intr.prefetch"); at != std::string::npos; at = mlir.find("llvm.intr.prefetch", at + 1)) ++n;
-    return std::make_pair(n, mlir.find("arith.constant 1024 : i64") != std::string::npos);
+    return std::make_pair(testing::count_occurrences(mlir, "llvm.intr.prefetch"),
+                          mlir.find("arith.constant 1024 : i64") != std::string::npos);
   };
   Graph total;
   Tensor x = total.input("x", DType::F32, {sym("N")});
