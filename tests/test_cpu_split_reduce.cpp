@@ -2,6 +2,9 @@
 // built-in kind and dtype, sizes around the chunk count, several reductions sharing a kernel.
 #include <catch2/catch.hpp>
 
+#include <cmath>
+#include <limits>
+
 #include "codegen/cpu_codegen.h"
 #include "frontends/compile.h"
 #include "ir/printer.h"
@@ -99,4 +102,49 @@ TEST_CASE("split reductions and short rows prefetch their inputs 4 KiB ahead", "
   CHECK(prefetches(rows).first >= 1);
   for (auto [nr, nc] : std::vector<std::pair<int64_t, int64_t>>{{1, 64}, {17, 64}, {300, 7}, {5, 2000}})
     check(rows, {{"R", nr}, {"C", nc}}, 1e-5);
+}
+
+TEST_CASE("split reductions read each chunk as eight streams, every element once", "[cpu][reduce][split]") {
+  // A chunk (N / 64 elements) is read as eight streams of whole vectors, one accumulator chain
+  // each, then a scalar tail (kSplitStreams). Exact sums of small integers in f32 count every
+  // element exactly once; one largest (or NaN) element, moved over every position of a chunk
+  // and past it, is found wherever it lies: in any stream, at a stream's edges, in the tail.
+  std::vector<CompileOptions> widths(1);
+  widths[0].pipeline.target.vector_bits = 256;  // the host runs AVX2 code too
+  if (ir::Target::host().vector_bits >= 512) {
+    widths.push_back(widths.front());
+    widths.back().pipeline.target.vector_bits = 512;
+  }
+  Graph g;
+  Tensor x = g.input("x", DType::F32, {sym("N")});
+  g.output("sum", sum(x));
+  g.output("max", max(x));
+  g.output("min", min(x));
+  for (const CompileOptions& options : widths) {
+    INFO("vector bits " << options.pipeline.target.vector_bits);
+    runtime::Executable exe = compile(g, options);
+    // Chunks of 8 x 16 - 1, 8 x 16 (AVX-512's eight vectors exactly), 8 x 16 + 1, and more.
+    for (int64_t n : {64 * 127, 64 * 128, 64 * 128 + 64, 64 * 129 + 5, 1'000'003}) {
+      INFO("N = " << n);
+      ir::HostArray in(DType::F32, {n});
+      double total = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        in.set_f64(i, static_cast<double>(i % 1000));
+        total += static_cast<double>(i % 1000);
+      }
+      ir::TensorMap out = exe.run({{"x", in}});
+      CHECK(out.at("sum").get_f64(0) == static_cast<double>(static_cast<float>(total)));
+      // Chunk 1 and the start of chunk 2: every position of a chunk for the small sizes.
+      int64_t chunk = n / 64, stride = n > 100'000 ? 997 : 1;
+      for (int64_t at = chunk; at < std::min(n, 2 * chunk + 3); at += stride) {
+        ir::HostArray probe = in;
+        probe.set_f64(at, 5000.0);
+        ir::TensorMap found = exe.run({{"x", probe}});
+        if (found.at("max").get_f64(0) != 5000.0) FAIL_CHECK("the largest element at " << at << " was missed");
+        probe.set_f64(at, std::numeric_limits<double>::quiet_NaN());
+        found = exe.run({{"x", probe}});
+        if (!std::isnan(found.at("min").get_f64(0))) FAIL_CHECK("the NaN at " << at << " was missed");
+      }
+    }
+  }
 }

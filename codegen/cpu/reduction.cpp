@@ -65,7 +65,9 @@ void CpuKernelEmitter::emit_split_chunk(mlir::Value chunk) {
   std::vector<NodeId> ids = reduce_nodes();
   std::vector<mlir::Value> kept(kept_dims().size(), i64(0));  // every kept dim has size 1
   prefetch_ahead_ = true;
+  split_streams_ = true;
   std::vector<mlir::Value> accs = accumulate(ids, kept, i64(0), from, to, lanes);
+  split_streams_ = false;
   prefetch_ahead_ = false;
   for (size_t q = 0; q < ids.size(); ++q) store_partial(ids[q], static_cast<int>(q), chunk, accs[q]);
 }
@@ -747,7 +749,16 @@ std::vector<mlir::Value> CpuKernelEmitter::accumulate(const std::vector<NodeId>&
   if (!vectorized.empty()) {
     int chains = vector_chains(vectorized, stash != nullptr);
     int64_t step = static_cast<int64_t>(chains) * lanes;
-    mlir::Value vector_end = whole_steps_end(from, to, step);
+    mlir::Value vector_end = whole_steps_end(from, to, step), tail_from = vector_end;
+    int streams = stash || ride ? 0 : split_stream_count(vectorized);
+    if (streams > 0) {
+      // Chain c reads [from + c s, from + (c + 1) s) for whole vectors s; the tail is the rest.
+      chains = streams;
+      mlir::Value stream_length = mul(div(sub(to, from), i64(static_cast<int64_t>(chains) * lanes)), i64(lanes));
+      chain_stride_ = stream_length;
+      vector_end = add(from, stream_length);
+      tail_from = add(from, mul(stream_length, i64(chains)));
+    }
     if (stash) stash->end = vector_end;
     mlir::Value needs_patch;
     std::vector<mlir::Value> results;
@@ -840,7 +851,8 @@ std::vector<mlir::Value> CpuKernelEmitter::accumulate(const std::vector<NodeId>&
       DType t = accumulator_type(id);
       partial.push_back(select(seen, constant(t, std::numeric_limits<double>::quiet_NaN(), 0, 1), lanes_folded));
     }
-    std::vector<mlir::Value> tail = accumulate_scalar(vectorized, partial, kept, vector_end, to);
+    chain_stride_ = {};
+    std::vector<mlir::Value> tail = accumulate_scalar(vectorized, partial, kept, tail_from, to);
     for (size_t q = 0; q < vectorized.size(); ++q) result[vectorized[q]] = tail[q];
   }
   if (!scalar.empty()) {
@@ -863,7 +875,7 @@ std::vector<mlir::Value> CpuKernelEmitter::accumulate_vectors(const std::vector<
   // chains in flight, combined in order after the loop. Iteration arguments: each reduction's
   // chains, then a NaN tracker per chain of each ordered_max_min() one, then (deferred) the
   // lanes that wanted a fix-up.
-  int64_t step = static_cast<int64_t>(chains) * lanes;
+  int64_t step = chain_stride_ ? lanes : static_cast<int64_t>(chains) * lanes;
   std::vector<mlir::Value> init;
   for (NodeId id : vectorized) init.insert(init.end(), chains, accumulator_identity(id, lanes));
   std::vector<size_t> nan_at(vectorized.size(), 0);  // the first NaN tracker's position
@@ -889,7 +901,7 @@ std::vector<mlir::Value> CpuKernelEmitter::accumulate_vectors(const std::vector<
     if (deferred) scalar_.defer_patches(&masks);
     for (int c = 0; c < chains; ++c) {
       clear_caches();
-      mlir::Value j = add(iv, i64(static_cast<int64_t>(c) * lanes));
+      mlir::Value j = chain_stride_ ? add(iv, mul(chain_stride_, i64(c))) : add(iv, i64(static_cast<int64_t>(c) * lanes));
       for (size_t q = 0; q < vectorized.size(); ++q) {
         NodeId id = vectorized[q];
         mlir::Value raw = row_value(k_.body.node(id).inputs[0], kept, row_base, j, lanes);
@@ -912,7 +924,7 @@ std::vector<mlir::Value> CpuKernelEmitter::accumulate_vectors(const std::vector<
         DType t = k_.body.node(stash->node).dtype;
         store(stash->slot, t, j, row_value(stash->node, kept, row_base, j, lanes), lanes);
       }
-      prefetch_inputs(row_base, j, c, lanes);
+      prefetch_inputs(row_base, j, chain_stride_ ? 0 : c, lanes);  // a stream's vector starts its step
       if (ride) {
         scalar_.defer_patches(nullptr);  // the row before's values are stored here: exact now
         ride_step(*ride, j, lanes);
@@ -1037,6 +1049,13 @@ int CpuKernelEmitter::vector_chains(const std::vector<NodeId>& vectorized, bool 
     if (k_.schedule.cpu.vector_width * elem > 32 || input_cost(id) < ir::kTranscendentalCost) return chains;
   }
   return 1;
+}
+
+int CpuKernelEmitter::split_stream_count(const std::vector<NodeId>& vectorized) {
+  if (!split_streams_ || vectorized.empty()) return 0;
+  for (NodeId id : vectorized)
+    if (input_cost(id) >= ir::kTranscendentalCost || sums_in_f32_blocks(id)) return 0;
+  return kSplitStreams;
 }
 
 void CpuKernelEmitter::prefetch_inputs(mlir::Value row_base, mlir::Value j, int chain, int lanes) {
