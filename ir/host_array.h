@@ -29,6 +29,12 @@ template <> constexpr DType dtype_of<int64_t>() { return DType::I64; }
 template <> constexpr DType dtype_of<float>() { return DType::F32; }
 template <> constexpr DType dtype_of<double>() { return DType::F64; }
 
+/// Storage for HostArray: 64-byte aligned, and from kHugePageBytes on, 2 MiB aligned and
+/// advised to use transparent huge pages (host_array.cpp).
+void* allocate_host_array_bytes(std::size_t bytes);
+void free_host_array_bytes(void* p, std::size_t bytes) noexcept;
+inline constexpr std::size_t kHugePageBytes = std::size_t{2} << 20;
+
 /// The allocator of HostArray's bytes: 64-byte aligned, a cache line and an AVX-512 vector.
 /// std::allocator gives malloc's 16 bytes (a large block sits 16 bytes past a page boundary),
 /// so every vector load of a compiled kernel straddled two lines, and row-wise kernels, which
@@ -38,12 +44,11 @@ template <> constexpr DType dtype_of<double>() { return DType::F64; }
 template <class T>
 struct CacheLineAllocator {
   using value_type = T;
-  static constexpr std::size_t kAlignment = 64;
   CacheLineAllocator() = default;
   template <class U>
   CacheLineAllocator(const CacheLineAllocator<U>&) noexcept {}
-  T* allocate(std::size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t{kAlignment})); }
-  void deallocate(T* p, std::size_t) noexcept { ::operator delete(p, std::align_val_t{kAlignment}); }
+  T* allocate(std::size_t n) { return static_cast<T*>(allocate_host_array_bytes(n * sizeof(T))); }
+  void deallocate(T* p, std::size_t n) noexcept { free_host_array_bytes(p, n * sizeof(T)); }
   template <class U>
   bool operator==(const CacheLineAllocator<U>&) const noexcept { return true; }
 };

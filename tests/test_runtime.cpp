@@ -218,6 +218,22 @@ TEST_CASE("Buffer memory is aligned, and huge-page aligned when large", "[runtim
   }
 }
 
+TEST_CASE("HostArray memory is aligned, and huge-page aligned when large", "[runtime][host_array]") {
+  // 64-byte lines below 2 MiB; from 2 MiB on, 2 MiB pages (a transpose's tiles read 16 rows on
+  // pages of their own). Copies and moves keep both, and the values.
+  for (int64_t n : std::vector<int64_t>{1, 3, 16, 100'000, (int64_t{2} << 20) / 4 - 1, (int64_t{2} << 20) / 4, 3'000'001}) {
+    CAPTURE(n);
+    HostArray a(DType::F32, {n});
+    bool large = n * 4 >= (int64_t{2} << 20);
+    REQUIRE(reinterpret_cast<uintptr_t>(a.data()) % (large ? (2 << 20) : 64) == 0);
+    for (int64_t i = 0; i < n; i += 997) a.set_f64(i, static_cast<double>(i));
+    HostArray copy = a;
+    REQUIRE(reinterpret_cast<uintptr_t>(copy.data()) % (large ? (2 << 20) : 64) == 0);
+    HostArray moved = std::move(copy);
+    for (int64_t i = 0; i < n; i += 997) REQUIRE(moved.get_f64(i) == static_cast<double>(i));
+  }
+}
+
 TEST_CASE("Buffer round-trips a HostArray of every dtype", "[runtime][buffer]") {
   for (DType dtype : fuse::ir::kAllDTypes)
     for (const fuse::ir::ConcreteShape& shape :
