@@ -7,6 +7,7 @@
 #include <new>
 
 #include "ir/error.h"
+#include "ir/host_array.h"
 #include "runtime/thread_pool.h"
 
 namespace fuse::bench {
@@ -90,11 +91,9 @@ float sum_sse(const float* b, int64_t n) {
   return lanes[0] + lanes[1] + lanes[2] + lanes[3];
 }
 
-float* allocate(int64_t n) {
-  void* p = std::aligned_alloc(64, static_cast<size_t>(n) * sizeof(float));
-  if (!p) throw std::bad_alloc();
-  return static_cast<float*>(p);
-}
+// As fuse's HostArrays (and so the peers' arrays, which are HostArrays too): 2 MiB pages from
+// 2 MiB on, so that the limit and the rows measured against it stand on the same pages.
+float* allocate(int64_t n) { return static_cast<float*>(ir::allocate_host_array_bytes(static_cast<size_t>(n) * sizeof(float))); }
 
 /// body(first, count) over cache-line-aligned slices of [0, n), one per pool thread.
 template <class Body>
@@ -118,9 +117,10 @@ Stream::Stream(int64_t floats_per_array) : n_(floats_per_array) {
 }
 
 Stream::~Stream() {
-  std::free(a_);
-  std::free(b_);
-  std::free(c_);
+  size_t bytes = static_cast<size_t>(n_) * sizeof(float);
+  ir::free_host_array_bytes(a_, bytes);
+  ir::free_host_array_bytes(b_, bytes);
+  ir::free_host_array_bytes(c_, bytes);
 }
 
 double Stream::copy() {
