@@ -264,8 +264,8 @@ class CpuKernelEmitter : public KernelEmitterBase {
   // A split reduction's chunk whose values are cheap is read as kSplitStreams streams at once,
   // one accumulator chain each (split_stream_count()), not as chains of adjacent vectors: a
   // core keeps more lines in flight from several streams than from one and its prefetches. On
-  // the 2-vCPU Intel Xeon, sum over 100M f32 took 17.8-21.6 ms from one stream, 11.8-14.6 from
-  // eight (AVX2 code on the same machine: 21.2-21.9 -> 14.3-14.4).
+  // the 2-vCPU Intel Xeon, sum over 100M f32 took 17.8-20.9 ms from one stream, 11.8-13.9 from
+  // eight (AVX2 code on the same machine: 21.2-21.9 -> 12.8-15.1; bench/README.md).
   bool split_streams_ = false;
   static constexpr int kSplitStreams = 8;
   // While a loop reads streams: the distance from chain c's elements to chain c + 1's.
