@@ -43,6 +43,18 @@ inline Target streams_from_64k(Target t = Target::host()) {
   return t;
 }
 
+/// `base` with 256-bit vectors (the host runs AVX2 code too), and with 512-bit ones where the
+/// host has them.
+inline std::vector<CompileOptions> vector_widths_this_host_runs(CompileOptions base = {}) {
+  base.pipeline.target.vector_bits = 256;
+  std::vector<CompileOptions> widths{base};
+  if (Target::host().vector_bits >= 512) {
+    widths.push_back(base);
+    widths.back().pipeline.target.vector_bits = 512;
+  }
+  return widths;
+}
+
 /// The descriptions FUSE_CPU_TARGET names: one name, or "all"; unset: none (the caller rotates).
 inline std::vector<CpuTargetDescription> cpu_targets_from_environment() {
   const char* env = std::getenv("FUSE_CPU_TARGET");

@@ -108,14 +108,7 @@ CompileOptions avx2_streaming_from_64k() {
 }
 
 // The 256-bit vectors, and the host's 512-bit ones where it has them (streaming from 64 KiB).
-std::vector<CompileOptions> widths_this_host_runs() {
-  std::vector<CompileOptions> widths{avx2_streaming_from_64k()};
-  if (ir::Target::host().vector_bits >= 512) {
-    widths.push_back(widths.front());
-    widths.back().pipeline.target.vector_bits = 512;
-  }
-  return widths;
-}
+std::vector<CompileOptions> widths_this_host_runs() { return testing::vector_widths_this_host_runs(avx2_streaming_from_64k()); }
 
 size_t count_streamed(const std::string& mlir) { return testing::count_occurrences(mlir, "nontemporal"); }
 

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "codegen/cpu_codegen.h"
+#include "cpu_targets.h"
 #include "frontends/compile.h"
 #include "ir/printer.h"
 #include "random_graph.h"
@@ -109,18 +110,12 @@ TEST_CASE("split reductions read each chunk as eight streams, every element once
   // each, then a scalar tail (kSplitStreams). Exact sums of small integers in f32 count every
   // element exactly once; one largest (or NaN) element, moved over every position of a chunk
   // and past it, is found wherever it lies: in any stream, at a stream's edges, in the tail.
-  std::vector<CompileOptions> widths(1);
-  widths[0].pipeline.target.vector_bits = 256;  // the host runs AVX2 code too
-  if (ir::Target::host().vector_bits >= 512) {
-    widths.push_back(widths.front());
-    widths.back().pipeline.target.vector_bits = 512;
-  }
   Graph g;
   Tensor x = g.input("x", DType::F32, {sym("N")});
   g.output("sum", sum(x));
   g.output("max", max(x));
   g.output("min", min(x));
-  for (const CompileOptions& options : widths) {
+  for (const CompileOptions& options : testing::vector_widths_this_host_runs()) {
     INFO("vector bits " << options.pipeline.target.vector_bits);
     runtime::Executable exe = compile(g, options);
     // Chunks of 8 x 16 - 1, 8 x 16 (AVX-512's eight vectors exactly), 8 x 16 + 1, and more.
