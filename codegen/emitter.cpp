@@ -36,7 +36,7 @@ mlir::Value KernelEmitterBase::result_at(NodeId id, const std::vector<mlir::Valu
 void KernelEmitterBase::clear_caches() {
   general_cache_.clear();
   linear_memo_.clear();
-  scalar_.forget_exp_reductions();
+  scalar_.forget_made_values();
 }
 
 int KernelEmitterBase::assign_slots(const std::function<void(NodeId)>& on_constant) {

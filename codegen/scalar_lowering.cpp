@@ -2,6 +2,7 @@
 
 #include <iterator>
 #include <map>
+#include <numbers>
 #include <optional>
 #include <tuple>
 
@@ -468,8 +469,13 @@ mlir::Value ScalarLowering::sleef_op(ScalarOp op, DType t, const std::vector<mli
         return b_.create<mlir::math::PowFOp>(loc_, v[0], v[1]);
       }, lanes);
     }
-    case ScalarOp::Sin: return sleef("sin", t, a, lanes);  // share_sleef_sincos pairs them
-    case ScalarOp::Cos: return sleef("cos", t, a, lanes);
+    case ScalarOp::Sin:
+    case ScalarOp::Cos:
+      if (t == DType::F32 && !fast_math_ && inlines_sincos(lanes)) {
+        auto [sine, cosine] = sin_cos_f32_inline(a[0], lanes);
+        return op == ScalarOp::Sin ? sine : cosine;
+      }
+      return sleef(op == ScalarOp::Sin ? "sin" : "cos", t, a, lanes);  // share_sleef_sincos pairs them
     case ScalarOp::Asin:
     case ScalarOp::Acos:
     case ScalarOp::Atan:
@@ -694,19 +700,12 @@ mlir::Value ScalarLowering::exp_f32_inline(mlir::Value x, int lanes) {
     auto negation = v.getDefiningOp<mlir::arith::NegFOp>();
     return negation ? negation.getOperand() : mlir::Value();
   };
-  // Usable here: made in this block, before the insertion point (the emitter may insert above
-  // what it emitted last, e.g. hoisting before a loop).
-  auto visible = [&](mlir::Value v) {
-    mlir::Operation* def = v.getDefiningOp();
-    return def && def->getBlock() == b_.getInsertionBlock() &&
-           (b_.getInsertionPoint() == b_.getInsertionBlock()->end() || def->isBeforeInBlock(&*b_.getInsertionPoint()));
-  };
   // The short form (see above): where vscalefps is missing and the loop's rerun patches lanes.
   const bool short_form = deferred_masks_ && lanes > 1 && !has_scalef(lanes);
   const ExpReduction* reduction = nullptr;
   bool negated = false;
   for (const auto& [key, r] : exp_reductions_) {
-    if (!(key == x || negation_of(x) == key || negation_of(key) == x) || !visible(r.odd)) continue;
+    if (!(key == x || negation_of(x) == key || negation_of(key) == x) || !made_before_here(r.odd)) continue;
     if (r.short_form != short_form) continue;
     reduction = &r;
     negated = key != x;
@@ -740,6 +739,83 @@ mlir::Value ScalarLowering::exp_f32_inline(mlir::Value x, int lanes) {
   mlir::Value u = fma(s, reduction->odd, reduction->even);
   u = b_.create<mlir::arith::AddFOp>(loc_, c(1.f), fma(reduction->t, u, s));
   return reduction->short_form ? scale_by_normal_power_of_two(u, q, lanes) : scale_by_power_of_two(u, q, lanes);
+}
+
+// SLEEF's f32 sincos (xsincosf_u1 in sleefsimdsp.c, the u10 algorithm in its FMA form), inlined
+// for vectors: the call cost polar_distance its registers (every vector register is
+// caller-saved, so the loop's live values went to the stack around each call) and kept LLVM from
+// interleaving two sincos of different angles. x = q pi/2 + s with pi/2 in three parts and s as
+// a double-float (s.x + s.y), then SLEEF's polynomials for sin and cos on [-pi/4, pi/4], swapped
+// and negated by q mod 4: the same bits as SLEEF's call. Its reduction is exact for |x| < 125
+// (SLEEF's TRIGRANGEMAX2f); a vector with a lane at or beyond (or inf, NaN) calls SLEEF's own
+// sin and cos instead (which share_sleef_sincos pairs). Not a deferred patch: inputs with many
+// such lanes would rerun every block; this way they cost what the call did.
+// Made once per x (kept until forget_made_values): sin and cos of one x share everything.
+std::pair<mlir::Value, mlir::Value> ScalarLowering::sin_cos_f32_inline(mlir::Value d, int lanes) {
+  using mlir::arith::CmpFPredicate;
+  for (const auto& [x, pair] : sin_cos_made_)
+    if (x == d && made_before_here(pair.first)) return pair;
+  auto c = [&](float v) { return constant(DType::F32, v, 0, lanes); };
+  // Frozen: a lane no one computed (padding) must not make the branch undefined behaviour.
+  mlir::Value out_of_range = b_.create<mlir::LLVM::FreezeOp>(
+      loc_, cmpf(CmpFPredicate::UGE, b_.create<mlir::math::AbsFOp>(loc_, d), c(125.f)));
+  mlir::Value any = b_.create<mlir::vector::ReductionOp>(loc_, mlir::vector::CombiningKind::OR, out_of_range);
+  mlir::Type type = d.getType();
+  auto branch = b_.create<mlir::scf::IfOp>(loc_, mlir::TypeRange{type, type}, any, /*withElseRegion=*/true);
+  mlir::OpBuilder::InsertionGuard guard(b_);
+  b_.setInsertionPointToStart(&branch.getThenRegion().front());
+  b_.create<mlir::scf::YieldOp>(loc_, mlir::ValueRange{sleef("sin", DType::F32, {d}, lanes), sleef("cos", DType::F32, {d}, lanes)});
+  b_.setInsertionPointToStart(&branch.getElseRegion().front());
+  auto fma = [&](mlir::Value a, mlir::Value m, mlir::Value s) { return b_.create<mlir::math::FmaOp>(loc_, a, m, s).getResult(); };
+  auto add = [&](mlir::Value a, mlir::Value s) { return b_.create<mlir::arith::AddFOp>(loc_, a, s).getResult(); };
+  auto sub = [&](mlir::Value a, mlir::Value s) { return b_.create<mlir::arith::SubFOp>(loc_, a, s).getResult(); };
+  auto mulf = [&](mlir::Value a, mlir::Value s) { return b_.create<mlir::arith::MulFOp>(loc_, a, s).getResult(); };
+  constexpr float kPiA = 3.1414794921875f, kPiB = 0.00011315941810607910156f, kPiC = 1.9841872589410058936e-09f;
+  mlir::Value u = b_.create<mlir::math::RoundEvenOp>(loc_, mulf(d, c(static_cast<float>(2 * std::numbers::inv_pi))));
+  // s = d - u pi/2 as a double-float (dfadd2, then dfadd).
+  mlir::Value v = fma(u, c(-kPiA * 0.5f), d);
+  mlir::Value w = mulf(u, c(-kPiB * 0.5f));
+  mlir::Value sx = add(v, w);
+  mlir::Value vv = sub(sx, v);
+  mlir::Value sy = add(sub(v, sub(sx, vv)), sub(w, vv));
+  w = mulf(u, c(-kPiC * 0.5f));
+  mlir::Value sum = add(sx, w);
+  sy = add(add(sub(sx, sum), w), sy);
+  sx = sum;
+  mlir::Value cross = mulf(sx, sy);
+  mlir::Value square = fma(sx, sx, add(cross, cross));  // dfsqu
+  // sin(s) = s + s^3 p(s^2), the sum as a double-float.
+  mlir::Value p = fma(fma(c(-0.000195169282960705459117889f), square, c(0.00833215750753879547119141f)), square,
+                      c(-0.166666537523269653320312f));
+  p = mulf(p, mulf(square, sx));
+  sum = add(sx, p);
+  mlir::Value sine = add(sum, add(add(sub(sx, sum), p), sy));
+  sine = select(cmpf(CmpFPredicate::OEQ, d, c(0.f)), d, sine);  // sin(-0) is -0
+  // cos(s) = 1 + s^2 r(s^2), the product and the sum as double-floats.
+  mlir::Value r = c(-2.71811842367242206819355e-07f);
+  for (float k : {2.47990446951007470488548e-05f, -0.00138888787478208541870117f, 0.0416666641831398010253906f, -0.5f})
+    r = fma(r, square, c(k));
+  mlir::Value product = mulf(square, r);
+  mlir::Value product_error = fma(square, r, b_.create<mlir::arith::NegFOp>(loc_, product));
+  sum = add(c(1.f), product);
+  mlir::Value cosine = add(sum, add(add(sub(c(1.f), sum), product), product_error));
+  // q's low bits from the bits of u + 1.5 * 2^23 (|u| < 2^22; defined for NaN lanes too, which
+  // take SLEEF's call): odd q swaps sin and cos, bit 1 of q negates sin, bit 1 of q + 1 cos.
+  mlir::Type int_lanes = lane_type(b_.getI32Type(), lanes);
+  auto int_constant = [&](int32_t k) { return constant(DType::I32, 0, k, lanes); };
+  auto bit = [&](mlir::Value bits, int32_t which) { return b_.create<mlir::arith::AndIOp>(loc_, bits, int_constant(which)).getResult(); };
+  mlir::Value q = b_.create<mlir::arith::BitcastOp>(loc_, int_lanes, add(u, c(0x1.8p23f)));
+  mlir::Value odd = cmpi(mlir::arith::CmpIPredicate::ne, bit(q, 1), int_constant(0));
+  auto negate_by = [&](mlir::Value value, mlir::Value bits) {  // value with its sign flipped where bit 1 of `bits` is set
+    mlir::Value sign = b_.create<mlir::arith::ShLIOp>(loc_, bit(bits, 2), int_constant(30));
+    mlir::Value flipped = b_.create<mlir::arith::XOrIOp>(loc_, b_.create<mlir::arith::BitcastOp>(loc_, int_lanes, value), sign);
+    return b_.create<mlir::arith::BitcastOp>(loc_, d.getType(), flipped).getResult();
+  };
+  mlir::Value fast_sine = negate_by(select(odd, cosine, sine), q);
+  mlir::Value fast_cosine = negate_by(select(odd, sine, cosine), b_.create<mlir::arith::AddIOp>(loc_, q, int_constant(1)));
+  b_.create<mlir::scf::YieldOp>(loc_, mlir::ValueRange{fast_sine, fast_cosine});
+  sin_cos_made_.emplace_back(d, std::pair{branch.getResult(0), branch.getResult(1)});
+  return sin_cos_made_.back().second;
 }
 
 mlir::Value ScalarLowering::scale_by_normal_power_of_two(mlir::Value u, mlir::Value q, int lanes) {

@@ -54,9 +54,12 @@ class ScalarLowering {
     bool avx2 = false;     // Sleef_<fn>f8_u10avx2, Sleef_<fn>d4_u10avx2 (AVX2 with FMA)
     bool fma = false;      // scalar Sleef_<fn>f1_u10purecfma, else Sleef_<fn>f_u10
   };
-  /// Drops what was kept for reuse by later ops (exp_f32_inline's reductions): the emitter's
+  /// Drops what was kept for reuse by later ops (exp_f32_inline's reductions, sin_cos_f32_inline's pairs): the emitter's
   /// caches are cleared at the same points (a new loop body, a new branch).
-  void forget_exp_reductions() { exp_reductions_.clear(); }
+  void forget_made_values() {
+    exp_reductions_.clear();
+    sin_cos_made_.clear();
+  }
   /// Turns SLEEF on (the CPU backend does, for the host; the GPU keeps libdevice).
   void use_sleef(SleefIsa isa) {
     sleef_ = isa;
@@ -232,6 +235,19 @@ class ScalarLowering {
   mlir::Value sleef_op(ScalarOp op, DType t, const std::vector<mlir::Value>& a, int lanes);
   mlir::Value exp(mlir::Value x, DType t, int lanes);  // through SLEEF when on
   mlir::Value exp_f32_inline(mlir::Value x, int lanes);  // SLEEF's expf inlined
+  // sin and cos of f32 vectors as SLEEF's u10 sincos, inlined (see the definition).
+  std::pair<mlir::Value, mlir::Value> sin_cos_f32_inline(mlir::Value x, int lanes);
+  std::vector<std::pair<mlir::Value, std::pair<mlir::Value, mlir::Value>>> sin_cos_made_;  // by x, until forget_made_values()
+  // Whether `v` was made in the current block before the insertion point, so usable there (the
+  // emitter may insert above what it emitted last, e.g. hoisting before a loop).
+  bool made_before_here(mlir::Value v) const {
+    mlir::Operation* def = v.getDefiningOp();
+    return def && def->getBlock() == b_.getInsertionBlock() &&
+           (b_.getInsertionPoint() == b_.getInsertionBlock()->end() || def->isBeforeInBlock(&*b_.getInsertionPoint()));
+  }
+  // Whether f32 sin and cos of `lanes` lanes are inlined: where a SLEEF vector build takes them
+  // (its call is the fallback), which has FMA.
+  bool inlines_sincos(int lanes) const { return sleef_width(DType::F32, lanes) != 0; }
   // u * 2^q (q integral, |q| <= 150) rounded once, as SLEEF's vldexp2 (vscalefps on AVX-512).
   mlir::Value scale_by_power_of_two(mlir::Value u, mlir::Value q, int lanes);
   // The same for |q| <= 126, where 2^q is a normal float: one product (exp's short form).
@@ -250,7 +266,7 @@ class ScalarLowering {
   mlir::Value constant_table();
   std::map<mlir::Operation*, mlir::Value> constant_tables_;  // by function
   // exp_f32_inline's range reduction and polynomial halves of a value (exp of it and exp of its
-  // negation are both made from them), kept until forget_exp_reductions(): a body with exp(v)
+  // negation are both made from them), kept until forget_made_values(): a body with exp(v)
   // and exp(-v) (sinh, cosh, tanh written out) computes the second for a quarter of the first.
   struct ExpReduction {
     mlir::Value q, s, t, even, odd;  // s = x - q ln 2 (x clamped), t = s * s

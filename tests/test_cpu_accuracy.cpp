@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <numbers>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -541,6 +542,54 @@ TEST_CASE("SLEEF: vector bodies call its vector builds and sin and cos of one va
   Tensor x = g.input("x", DType::F32, {sym("R"), sym("C")});
   g.output("y", exp(transpose(x)));
   CHECK(has(llvm_ir(g, Target::host()), "Sleef_expf"));
+}
+
+// f32 sin and cos vectors inline SLEEF's sincos (u10), exact in its reduction for |x| < 125; a
+// vector with any lane at or beyond, inf or NaN calls SLEEF instead. Vectors all in range, and
+// vectors mixing such lanes at every position, against the interpreter: 1 ulp, NaN for NaN and
+// the infinities, sin(-0) = -0, on both vector widths.
+TEST_CASE("f32 sin and cos vectors: SLEEF's sincos inlined below |x| = 125, its call for the rest", "[cpu][accuracy]") {
+  Graph g;
+  Tensor x = g.input("x", DType::F32, {sym("N")});
+  g.output("s", sin(x));
+  g.output("c", cos(x));
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  const std::vector<float> beyond = {125.f, -125.f, std::nextafter(125.f, 0.f), 125.5f, -3000.25f, 1e4f, 98765.4f, 1e30f,
+                                     kInf, -kInf, std::numeric_limits<float>::quiet_NaN()};
+  for (int64_t n : {1, 7, 1023, 4099}) {
+    INFO("N = " << n);
+    std::vector<float> values;
+    int64_t in_range = n / 2;  // the first half: whole vectors in range (quadrant edges, zeros)
+    for (int64_t i = 0; i < in_range; ++i) values.push_back(-124.9f + 249.8f * static_cast<float>(i) / static_cast<float>(in_range));
+    if (in_range > 2) values[0] = -0.f, values[1] = 0.f, values[2] = static_cast<float>(std::numbers::pi / 2);
+    for (int64_t i = in_range; i < n; ++i)  // the rest: every 7th lane beyond, the others in range
+      values.push_back(i % 7 == 0 ? beyond[static_cast<size_t>(i / 7) % beyond.size()] : -3.f + 0.37f * static_cast<float>(i % 17));
+    ir::TensorMap inputs{{"x", ir::HostArray::from<float>({n}, values)}};
+    ir::TensorMap expected = ir::interpret(g.ir(), inputs);
+    for (const Target& target : {Target::host(), Target::cpu("avx2")}) {
+      INFO("vector bits " << target.vector_bits);
+      runtime::Executable exe = compile(g, target);
+      CHECK(exe.compiled_kernel_count() == 1);
+      ir::TensorMap actual = exe.run(inputs);
+      for (const char* name : {"s", "c"}) {
+        const float* e = expected.at(name).as<float>();
+        const float* a = actual.at(name).as<float>();
+        uint64_t worst = 0;
+        int64_t worst_at = 0, zero_signs = 0;
+        for (int64_t i = 0; i < n; ++i) {
+          if (ulp_distance(a[i], e[i]) > worst) worst = ulp_distance(a[i], e[i]), worst_at = i;
+          zero_signs += e[i] == 0 && std::signbit(a[i]) != std::signbit(e[i]);
+        }
+        INFO(name << "(" << values[worst_at] << ") = " << a[worst_at] << ", interpreter " << e[worst_at]);
+        CHECK(worst <= 1);
+        CHECK(zero_signs == 0);
+      }
+    }
+  }
+  // SLEEF's vector build stays in the IR, for the vectors out of range: one sincos per call site.
+  std::string ir = llvm_ir(g, Target::host());
+  CHECK(calls(ir, "Sleef_sincos" + sleef_suffix(DType::F32, "u10")));
+  CHECK_FALSE(calls(ir, "Sleef_sin" + sleef_suffix(DType::F32, "u10")));
 }
 
 // exp(x) and exp(-x) in one kernel share exp_f32_inline's range reduction and polynomial halves
