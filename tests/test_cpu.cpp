@@ -475,6 +475,27 @@ TEST_CASE("row kernels that pass over a row twice prefetch the next row", "[cpu]
   CHECK_FALSE(prefetches(row_sums));
 }
 
+// A contiguous loop whose body costs a few ops or more per element (a sqrt, exps, divisions)
+// prefetches its inputs ahead when the kernel is large (the test on the size is in the code); a
+// cheap body keeps its loop as it was. Values: "contiguous blocks with subnormal exp rerun with
+// the fix-up" runs gaussian_pdf over the threshold.
+TEST_CASE("costly contiguous bodies prefetch their inputs, cheap ones do not", "[cpu]") {
+  auto prefetches = [](const Graph& g) {
+    runtime::Executable exe = compile(g);
+    REQUIRE(exe.program().kernels.size() == 1);
+    REQUIRE(exe.program().kernels[0].schedule.form == ir::LoopForm::Contiguous);
+    return codegen::emit_cpu_llvm(exe.program()).find("llvm.prefetch") != std::string::npos;
+  };
+  Graph hypot_graph;
+  Tensor a = hypot_graph.input("a", DType::F32, {sym("N")});
+  Tensor b = hypot_graph.input("b", DType::F32, {sym("N")});
+  hypot_graph.output("c", sqrt(a * a + b * b));
+  CHECK(prefetches(hypot_graph));
+  Graph add;
+  add.output("c", add.input("a", DType::F32, {sym("N")}) + add.input("b", DType::F32, {sym("N")}));
+  CHECK_FALSE(prefetches(add));
+}
+
 // The lanes of a float sum's accumulators fold as a tree (LLVM's vector.reduce.fadd with
 // `reassoc`; without it, one dependent add per lane), layernorm's moments too; the NaN tracker
 // of an f32 max is an integer max of magnitudes (no mask compare in the loop). Values are

@@ -18,6 +18,13 @@ void CpuKernelEmitter::emit_contiguous(mlir::Value base, int lanes) {
   }
 }
 
+int CpuKernelEmitter::body_cost() const {
+  int cost = 0;
+  for (const Node& n : k_.body.nodes)
+    if (n.kind == OpKind::Elementwise) cost += n.as<ir::ElementwiseAttrs>().body.cost();
+  return cost;
+}
+
 // The contiguous loop over [begin, end) as one loop of whole vectors: the first and last
 // iterations load and store under a lane mask (masked-off lanes touch no memory), so the body
 // is emitted once, with no scalar copy for the tails (compile time). A large kernel starts at
@@ -38,9 +45,9 @@ void CpuKernelEmitter::emit_contiguous_loops(mlir::Value begin, mlir::Value end,
   bool one_size = std::all_of(k_.body.outputs.begin(), k_.body.outputs.end(), [&](const ir::GraphOutput& o) {
     return static_cast<int64_t>(ir::dtype_size(k_.body.node(o.node).dtype)) == out_size;
   });
+  int64_t other_outputs = static_cast<int64_t>(k_.body.outputs.size()) - 1;
+  mlir::Value large = moves_more_than_streaming_bytes(bytes_moved_per_element(out_type) + other_outputs * out_size);
   if (one_size && streams_whole_lines(out_size * lanes)) {
-    int64_t other_outputs = static_cast<int64_t>(k_.body.outputs.size()) - 1;
-    mlir::Value large = moves_more_than_streaming_bytes(bytes_moved_per_element(out_type) + other_outputs * out_size);
     mlir::Value address = b_.create<mlir::LLVM::PtrToIntOp>(loc_, i64_type(), base_[output_slot_[0]]);
     // Elements are aligned to their size (the runtime's buffers are), so a boundary is an element.
     mlir::Value element_aligned =
@@ -97,7 +104,9 @@ void CpuKernelEmitter::emit_contiguous_loops(mlir::Value begin, mlir::Value end,
   // that overlaps one of its inputs (Executable::run_views gives such an output a new array).
   loop(aligned, vector_end, kPatchBlockVectors * lanes, [&](mlir::Value block) {
     mlir::Value block_end = min_i64(add(block, i64(kPatchBlockVectors * lanes)), vector_end);
+    if (body_cost() >= kPrefetchingBodyCost) prefetch_from_memory_ = large;
     mlir::Value needs_patch = emit_contiguous_vectors(block, block_end, lanes, streaming, /*deferred=*/true);
+    prefetch_from_memory_ = {};
     if (!needs_patch) return;
     auto again = b_.create<mlir::scf::IfOp>(loc_, needs_patch, /*withElseRegion=*/false);
     mlir::OpBuilder::InsertionGuard guard(b_);
@@ -139,6 +148,14 @@ mlir::Value CpuKernelEmitter::emit_contiguous_vectors(mlir::Value from, mlir::Va
     b_.setInsertionPointToStart(vector_loop.getBody());
     clear_caches();
     mlir::Value i = vector_loop.getInductionVar();
+    if (prefetch_from_memory_) {
+      auto from_memory = b_.create<mlir::scf::IfOp>(loc_, prefetch_from_memory_, /*withElseRegion=*/false);
+      mlir::OpBuilder::InsertionGuard inner(b_);
+      b_.setInsertionPointToStart(&from_memory.getThenRegion().front());
+      prefetch_ahead_ = true;
+      prefetch_inputs(i64(0), i, 0, lanes);
+      prefetch_ahead_ = false;
+    }
     if (deferred) scalar_.defer_patches(&masks);
     for (size_t o = 0; o < k_.body.outputs.size(); ++o) {
       const Node& n = k_.body.node(k_.body.outputs[o].node);
