@@ -246,8 +246,12 @@ class ScalarLowering {
            (b_.getInsertionPoint() == b_.getInsertionBlock()->end() || def->isBeforeInBlock(&*b_.getInsertionPoint()));
   }
   // Whether f32 sin and cos of `lanes` lanes are inlined: where a SLEEF vector build takes them
-  // (its call is the fallback), which has FMA.
-  bool inlines_sincos(int lanes) const { return sleef_width(DType::F32, lanes) != 0; }
+  // (its call is the fallback), which has FMA, and in a loop: the masked vectors before and after
+  // a contiguous loop call SLEEF (three inlined copies doubled polar_distance's compile time).
+  bool inlines_sincos(int lanes) {
+    mlir::Operation* around = b_.getInsertionBlock()->getParentOp();
+    return sleef_width(DType::F32, lanes) != 0 && (mlir::isa<mlir::scf::ForOp>(around) || around->getParentOfType<mlir::scf::ForOp>());
+  }
   // u * 2^q (q integral, |q| <= 150) rounded once, as SLEEF's vldexp2 (vscalefps on AVX-512).
   mlir::Value scale_by_power_of_two(mlir::Value u, mlir::Value q, int lanes);
   // The same for |q| <= 126, where 2^q is a normal float: one product (exp's short form).
