@@ -48,14 +48,15 @@ class ScalarLowering {
   /// whose width divides their lanes (16 f32 / 8 f64 on AVX-512, 8 / 4 on AVX2, in chunks);
   /// single lanes to the scalar build. Vectors no build fits keep the lowering below, and so do
   /// f32 exp and tanh vectors, inlined (calls measured slower: bench/README.md): exp as SLEEF's
-  /// own algorithm (exp_f32_inline), tanh as MLIR's polynomial.
+  /// own algorithm (exp_f32_inline), tanh as MLIR's polynomial; f32 sin and cos vectors in loops
+  /// inline SLEEF's sincos (sin_cos_f32_inline), calling it for vectors it does not cover.
   struct SleefIsa {
     bool avx512f = false;  // Sleef_<fn>f16_u10avx512f, Sleef_<fn>d8_u10avx512f
     bool avx2 = false;     // Sleef_<fn>f8_u10avx2, Sleef_<fn>d4_u10avx2 (AVX2 with FMA)
     bool fma = false;      // scalar Sleef_<fn>f1_u10purecfma, else Sleef_<fn>f_u10
   };
-  /// Drops what was kept for reuse by later ops (exp_f32_inline's reductions, sin_cos_f32_inline's pairs): the emitter's
-  /// caches are cleared at the same points (a new loop body, a new branch).
+  /// Drops what was kept for reuse by later ops (exp_f32_inline's reductions, sin_cos_f32_inline's
+  /// pairs): the emitter's caches are cleared at the same points (a new loop body, a new branch).
   void forget_made_values() {
     exp_reductions_.clear();
     sin_cos_made_.clear();
