@@ -3,10 +3,13 @@
 // interleave the rows in a shuffled order (so that load from other processes hits all rows
 // alike), and the tables report medians.
 //
-//   matmul_bench [--rounds=N] [--max=SIZE] [--shapes=MxKxN,...]
+//   matmul_bench [--rounds=N] [--max=SIZE] [--shapes=MxKxN,...] [--targets=DESC;DESC...]
 //
 // --shapes replaces the default rows (squares up to --max, three odd shapes, two MLP layers) with
 // plain matmuls of the shapes given, e.g. --shapes=1024x1024x1023,1024x1024x1024.
+// --targets compiles fuse's matmul once per CPU description (ir::Target::cpu: "l1=24K",
+// "l2=1M,cores=4", "" for the host) and runs them all in the same rounds: blockings compared in
+// one process, where this machine's drift between runs hides differences of 10%.
 #include <cblas.h>
 #include <immintrin.h>
 #include <unistd.h>
@@ -131,12 +134,13 @@ struct MatmulCase {
   Shape s;
   bool mlp = false;  // relu(x @ w + b)
   ir::TensorMap inputs;
-  ir::TensorMap outputs;
-  std::unique_ptr<runtime::Executable> exe;
+  std::vector<std::unique_ptr<runtime::Executable>> exes;  // one per target
+  std::vector<ir::TensorMap> outputs;                      // each one's
   std::vector<float> c;  // OpenBLAS's result
 };
 
-void add_rows(std::vector<Row>& rows, std::vector<std::unique_ptr<MatmulCase>>& cases, Shape s, bool mlp) {
+void add_rows(std::vector<Row>& rows, std::vector<std::unique_ptr<MatmulCase>>& cases, Shape s, bool mlp,
+              const std::vector<std::string>& targets) {
   auto mc = std::make_unique<MatmulCase>();
   MatmulCase* p = mc.get();
   p->s = s;
@@ -150,14 +154,16 @@ void add_rows(std::vector<Row>& rows, std::vector<std::unique_ptr<MatmulCase>>& 
   } else {
     g.output("y", matmul(x, w));
   }
-  p->exe = std::make_unique<runtime::Executable>(compile(g));
+  for (const std::string& t : targets) p->exes.push_back(std::make_unique<runtime::Executable>(compile(g, Target::cpu(t))));
   p->inputs["x"] = ir::HostArray::from({s.m, s.k}, random_floats(s.m * s.k, 1));
   p->inputs["w"] = ir::HostArray::from({s.k, s.n}, random_floats(s.k * s.n, 2));
   if (mlp) p->inputs["b"] = ir::HostArray::from({s.n}, random_floats(s.n, 3));
   p->c.assign(s.m * s.n, 0.f);
-  p->exe->run(p->inputs, p->outputs);  // warm-up and first touch of the outputs
   std::string group = (mlp ? "mlp " : "") + s.name();
-  rows.push_back({group, "fuse", s.flops(), [p] { p->exe->run(p->inputs, p->outputs); }, {}});
+  for (size_t t = 0; t < targets.size(); ++t) {
+    p->exes[t]->run(p->inputs, p->outputs.emplace_back());  // warm-up and first touch of the outputs
+    rows.push_back({group, targets[t], s.flops(), [p, t] { p->exes[t]->run(p->inputs, p->outputs[t]); }, {}});
+  }
   rows.push_back({group, "openblas", s.flops(), [p] {
                     const float* x = p->inputs.at("x").as<float>();
                     const float* w = p->inputs.at("w").as<float>();
@@ -178,9 +184,9 @@ void add_rows(std::vector<Row>& rows, std::vector<std::unique_ptr<MatmulCase>>& 
   cases.push_back(std::move(mc));
 }
 
-// Largest |fuse - OpenBLAS| relative to the largest |OpenBLAS| element, after a run of each.
-double max_difference(const MatmulCase& p) {
-  const float* y = p.outputs.at("y").as<float>();
+// Largest |fuse (compiled for targets[target]) - OpenBLAS| relative to the largest |OpenBLAS| element, after a run of each.
+double max_difference(const MatmulCase& p, size_t target) {
+  const float* y = p.outputs[target].at("y").as<float>();
   double diff = 0, scale = 1e-30;
   for (size_t i = 0; i < p.c.size(); ++i) {
     diff = std::max(diff, static_cast<double>(std::abs(y[i] - p.c[i])));
@@ -238,15 +244,21 @@ int main(int argc, char** argv) {
   int rounds = 11;
   int64_t max_size = 4096;
   std::vector<Shape> given;
+  std::vector<std::string> targets{""};
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     bool ok = true;
     if (a.starts_with("--rounds=")) rounds = std::max(1, std::atoi(a.c_str() + 9));
     else if (a.starts_with("--max=")) max_size = std::atoll(a.c_str() + 6);
     else if (a.starts_with("--shapes=")) ok = parse_shapes(a.substr(9), given);
-    else ok = false;
+    else if (a.starts_with("--targets=")) {
+      targets.clear();
+      std::stringstream items(a.substr(10));
+      for (std::string item; std::getline(items, item, ';');) targets.push_back(item);
+      ok = !targets.empty();
+    } else ok = false;
     if (!ok) {
-      std::fprintf(stderr, "usage: matmul_bench [--rounds=N] [--max=SIZE] [--shapes=MxKxN,...]\n");
+      std::fprintf(stderr, "usage: matmul_bench [--rounds=N] [--max=SIZE] [--shapes=MxKxN,...] [--targets=DESC;DESC...]\n");
       return 2;
     }
   }
@@ -263,10 +275,10 @@ int main(int argc, char** argv) {
       for (Shape s : {Shape{1000, 1000, 1000}, Shape{1023, 1023, 1023}, Shape{2047, 513, 1001}})
         if (std::max({s.m, s.k, s.n}) <= max_size) shapes.push_back(s);
     }
-    for (Shape s : shapes) add_rows(rows, cases, s, false);
+    for (Shape s : shapes) add_rows(rows, cases, s, false, targets);
     if (given.empty())
       for (Shape s : {Shape{2048, 1024, 1024}, Shape{256, 1024, 1024}})
-        if (std::max({s.m, s.k, s.n}) <= max_size) add_rows(rows, cases, s, true);
+        if (std::max({s.m, s.k, s.n}) <= max_size) add_rows(rows, cases, s, true, targets);
     Row peak{"peak", "fma", 0, nullptr, {}};
     std::vector<double> peak_gflops;
 
@@ -293,16 +305,23 @@ int main(int argc, char** argv) {
     std::printf("f32 FMA peak: %.1f GFLOP/s (%s, %d chains per thread, median of %zu trials; best %.1f)\n\n",
                 peak_median, peak_isa().isa, kChains, peak_gflops.size(),
                 *std::max_element(peak_gflops.begin(), peak_gflops.end()));
-    std::printf("| shape | fuse ms | fuse GFLOP/s | %% peak | OpenBLAS ms | OpenBLAS GFLOP/s | %% peak | fuse / OpenBLAS | max rel diff |\n");
-    std::printf("| :--- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
-    for (size_t i = 0; i + 1 < rows.size(); i += 2) {
-      const Row& f = rows[i];
-      const Row& o = rows[i + 1];
-      double tf = median(f.seconds), to = median(o.seconds);
-      std::printf("| %s%s | %.2f | %.1f | %.0f%% | %.2f | %.1f | %.0f%% | %.2f | %.1e |\n", f.group.c_str(),
-                  f.group.starts_with("mlp") ? " (OpenBLAS + separate bias+relu)" : "", tf * 1e3, f.flops / tf / 1e9,
-                  100 * f.flops / tf / 1e9 / peak_median, to * 1e3, o.flops / to / 1e9,
-                  100 * o.flops / to / 1e9 / peak_median, to / tf, max_difference(*cases[i / 2]));
+    bool several = targets.size() > 1;
+    std::printf("| shape |%s fuse ms | fuse GFLOP/s | %% peak | OpenBLAS ms | OpenBLAS GFLOP/s | %% peak | fuse / OpenBLAS | max rel diff |\n",
+                several ? " target |" : "");
+    std::printf("| :--- |%s ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n", several ? " :--- |" : "");
+    size_t per_case = targets.size() + 1;  // the fuse rows, then OpenBLAS's
+    for (size_t i = 0; i + per_case <= rows.size(); i += per_case) {
+      const Row& o = rows[i + targets.size()];
+      double to = median(o.seconds);
+      for (size_t t = 0; t < targets.size(); ++t) {
+        const Row& f = rows[i + t];
+        double tf = median(f.seconds);
+        std::string target = several ? " " + (targets[t].empty() ? std::string("host") : targets[t]) + " |" : "";
+        std::printf("| %s%s |%s %.2f | %.1f | %.0f%% | %.2f | %.1f | %.0f%% | %.2f | %.1e |\n", f.group.c_str(),
+                    f.group.starts_with("mlp") ? " (OpenBLAS + separate bias+relu)" : "", target.c_str(), tf * 1e3,
+                    f.flops / tf / 1e9, 100 * f.flops / tf / 1e9 / peak_median, to * 1e3, o.flops / to / 1e9,
+                    100 * o.flops / to / 1e9 / peak_median, to / tf, max_difference(*cases[i / per_case], t));
+      }
     }
     std::printf("\n(fuse / OpenBLAS > 1: fuse is faster. %d rounds; rows above 50 GFLOP run %d.)\n", rounds,
                 std::min(rounds, std::max(3, rounds / 3)));
