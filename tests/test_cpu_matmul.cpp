@@ -401,3 +401,34 @@ TEST_CASE("the matmul generator retargets to 256-bit vectors (AVX2: 8 f32 lanes,
   CHECK(mlir.find("vector<16xf32>") == std::string::npos);
   check(g, exe, mkn({{1, 1, 1}, {13, 70, 33}, {100, 300, 129}}), 300);
 }
+
+// The prefetches in a blocked micro-kernel's K loop: the scf.for whose results are the tile's
+// `accumulators` vectors, up to its scf.yield (its body has no nested regions). -1: no such loop.
+static int k_loop_prefetches(const std::string& mlir, int accumulators) {
+  size_t at = mlir.find(":" + std::to_string(accumulators) + " = scf.for");
+  if (at == std::string::npos) return -1;
+  size_t end = mlir.find("scf.yield", at);
+  int count = 0;
+  for (size_t p = mlir.find("llvm.intr.prefetch", at); p < end; p = mlir.find("llvm.intr.prefetch", p + 1)) ++count;
+  return count;
+}
+
+// Each step of K reads a row of the packed B panel (nr elements: two lines with AVX-512's f32
+// tile, one with AVX2's) and prefetches that row's lines kPackedBPrefetchBytes ahead.
+TEST_CASE("the micro-kernel's K loop prefetches packed B ahead", "[cpu][matmul]") {
+  Graph g;
+  Tensor x = g.input("x", DType::F32, {sym("M"), sym("K")});
+  Tensor w = g.input("w", DType::F32, {sym("K"), sym("N")});
+  g.output("y", matmul(x, w));
+  Target avx2 = Target::host();
+  avx2.vector_bits = 256;
+  Target avx512 = Target::host();
+  avx512.vector_bits = 512;
+  runtime::Executable narrow = compile(g, with_target(avx2));
+  runtime::Executable wide = compile(g, with_target(avx512));
+  REQUIRE(only_matmul(narrow).schedule.form == ir::LoopForm::BlockedMatmul);
+  CHECK(k_loop_prefetches(codegen::emit_cpu_mlir(narrow.program()), 6 * 2) == 1);
+  CHECK(k_loop_prefetches(codegen::emit_cpu_mlir(wide.program()), 12 * 2) == 2);
+  if (Target::host().vector_bits >= 512) check(g, wide, mkn({{1, 1, 1}, {25, 1023, 65}, {100, 300, 129}}), 1023);
+  check(g, narrow, mkn({{1, 1, 1}, {13, 1023, 33}, {100, 300, 129}}), 1023);
+}

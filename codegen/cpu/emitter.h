@@ -402,6 +402,12 @@ class CpuKernelEmitter : public KernelEmitterBase {
   // elementwise prologues cost nothing in the loops that matter, and panels are padded to
   // whole tiles (padding lanes are computed and never stored).
   using MatmulTiling = ir::MatmulTiling;
+  // The micro-kernel's K loop prefetches packed B this many bytes ahead of the row of the panel
+  // it reads (the panel, kc x nr, is larger than L1 and comes from L2 or beyond; the hardware's
+  // prefetchers kept the loop waiting at its loads of B). About 24 steps of K on AVX-512's f32
+  // tile, 48 on AVX2's: near 300 cycles ahead on either. On the Intel Xeon of bench/README.md,
+  // fuse's matmul gained 3-6% at 1024^3 and 2048^3 with it (16 steps was as good, 8 less).
+  static constexpr int64_t kPackedBPrefetchBytes = 3072;
   MatmulTiling matmul_tiling() const { return ir::matmul_tiling(k_.schedule.cpu); }
   // An llvm.call to a C library function (declared in the module on first use).
   mlir::Value call_c(const std::string& name, mlir::Type result, mlir::ValueRange args);

@@ -409,6 +409,14 @@ void CpuKernelEmitter::micro_kernel(const MatmulPlan& p, mlir::Value row, mlir::
     for (int64_t v = 0; v < vectors; ++v)
       bv.push_back(load(p.pack_b, p.t, add(b_base, add(mul(kk, i64(t.nr)), i64(v * t.lanes))), t.lanes));
     mlir::Value a_k = add(a_base, mul(kk, i64(a_k_stride)));
+    // One prefetch per line of this row of the panel (nr elements), kPackedBPrefetchBytes on:
+    // past the panel's end they fetch the next panel's start, which the next tile column reads.
+    int64_t row_bytes = t.nr * static_cast<int64_t>(ir::dtype_size(p.t));
+    int64_t ahead = std::max<int64_t>(1, kPackedBPrefetchBytes / row_bytes) * t.nr;
+    for (int64_t line = 0; line < row_bytes; line += 64)
+      b_.create<mlir::LLVM::Prefetch>(
+          loc_, element_address(p.pack_b, p.t, add(b_base, add(mul(kk, i64(t.nr)), i64(ahead + line / static_cast<int64_t>(ir::dtype_size(p.t)))))),
+          /*rw=*/0u, /*locality=*/3u, /*data cache=*/1u);
     std::vector<mlir::Value> next;
     for (int64_t r = 0; r < t.mr; ++r) {
       mlir::Value a = load(p.pack_a, p.t, add(a_k, i64(r * a_row_stride)), 1);
