@@ -402,20 +402,28 @@ TEST_CASE("the matmul generator retargets to 256-bit vectors (AVX2: 8 f32 lanes,
   check(g, exe, mkn({{1, 1, 1}, {13, 70, 33}, {100, 300, 129}}), 300);
 }
 
-// The prefetches in a blocked micro-kernel's K loop: the scf.for whose results are the tile's
-// `accumulators` vectors, up to its scf.yield (its body has no nested regions). -1: no such loop.
-static int k_loop_prefetches(const std::string& mlir, int accumulators) {
+// What the first K loop of a blocked micro-kernel holds (a whole tile's): the scf.for whose
+// results are the tile's `accumulators` vectors, up to its scf.yield (its body has no nested
+// regions). -1s: no such loop.
+struct KLoop {
+  int prefetches = -1, broadcasts = -1;
+};
+static KLoop first_k_loop(const std::string& mlir, int accumulators) {
   size_t at = mlir.find(":" + std::to_string(accumulators) + " = scf.for");
-  if (at == std::string::npos) return -1;
+  if (at == std::string::npos) return {};
   size_t end = mlir.find("scf.yield", at);
-  int count = 0;
-  for (size_t p = mlir.find("llvm.intr.prefetch", at); p < end; p = mlir.find("llvm.intr.prefetch", p + 1)) ++count;
-  return count;
+  auto count = [&](const std::string& what) {
+    int n = 0;
+    for (size_t p = mlir.find(what, at); p < end; p = mlir.find(what, p + 1)) ++n;
+    return n;
+  };
+  return {count("llvm.intr.prefetch"), count("vector.broadcast")};
 }
 
 // Each step of K reads a row of the packed B panel (nr elements: two lines with AVX-512's f32
-// tile, one with AVX2's) and prefetches that row's lines kPackedBPrefetchBytes ahead.
-TEST_CASE("the micro-kernel's K loop prefetches packed B ahead", "[cpu][matmul]") {
+// tile, one with AVX2's) and prefetches that row's lines kPackedBPrefetchBytes ahead; a whole
+// tile's loop takes four steps an iteration (an mr-row broadcast of A each).
+TEST_CASE("the micro-kernel's K loop steps four at a time and prefetches packed B ahead", "[cpu][matmul]") {
   Graph g;
   Tensor x = g.input("x", DType::F32, {sym("M"), sym("K")});
   Tensor w = g.input("w", DType::F32, {sym("K"), sym("N")});
@@ -427,8 +435,14 @@ TEST_CASE("the micro-kernel's K loop prefetches packed B ahead", "[cpu][matmul]"
   runtime::Executable narrow = compile(g, with_target(avx2));
   runtime::Executable wide = compile(g, with_target(avx512));
   REQUIRE(only_matmul(narrow).schedule.form == ir::LoopForm::BlockedMatmul);
-  CHECK(k_loop_prefetches(codegen::emit_cpu_mlir(narrow.program()), 6 * 2) == 1);
-  CHECK(k_loop_prefetches(codegen::emit_cpu_mlir(wide.program()), 12 * 2) == 2);
-  if (Target::host().vector_bits >= 512) check(g, wide, mkn({{1, 1, 1}, {25, 1023, 65}, {100, 300, 129}}), 1023);
-  check(g, narrow, mkn({{1, 1, 1}, {13, 1023, 33}, {100, 300, 129}}), 1023);
+  KLoop narrow_loop = first_k_loop(codegen::emit_cpu_mlir(narrow.program()), 6 * 2);
+  CHECK(narrow_loop.prefetches == 4 * 1);
+  CHECK(narrow_loop.broadcasts == 4 * 6);
+  KLoop wide_loop = first_k_loop(codegen::emit_cpu_mlir(wide.program()), 12 * 2);
+  CHECK(wide_loop.prefetches == 4 * 2);
+  CHECK(wide_loop.broadcasts == 4 * 12);
+  // K of 1 to 7 past a multiple of four: the steps after the unrolled ones, in whole and edge tiles.
+  auto shapes = mkn({{1, 1, 1}, {24, 3, 64}, {25, 5, 65}, {12, 7, 32}, {13, 1023, 33}, {100, 301, 129}, {36, 770, 96}});
+  if (Target::host().vector_bits >= 512) check(g, wide, shapes, 1023);
+  check(g, narrow, shapes, 1023);
 }

@@ -127,8 +127,12 @@ void CpuKernelEmitter::emit_matmul_blocked(mlir::Value begin, mlir::Value end) {
             loop(i64(0), mb, t.mr, [&](mlir::Value ir) {
               mlir::Value rows = min_i64(i64(t.mr), sub(mb, ir));
               mlir::Value cols = min_i64(i64(t.nr), sub(nb, jr));
+              // Whole tiles step K kKLoopUnroll at a time: a K block of another depth (the
+              // last, at most) takes the edge path, whose loop steps once.
               mlir::Value whole = b_.create<mlir::arith::AndIOp>(loc_, cmpi(mlir::arith::CmpIPredicate::eq, rows, i64(t.mr)),
                                                                  cmpi(mlir::arith::CmpIPredicate::eq, cols, i64(t.nr)));
+              whole = b_.create<mlir::arith::AndIOp>(
+                  loc_, whole, cmpi(mlir::arith::CmpIPredicate::eq, b_.create<mlir::arith::RemUIOp>(loc_, kb, i64(kKLoopUnroll)), i64(0)));
               auto branch = b_.create<mlir::scf::IfOp>(loc_, whole, /*withElseRegion=*/true);
               mlir::OpBuilder::InsertionGuard guard(b_);
               b_.setInsertionPointToStart(&branch.getThenRegion().front());
@@ -400,30 +404,45 @@ void CpuKernelEmitter::micro_kernel(const MatmulPlan& p, mlir::Value row, mlir::
   int64_t a_row_stride = p.a_by_columns ? 1 : t.kc;
   int64_t a_k_stride = p.a_by_columns ? t.mc : 1;
   mlir::Value b_base = mul(jr, kb);  // panel jr / nr starts at jr * kb
-  auto k_loop = b_.create<mlir::scf::ForOp>(loc_, i64(0), kb, i64(1), std::vector<mlir::Value>(tile, constant(p.t, 0, 0, t.lanes)));
+  // Step `u` of an iteration of the K loop: the accumulators after its outer product. Packed A
+  // and B are addressed from pointers at the iteration's first step, at constant offsets (one
+  // address computation per iteration: fewer for LLVM's loop strength reduction to untangle).
+  int64_t elem = static_cast<int64_t>(ir::dtype_size(p.t));
+  int64_t row_bytes = t.nr * elem;
+  int64_t ahead = std::max<int64_t>(1, kPackedBPrefetchBytes / row_bytes) * t.nr;
+  auto k_step = [&](int64_t u, const std::vector<mlir::Value>& acc) {
+    std::vector<mlir::Value> bv;
+    for (int64_t v = 0; v < vectors; ++v) bv.push_back(load(p.pack_b, p.t, i64(u * t.nr + v * t.lanes), t.lanes));
+    // One prefetch per line of this row of the panel (nr elements), kPackedBPrefetchBytes on:
+    // past the panel's end they fetch the next panel's start, which the next tile column reads.
+    for (int64_t line = 0; line < row_bytes; line += 64)
+      b_.create<mlir::LLVM::Prefetch>(loc_, element_address(p.pack_b, p.t, i64(u * t.nr + ahead + line / elem)),
+                                      /*rw=*/0u, /*locality=*/3u, /*data cache=*/1u);
+    std::vector<mlir::Value> next;
+    for (int64_t r = 0; r < t.mr; ++r) {
+      mlir::Value a = load(p.pack_a, p.t, i64(u * a_k_stride + r * a_row_stride), 1);
+      a = b_.create<mlir::vector::BroadcastOp>(loc_, vec, a);
+      for (int64_t v = 0; v < vectors; ++v) next.push_back(fma(a, bv[v], acc[r * vectors + v]));
+    }
+    return next;
+  };
+  // Whole tiles step K kKLoopUnroll at a time (their blocks' depth is a multiple of it); edge
+  // tiles one at a time (each copy of the step costs compile time).
+  int64_t unroll = rows ? 1 : kKLoopUnroll;
+  auto k_loop = b_.create<mlir::scf::ForOp>(loc_, i64(0), kb, i64(unroll), std::vector<mlir::Value>(tile, constant(p.t, 0, 0, t.lanes)));
   {
     mlir::OpBuilder::InsertionGuard guard(b_);
     b_.setInsertionPointToStart(k_loop.getBody());
     mlir::Value kk = k_loop.getInductionVar();
-    std::vector<mlir::Value> bv;
-    for (int64_t v = 0; v < vectors; ++v)
-      bv.push_back(load(p.pack_b, p.t, add(b_base, add(mul(kk, i64(t.nr)), i64(v * t.lanes))), t.lanes));
-    mlir::Value a_k = add(a_base, mul(kk, i64(a_k_stride)));
-    // One prefetch per line of this row of the panel (nr elements), kPackedBPrefetchBytes on:
-    // past the panel's end they fetch the next panel's start, which the next tile column reads.
-    int64_t row_bytes = t.nr * static_cast<int64_t>(ir::dtype_size(p.t));
-    int64_t ahead = std::max<int64_t>(1, kPackedBPrefetchBytes / row_bytes) * t.nr;
-    for (int64_t line = 0; line < row_bytes; line += 64)
-      b_.create<mlir::LLVM::Prefetch>(
-          loc_, element_address(p.pack_b, p.t, add(b_base, add(mul(kk, i64(t.nr)), i64(ahead + line / static_cast<int64_t>(ir::dtype_size(p.t)))))),
-          /*rw=*/0u, /*locality=*/3u, /*data cache=*/1u);
-    std::vector<mlir::Value> next;
-    for (int64_t r = 0; r < t.mr; ++r) {
-      mlir::Value a = load(p.pack_a, p.t, add(a_k, i64(r * a_row_stride)), 1);
-      a = b_.create<mlir::vector::BroadcastOp>(loc_, vec, a);
-      for (int64_t v = 0; v < vectors; ++v) next.push_back(fma(a, bv[v], k_loop.getRegionIterArgs()[r * vectors + v]));
-    }
-    b_.create<mlir::scf::YieldOp>(loc_, next);
+    mlir::Value a_whole = base_[p.pack_a], b_whole = base_[p.pack_b];
+    mlir::Value a_here = element_address(p.pack_a, p.t, add(a_base, mul(kk, i64(a_k_stride))));
+    base_[p.pack_b] = element_address(p.pack_b, p.t, add(b_base, mul(kk, i64(t.nr))));
+    base_[p.pack_a] = a_here;
+    std::vector<mlir::Value> acc(k_loop.getRegionIterArgs().begin(), k_loop.getRegionIterArgs().end());
+    for (int64_t u = 0; u < unroll; ++u) acc = k_step(u, acc);
+    b_.create<mlir::scf::YieldOp>(loc_, acc);
+    base_[p.pack_a] = a_whole;
+    base_[p.pack_b] = b_whole;
   }
   // The tile: this K block's products, plus the partial sums after the first block.
   auto sums = b_.create<mlir::scf::IfOp>(loc_, mlir::TypeRange(std::vector<mlir::Type>(tile, vec)), first, true);
