@@ -434,15 +434,17 @@ void CpuKernelEmitter::micro_kernel(const MatmulPlan& p, mlir::Value row, mlir::
     mlir::OpBuilder::InsertionGuard guard(b_);
     b_.setInsertionPointToStart(k_loop.getBody());
     mlir::Value kk = k_loop.getInductionVar();
-    mlir::Value a_whole = base_[p.pack_a], b_whole = base_[p.pack_b];
-    mlir::Value a_here = element_address(p.pack_a, p.t, add(a_base, mul(kk, i64(a_k_stride))));
-    base_[p.pack_b] = element_address(p.pack_b, p.t, add(b_base, mul(kk, i64(t.nr))));
-    base_[p.pack_a] = a_here;
+    // k_step reads the slots of packed A and B from this iteration's first step.
+    mlir::Value a_buffer = base_[p.pack_a], b_buffer = base_[p.pack_b];
+    mlir::Value a_step = element_address(p.pack_a, p.t, add(a_base, mul(kk, i64(a_k_stride))));
+    mlir::Value b_step = element_address(p.pack_b, p.t, add(b_base, mul(kk, i64(t.nr))));
+    base_[p.pack_a] = a_step;
+    base_[p.pack_b] = b_step;
     std::vector<mlir::Value> acc(k_loop.getRegionIterArgs().begin(), k_loop.getRegionIterArgs().end());
     for (int64_t u = 0; u < unroll; ++u) acc = k_step(u, acc);
     b_.create<mlir::scf::YieldOp>(loc_, acc);
-    base_[p.pack_a] = a_whole;
-    base_[p.pack_b] = b_whole;
+    base_[p.pack_a] = a_buffer;
+    base_[p.pack_b] = b_buffer;
   }
   // The tile: this K block's products, plus the partial sums after the first block.
   auto sums = b_.create<mlir::scf::IfOp>(loc_, mlir::TypeRange(std::vector<mlir::Type>(tile, vec)), first, true);
