@@ -133,6 +133,13 @@ NodeId matmul_node(const Kernel& k) {
   return -1;
 }
 
+int64_t elementwise_cost(const Kernel& k) {
+  int64_t cost = 0;
+  for (const Node& n : k.body.nodes)
+    if (n.kind == OpKind::Elementwise) cost += n.as<ElementwiseAttrs>().body.cost();
+  return cost;
+}
+
 // ---- blocked matmuls on the CPU ----
 MatmulTiling matmul_tiling(const CpuSchedule& s) {
   MatmulTiling t;

@@ -57,6 +57,9 @@ Shape reduced_dims(const Kernel& k);
 bool trailing_axes(const Kernel& k);
 /// The kernel's matmul node; -1 when it has none.
 NodeId matmul_node(const Kernel& k);
+/// The scalar work of one element of the kernel: the sum of its elementwise nodes' costs
+/// (ScalarFn::cost). The CPU backend weighs loop bodies and compile times by it.
+int64_t elementwise_cost(const Kernel& k);
 
 // ---- blocked matmuls on the CPU (codegen/cpu/matmul.cpp) ----
 /// A BlockedMatmul's blocking, from its schedule.

@@ -18,13 +18,6 @@ void CpuKernelEmitter::emit_contiguous(mlir::Value base, int lanes) {
   }
 }
 
-int CpuKernelEmitter::body_cost() const {
-  int cost = 0;
-  for (const Node& n : k_.body.nodes)
-    if (n.kind == OpKind::Elementwise) cost += n.as<ir::ElementwiseAttrs>().body.cost();
-  return cost;
-}
-
 // The contiguous loop over [begin, end) as one loop of whole vectors: the first and last
 // iterations load and store under a lane mask (masked-off lanes touch no memory), so the body
 // is emitted once, with no scalar copy for the tails (compile time). A large kernel starts at
@@ -104,7 +97,7 @@ void CpuKernelEmitter::emit_contiguous_loops(mlir::Value begin, mlir::Value end,
   // that overlaps one of its inputs (Executable::run_views gives such an output a new array).
   loop(aligned, vector_end, kPatchBlockVectors * lanes, [&](mlir::Value block) {
     mlir::Value block_end = min_i64(add(block, i64(kPatchBlockVectors * lanes)), vector_end);
-    if (body_cost() >= kPrefetchingBodyCost) prefetch_from_memory_ = large;
+    if (ir::elementwise_cost(k_) >= kPrefetchingBodyCost) prefetch_from_memory_ = large;
     mlir::Value needs_patch = emit_contiguous_vectors(block, block_end, lanes, streaming, /*deferred=*/true);
     prefetch_from_memory_ = {};
     if (!needs_patch) return;

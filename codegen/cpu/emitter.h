@@ -271,7 +271,6 @@ class CpuKernelEmitter : public KernelEmitterBase {
   // memory).
   mlir::Value prefetch_from_memory_;
   static constexpr int kPrefetchingBodyCost = 4;
-  int body_cost() const;  // the cost model's weight of one element of the kernel's body
   // A split reduction's chunk whose values are cheap is read as kSplitStreams streams at once,
   // one accumulator chain each (split_stream_count()), not as chains of adjacent vectors: a
   // core keeps more lines in flight from several streams than from one and its prefetches. On

@@ -288,9 +288,7 @@ CpuObject compile_part(const ir::Program& p, const CpuOptions& options, ObjectKi
 // with its GELU epilogue (emitted once per vector of a tile row, in the whole- and edge-tile
 // paths), row-wise kernels about 50 ms.
 int64_t compile_cost(const ir::Kernel& k) {
-  int64_t scalar_cost = 0;
-  for (const ir::Node& n : k.body.nodes)
-    if (n.kind == ir::OpKind::Elementwise) scalar_cost += n.as<ir::ElementwiseAttrs>().body.cost();
+  int64_t scalar_cost = ir::elementwise_cost(k);
   if (k.kind == ir::KernelKind::Matmul) return 100 + 4 * scalar_cost;
   int64_t cost = 30 + 2 * scalar_cost + static_cast<int64_t>(k.body.nodes.size());
   if (k.schedule.form == ir::LoopForm::SplitReduction || k.schedule.form == ir::LoopForm::ScanRows) cost += 30;
