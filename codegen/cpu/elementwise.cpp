@@ -95,9 +95,10 @@ void CpuKernelEmitter::emit_contiguous_loops(mlir::Value begin, mlir::Value end,
   // reload the loop's constants every iteration; the block is still in L1 when it runs again.
   // Running again reads the inputs a second time: the runtime never gives a kernel an output
   // that overlaps one of its inputs (Executable::run_views gives such an output a new array).
+  bool costly_body = ir::elementwise_cost(k_) >= kPrefetchingBodyCost;
   loop(aligned, vector_end, kPatchBlockVectors * lanes, [&](mlir::Value block) {
     mlir::Value block_end = min_i64(add(block, i64(kPatchBlockVectors * lanes)), vector_end);
-    if (ir::elementwise_cost(k_) >= kPrefetchingBodyCost) prefetch_from_memory_ = large;
+    if (costly_body) prefetch_from_memory_ = large;
     mlir::Value needs_patch = emit_contiguous_vectors(block, block_end, lanes, streaming, /*deferred=*/true);
     prefetch_from_memory_ = {};
     if (!needs_patch) return;

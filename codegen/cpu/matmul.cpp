@@ -118,6 +118,9 @@ void CpuKernelEmitter::emit_matmul_blocked(mlir::Value begin, mlir::Value end) {
         mlir::Value kb = max_i64(min_i64(i64(t.kc), sub(p.k, pc)), i64(0));
         mlir::Value first = cmpi(mlir::arith::CmpIPredicate::eq, pc, i64(0));
         mlir::Value last = cmpi(mlir::arith::CmpIPredicate::sge, add(pc, kb), p.k);
+        // Whole tiles step K kKLoopUnroll at a time: in a K block of another depth (the last, at
+        // most) every tile takes the edge path, whose loop steps once.
+        mlir::Value unrolls = cmpi(mlir::arith::CmpIPredicate::eq, b_.create<mlir::arith::RemUIOp>(loc_, kb, i64(kKLoopUnroll)), i64(0));
         if (shared.flags) pack_b_in_groups(p, pc, kb, jc, nb, shared);
         else pack_b(p, pc, kb, jc, nb);
         loop(r0, r1, t.mc, [&](mlir::Value ic) {
@@ -127,12 +130,9 @@ void CpuKernelEmitter::emit_matmul_blocked(mlir::Value begin, mlir::Value end) {
             loop(i64(0), mb, t.mr, [&](mlir::Value ir) {
               mlir::Value rows = min_i64(i64(t.mr), sub(mb, ir));
               mlir::Value cols = min_i64(i64(t.nr), sub(nb, jr));
-              // Whole tiles step K kKLoopUnroll at a time: a K block of another depth (the
-              // last, at most) takes the edge path, whose loop steps once.
               mlir::Value whole = b_.create<mlir::arith::AndIOp>(loc_, cmpi(mlir::arith::CmpIPredicate::eq, rows, i64(t.mr)),
                                                                  cmpi(mlir::arith::CmpIPredicate::eq, cols, i64(t.nr)));
-              whole = b_.create<mlir::arith::AndIOp>(
-                  loc_, whole, cmpi(mlir::arith::CmpIPredicate::eq, b_.create<mlir::arith::RemUIOp>(loc_, kb, i64(kKLoopUnroll)), i64(0)));
+              whole = b_.create<mlir::arith::AndIOp>(loc_, whole, unrolls);
               auto branch = b_.create<mlir::scf::IfOp>(loc_, whole, /*withElseRegion=*/true);
               mlir::OpBuilder::InsertionGuard guard(b_);
               b_.setInsertionPointToStart(&branch.getThenRegion().front());
@@ -406,7 +406,7 @@ void CpuKernelEmitter::micro_kernel(const MatmulPlan& p, mlir::Value row, mlir::
   mlir::Value b_base = mul(jr, kb);  // panel jr / nr starts at jr * kb
   // Step `u` of an iteration of the K loop: the accumulators after its outer product. Packed A
   // and B are addressed from pointers at the iteration's first step, at constant offsets (one
-  // address computation per iteration: fewer for LLVM's loop strength reduction to untangle).
+  // address computation per iteration, not one per step).
   int64_t elem = static_cast<int64_t>(ir::dtype_size(p.t));
   int64_t row_bytes = t.nr * elem;
   int64_t ahead = std::max<int64_t>(1, kPackedBPrefetchBytes / row_bytes) * t.nr;
