@@ -684,6 +684,19 @@ TEST_CASE("run --check compares with the interpreter and --bench reports a media
   CHECK(bench.status == 0);
   CHECK(bench.out.find("bench: median") != std::string::npos);
   CHECK(bench.out.find("GB/s") != std::string::npos);
+  // --versus: two programs on the same inputs in one process, their outputs compared.
+  Result versus = fusec("run " + kExamples + "add.expr --random --dim N=64 --dim M=64 --bench 3 --versus-cpu=avx2");
+  CHECK(versus.status == 0);
+  CHECK(versus.out.find("(--cpu=avx2): median") != std::string::npos);
+  CHECK(versus.out.find("the first's speed") != std::string::npos);
+  CHECK(versus.out.find("versus: output 'c' max |difference| 0 ") != std::string::npos);
+  Result other = fusec("run " + kExamples + "hypot.expr --random --dim N=64 --bench 2 --versus " + kExamples +
+                       "hypot.expr --fast-math");
+  CHECK(other.status == 0);
+  CHECK(other.out.find("versus: output 'r' max |difference|") != std::string::npos);
+  Result alone = fusec("run " + kExamples + "add.expr --random --dim N=4 --dim M=4 --versus " + kExamples + "add.expr");
+  CHECK(alone.status == 1);
+  CHECK(alone.err.find("--versus and --versus-cpu apply only with --bench") != std::string::npos);
   Result interp = fusec("run " + kExamples + "hypot.expr --target=interp --random --dim N=5 --check");
   CHECK(interp.status == 0);
   // f32 matmuls accumulated in f32, judged by the rounding model rather than a fixed tolerance.

@@ -217,6 +217,13 @@ const Flag kFlags[] = {
     {"--bench", "N", kRun, false,
      "time N runs after a warm-up: median wall time and GB/s over the inputs' and outputs' bytes",
      "fusec run examples/add.expr --random --dim N=1000 --dim M=10000 --bench 20"},
+    {"--versus", "FILE", kRun, false,
+     "with --bench: also time FILE.expr on the same inputs, the two alternated in random order in one "
+     "process; print both medians, their ratio and how far their outputs differ",
+     "fusec run examples/softmax.expr --random --dim N=65536 --dim M=64 --bench 50 --versus other.expr"},
+    {"--versus-cpu", "DESC", kRun, false,
+     "with --bench: compile the --versus program (default: FILE itself) for CPU DESC, e.g. to compare schedules",
+     "fusec run examples/matmul.expr --random --dim M=512 --dim K=512 --dim N=512 --bench 30 --versus-cpu=l2=1M"},
     {"--print", "", kRun, false,
      "print each output as NumPy does (the default without --out, --check or --bench)",
      "fusec run examples/hypot.expr --random --dim N=10 --out results --print"},
@@ -616,23 +623,75 @@ int check_outputs(const ir::Graph& graph, const ir::TensorMap& inputs, const ir:
   return ok ? 0 : 1;
 }
 
-/// --bench: the median of `runs` timed runs after one warm-up run.
-void bench(const Runner& runner, const ir::TensorMap& inputs, ir::TensorMap& outputs, int runs) {
+/// One program --bench times: its runner and its outputs.
+struct Timed {
+  std::string label;
+  Runner runner;
+  ir::TensorMap outputs;
+  std::vector<double> seconds;
+};
+
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+/// --bench: the median of `runs` timed runs after one warm-up run. With --versus, both programs
+/// run once per round in a random order (so the machine's drift hits them alike), and their
+/// outputs are compared: in one process a difference of a few percent shows where two runs of
+/// `fusec run --bench` on a noisy machine differ by 10-20%.
+void bench(std::vector<Timed>& programs, const ir::TensorMap& inputs, int runs) {
   if (runs < 1) throw Error("--bench needs at least 1 run");
+  for (Timed& p : programs) p.runner(inputs, p.outputs);  // warm-up: first touches of the memory, caches
   double bytes = 0;
   for (const auto& [name, a] : inputs) bytes += static_cast<double>(a.bytes.size());
-  for (const auto& [name, a] : outputs) bytes += static_cast<double>(a.bytes.size());
-  runner(inputs, outputs);  // warm-up: first touches of the memory, caches
-  std::vector<double> seconds;
+  for (const auto& [name, a] : programs[0].outputs) bytes += static_cast<double>(a.bytes.size());
+  std::mt19937 rng(1);
+  std::vector<size_t> order(programs.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   for (int i = 0; i < runs; ++i) {
-    auto start = std::chrono::steady_clock::now();
-    runner(inputs, outputs);
-    seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    std::shuffle(order.begin(), order.end(), rng);
+    for (size_t p : order) {
+      auto start = std::chrono::steady_clock::now();
+      programs[p].runner(inputs, programs[p].outputs);
+      programs[p].seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    }
   }
-  std::sort(seconds.begin(), seconds.end());
-  double median = seconds[seconds.size() / 2];
-  std::printf("bench: median %.3f ms over %d runs, %.2f GB/s (%.1f MB moved)\n", median * 1e3, runs,
-              bytes / median / 1e9, bytes / 1e6);
+  double first = median_of(programs[0].seconds);
+  for (Timed& p : programs) {
+    double median = median_of(p.seconds);
+    std::string label = programs.size() > 1 ? " " + p.label + ":" : "";
+    char ratio[64] = "";
+    if (&p != &programs[0]) std::snprintf(ratio, sizeof ratio, ", %.3fx the first's speed", first / median);
+    std::printf("bench:%s median %.3f ms over %d runs, %.2f GB/s (%.1f MB moved)%s\n", label.c_str(), median * 1e3,
+                runs, bytes / median / 1e9, bytes / 1e6, ratio);
+  }
+  for (size_t p = 1; p < programs.size(); ++p)
+    for (const auto& [name, want] : programs[0].outputs) {
+      auto got = programs[p].outputs.find(name);
+      if (got == programs[p].outputs.end()) {
+        std::printf("versus: %s has no output '%s'\n", programs[p].label.c_str(), name.c_str());
+        continue;
+      }
+      if (got->second.shape != want.shape || got->second.dtype != want.dtype) {
+        std::printf("versus: output '%s' is %s %s in the first, %s %s in %s\n", name.c_str(),
+                    std::string(ir::dtype_name(want.dtype)).c_str(), ir::shape_str(want.shape).c_str(),
+                    std::string(ir::dtype_name(got->second.dtype)).c_str(), ir::shape_str(got->second.shape).c_str(),
+                    programs[p].label.c_str());
+        continue;
+      }
+      // The largest difference relative to the output's largest magnitude (NaN where one is NaN
+      // and the other not).
+      double diff = 0, scale = 0;
+      for (int64_t i = 0; i < want.size(); ++i) {
+        double a = want.get_f64(i), b = got->second.get_f64(i);
+        scale = std::max(scale, std::abs(a));
+        if (std::isnan(a) != std::isnan(b)) diff = NAN;
+        else if (a != b && !std::isnan(diff)) diff = std::max(diff, std::abs(a - b));
+      }
+      std::printf("versus: output '%s' max |difference| %.3g (%.3g of its largest |element|)\n", name.c_str(), diff,
+                  scale > 0 ? diff / scale : diff);
+    }
 }
 
 int run_command(const Args& args) {
@@ -694,7 +753,27 @@ int run_command(const Args& args) {
   runner(inputs, outputs);
   int status = 0;
   if (args.has("--check")) status = check_outputs(*graph, inputs, outputs);
-  if (const std::string* runs = args.value("--bench")) bench(runner, inputs, outputs, parse_int<int>(*runs, "--bench"));
+  bool versus = args.has("--versus") || args.has("--versus-cpu");
+  if (versus && !args.has("--bench")) throw Error("--versus and --versus-cpu apply only with --bench");
+  if (const std::string* runs = args.value("--bench")) {
+    std::vector<Timed> programs;
+    programs.push_back({file, runner, {}, {}});
+    if (versus) {
+      const std::string* other_file = args.value("--versus");
+      std::optional<ir::Graph> other = other_file ? compile_file(*other_file) : graph;
+      if (!other) return 1;
+      Target other_target = target;
+      std::string label = other_file ? *other_file : file;
+      if (const std::string* cpu = args.value("--versus-cpu")) {
+        if (target.kind != TargetKind::Cpu) throw Error("--versus-cpu applies only to CPU targets");
+        other_target = Target::cpu(*cpu);
+        label += " (--cpu=" + *cpu + ")";
+      }
+      programs.push_back({label, choice.prepare(*other, other_target, compile_options(args)), {}, {}});
+    }
+    bench(programs, inputs, parse_int<int>(*runs, "--bench"));
+    outputs = programs[0].outputs;
+  }
 
   if (const std::string* dir = args.value("--out")) {
     std::error_code ec;
