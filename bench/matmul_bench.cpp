@@ -1,5 +1,5 @@
-// matmul_bench: fuse's f32 matmul against OpenBLAS (cblas_sgemm) and the machine's FMA peak,
-// measured in the same run (bench/README.md, "Matmul"). Every row runs in each round, rounds
+// matmul_bench: fuse's f32 matmul against OpenBLAS (cblas_sgemm), oneDNN's matmul primitive
+// (where oneDNN is installed) and the machine's FMA peak, measured in the same run (bench/README.md, "Matmul"). Every row runs in each round, rounds
 // interleave the rows in a shuffled order (so that load from other processes hits all rows
 // alike), and the tables report medians.
 //
@@ -25,7 +25,14 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <unordered_map>
 #include <vector>
+
+#ifdef FUSE_MATMUL_BENCH_ONEDNN
+#include <omp.h>
+
+#include <oneapi/dnnl/dnnl.hpp>
+#endif
 
 #include "bench/openblas_core.h"
 #include "frontends/compile.h"
@@ -137,7 +144,42 @@ struct MatmulCase {
   std::vector<std::unique_ptr<runtime::Executable>> exes;  // one per target
   std::vector<ir::TensorMap> outputs;                      // each one's
   std::vector<float> c;  // OpenBLAS's result
+  std::vector<float> c_onednn;
 };
+
+#ifdef FUSE_MATMUL_BENCH_ONEDNN
+// oneDNN's matmul primitive on plain row-major arrays (weights not in a blocked layout prepared
+// ahead: fuse packs at run time too), the MLP layer's bias and relu as its bias and an eltwise
+// post-op: the same primitive as fuse_bench's oneDNN peer (bench/peers_onednn.cpp).
+std::function<void()> onednn_matmul(MatmulCase& p) {
+  using dnnl::memory;
+  using Tag = memory::format_tag;
+  static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  static dnnl::stream stream(engine);
+  auto desc = [](memory::dims dims) { return memory::desc(dims, memory::data_type::f32, Tag::ab); };
+  auto wrap = [&](const memory::desc& d, const float* data) { return memory(d, engine, const_cast<float*>(data)); };
+  memory::desc a = desc({p.s.m, p.s.k}), b = desc({p.s.k, p.s.n}), c = desc({p.s.m, p.s.n}), bias = desc({1, p.s.n});
+  p.c_onednn.assign(p.s.m * p.s.n, 0.f);
+  std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, wrap(a, p.inputs.at("x").as<float>())},
+                                          {DNNL_ARG_WEIGHTS, wrap(b, p.inputs.at("w").as<float>())},
+                                          {DNNL_ARG_DST, wrap(c, p.c_onednn.data())}};
+  dnnl::primitive primitive;
+  if (p.mlp) {
+    args[DNNL_ARG_BIAS] = wrap(bias, p.inputs.at("b").as<float>());
+    dnnl::post_ops relu;
+    relu.append_eltwise(1.f, dnnl::algorithm::eltwise_relu, 0.f, 0.f);
+    dnnl::primitive_attr attr;
+    attr.set_post_ops(relu);
+    primitive = dnnl::matmul(dnnl::matmul::primitive_desc({a, b, bias, c}, attr, engine));
+  } else {
+    primitive = dnnl::matmul(dnnl::matmul::primitive_desc({a, b, c}, engine));
+  }
+  return [primitive, args] {
+    primitive.execute(stream, args);
+    stream.wait();
+  };
+}
+#endif
 
 void add_rows(std::vector<Row>& rows, std::vector<std::unique_ptr<MatmulCase>>& cases, Shape s, bool mlp,
               const std::vector<std::string>& targets) {
@@ -181,12 +223,23 @@ void add_rows(std::vector<Row>& rows, std::vector<std::unique_ptr<MatmulCase>>& 
                     });
                   },
                   {}});
+#ifdef FUSE_MATMUL_BENCH_ONEDNN
+  rows.push_back({group, "onednn", s.flops(), onednn_matmul(*p), {}});
+  rows.back().run();  // warm-up (oneDNN's JIT kernels), and the result max_difference checks
+#endif
   cases.push_back(std::move(mc));
 }
 
-// Largest |fuse (compiled for targets[target]) - OpenBLAS| relative to the largest |OpenBLAS| element, after a run of each.
-double max_difference(const MatmulCase& p, size_t target) {
-  const float* y = p.outputs[target].at("y").as<float>();
+#ifdef FUSE_MATMUL_BENCH_ONEDNN
+constexpr bool kOneDnn = true;
+#else
+constexpr bool kOneDnn = false;
+#endif
+
+// Largest |fuse (compiled for targets[target]; oneDNN for target -1) - OpenBLAS| relative to the
+// largest |OpenBLAS| element, after a run of each.
+double max_difference(const MatmulCase& p, int target) {
+  const float* y = target < 0 ? p.c_onednn.data() : p.outputs[target].at("y").as<float>();
   double diff = 0, scale = 1e-30;
   for (size_t i = 0; i < p.c.size(); ++i) {
     diff = std::max(diff, static_cast<double>(std::abs(y[i] - p.c[i])));
@@ -236,6 +289,11 @@ int main(int argc, char** argv) {
     setenv("OPENBLAS_THREAD_TIMEOUT", "4", 1);
     restart = true;
   }
+  // oneDNN's OpenMP threads likewise spin after each parallel region unless passive.
+  if (kOneDnn && !std::getenv("OMP_WAIT_POLICY")) {
+    setenv("OMP_WAIT_POLICY", "passive", 1);
+    restart = true;
+  }
   if (const char* core = openblas_core_override()) {  // (bench/openblas_core.h)
     setenv("OPENBLAS_CORETYPE", core, 1);
     restart = true;
@@ -264,6 +322,9 @@ int main(int argc, char** argv) {
   }
   // OpenBLAS would take every CPU whatever FUSE_NUM_THREADS says: the same threads for both.
   openblas_set_num_threads(fuse::runtime::ThreadPool::global().num_threads());
+#ifdef FUSE_MATMUL_BENCH_ONEDNN
+  omp_set_num_threads(fuse::runtime::ThreadPool::global().num_threads());
+#endif
   try {
     std::string load_before = load_average();
     std::vector<Row> rows;
@@ -306,24 +367,32 @@ int main(int argc, char** argv) {
                 peak_median, peak_isa().isa, kChains, peak_gflops.size(),
                 *std::max_element(peak_gflops.begin(), peak_gflops.end()));
     bool several = targets.size() > 1;
-    std::printf("| shape |%s fuse ms | fuse GFLOP/s | %% peak | OpenBLAS ms | OpenBLAS GFLOP/s | %% peak | fuse / OpenBLAS | max rel diff |\n",
-                several ? " target |" : "");
-    std::printf("| :--- |%s ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n", several ? " :--- |" : "");
-    size_t per_case = targets.size() + 1;  // the fuse rows, then OpenBLAS's
+    std::string onednn_header = kOneDnn ? " oneDNN ms | fuse / oneDNN | oneDNN rel diff |" : "";
+    std::printf("| shape |%s fuse ms | fuse GFLOP/s | %% peak | OpenBLAS ms | OpenBLAS GFLOP/s | %% peak | fuse / OpenBLAS | max rel diff |%s\n",
+                several ? " target |" : "", onednn_header.c_str());
+    std::printf("| :--- |%s ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |%s\n", several ? " :--- |" : "",
+                kOneDnn ? " ---: | ---: | ---: |" : "");
+    size_t per_case = targets.size() + 1 + (kOneDnn ? 1 : 0);  // the fuse rows, OpenBLAS's, oneDNN's
     for (size_t i = 0; i + per_case <= rows.size(); i += per_case) {
+      const MatmulCase& mc = *cases[i / per_case];
       const Row& o = rows[i + targets.size()];
       double to = median(o.seconds);
       for (size_t t = 0; t < targets.size(); ++t) {
         const Row& f = rows[i + t];
         double tf = median(f.seconds);
         std::string target = several ? " " + (targets[t].empty() ? std::string("host") : targets[t]) + " |" : "";
-        std::printf("| %s%s |%s %.2f | %.1f | %.0f%% | %.2f | %.1f | %.0f%% | %.2f | %.1e |\n", f.group.c_str(),
+        char onednn[96] = "";
+        if (kOneDnn) {
+          double td = median(rows[i + targets.size() + 1].seconds);
+          std::snprintf(onednn, sizeof onednn, " %.2f | %.2f | %.1e |", td * 1e3, td / tf, max_difference(mc, -1));
+        }
+        std::printf("| %s%s |%s %.2f | %.1f | %.0f%% | %.2f | %.1f | %.0f%% | %.2f | %.1e |%s\n", f.group.c_str(),
                     f.group.starts_with("mlp") ? " (OpenBLAS + separate bias+relu)" : "", target.c_str(), tf * 1e3,
                     f.flops / tf / 1e9, 100 * f.flops / tf / 1e9 / peak_median, to * 1e3, o.flops / to / 1e9,
-                    100 * o.flops / to / 1e9 / peak_median, to / tf, max_difference(*cases[i / per_case], t));
+                    100 * o.flops / to / 1e9 / peak_median, to / tf, max_difference(mc, static_cast<int>(t)), onednn);
       }
     }
-    std::printf("\n(fuse / OpenBLAS > 1: fuse is faster. %d rounds; rows above 50 GFLOP run %d.)\n", rounds,
+    std::printf("\n(fuse / OpenBLAS, fuse / oneDNN > 1: fuse is faster. %d rounds; rows above 50 GFLOP run %d.)\n", rounds,
                 std::min(rounds, std::max(3, rounds / 3)));
     return 0;
   } catch (const std::exception& e) {
