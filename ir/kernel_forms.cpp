@@ -140,6 +140,75 @@ int64_t elementwise_cost(const Kernel& k) {
   return cost;
 }
 
+bool returns_nan_for_nan(const ScalarFn& f, int param) {
+  std::vector<char> nan(f.nodes.size(), 0);
+  for (size_t i = 0; i < f.nodes.size(); ++i) {
+    const ScalarNode& n = f.nodes[i];
+    switch (n.op) {
+      case ScalarOp::Param: nan[i] = n.param == param; break;
+      case ScalarOp::Cast:  // between float types only (an integer has no NaN)
+        nan[i] = is_float(n.dtype) && is_float(f.node(n.args[0]).dtype) && nan[n.args[0]];
+        break;
+      case ScalarOp::Neg: case ScalarOp::Abs: case ScalarOp::Exp: case ScalarOp::Exp2: case ScalarOp::Log:
+      case ScalarOp::Log2: case ScalarOp::Sqrt: case ScalarOp::Rsqrt: case ScalarOp::Sin: case ScalarOp::Cos:
+      case ScalarOp::Tan: case ScalarOp::Tanh: case ScalarOp::Log1p: case ScalarOp::Expm1: case ScalarOp::Sinh:
+      case ScalarOp::Cosh: case ScalarOp::Add: case ScalarOp::Sub: case ScalarOp::Mul: case ScalarOp::Div:
+        nan[i] = is_float(n.dtype) && std::any_of(n.args, n.args + n.arity(), [&](ScalarId a) { return nan[a] != 0; });
+        break;
+      default: break;  // a comparison, select, pow(NaN, 0) = 1, maximum, ...: a NaN may vanish
+    }
+  }
+  return std::all_of(f.results.begin(), f.results.end(), [&](ScalarId r) { return nan[r] != 0; });
+}
+
+bool nan_reaches_outputs_anyway(const Kernel& k, NodeId reduce) {
+  const Node& r = k.body.node(reduce);
+  ReduceKind kind = r.as<ReduceAttrs>().kind;
+  if ((kind != ReduceKind::Max && kind != ReduceKind::Min) || !is_float(r.dtype)) return false;
+  size_t count = k.body.nodes.size();
+  // Nodes that are NaN at an element wherever the max's input is NaN at that element.
+  NodeId source = r.inputs[0];
+  std::vector<char> carries(count, 0);
+  carries[source] = 1;
+  for (NodeId id = source + 1; id < static_cast<NodeId>(count); ++id) {
+    const Node& n = k.body.node(id);
+    if (n.kind != OpKind::Elementwise || !(n.shape == k.body.node(source).shape) || !is_float(n.dtype)) continue;
+    const ScalarFn& body = n.as<ElementwiseAttrs>().body;
+    for (size_t i = 0; i < n.inputs.size(); ++i)
+      if (carries[n.inputs[i]] && k.body.node(n.inputs[i]).shape == n.shape && returns_nan_for_nan(body, static_cast<int>(i)))
+        carries[id] = 1;
+  }
+  // Nodes NaN wherever such a sum of the same row is NaN: the sums, then what reads them.
+  std::vector<char> forced(count, 0);
+  for (NodeId id = 0; id < static_cast<NodeId>(count); ++id) {
+    const Node& n = k.body.node(id);
+    if (n.kind == OpKind::Reduce) {
+      const ReduceAttrs& a = n.as<ReduceAttrs>();
+      forced[id] = (a.kind == ReduceKind::Sum || a.kind == ReduceKind::Mean || a.kind == ReduceKind::Prod) &&
+                   is_float(n.dtype) && a.axes == r.as<ReduceAttrs>().axes && carries[n.inputs[0]];
+    } else if (n.kind == OpKind::BroadcastTo || n.kind == OpKind::ExpandDims || n.kind == OpKind::Squeeze ||
+               n.kind == OpKind::Reshape) {
+      forced[id] = forced[n.inputs[0]];
+    } else if (n.kind == OpKind::Elementwise && is_float(n.dtype)) {
+      const ScalarFn& body = n.as<ElementwiseAttrs>().body;
+      for (size_t i = 0; i < n.inputs.size(); ++i)
+        if (forced[n.inputs[i]] && returns_nan_for_nan(body, static_cast<int>(i))) forced[id] = 1;
+    }
+  }
+  // Every output that reads the max must be forced.
+  std::vector<char> reads(count, 0);
+  reads[reduce] = 1;
+  for (NodeId id = reduce + 1; id < static_cast<NodeId>(count); ++id)
+    for (NodeId in : k.body.node(id).inputs) reads[id] = reads[id] || reads[in];
+  bool any = false;
+  for (const GraphOutput& o : k.body.outputs) {
+    if (!reads[o.node]) continue;
+    if (!forced[o.node]) return false;
+    any = true;
+  }
+  return any;
+}
+
 // ---- blocked matmuls on the CPU ----
 MatmulTiling matmul_tiling(const CpuSchedule& s) {
   MatmulTiling t;

@@ -55,6 +55,17 @@ Shape kept_dims(const Kernel& k);
 Shape reduced_dims(const Kernel& k);
 /// Whether the reduced axes are the space's last ones (a row is contiguous in the space).
 bool trailing_axes(const Kernel& k);
+/// Whether the float max or min reduction `reduce` of `k` may skip NaNs (the CPU's SIMD max keeps
+/// no record of them then): wherever its row holds a NaN, each output that depends on it is NaN
+/// anyway. That holds when the NaN also reaches a sum, mean or product of the same row (its
+/// input computed from the max's input by ops that return NaN for a NaN, element by element:
+/// exp(x - m) in softmax) and every output that reads the max reads that NaN sum the same way
+/// (e / s, m + log(s)). An output that is the max itself, or that a NaN can skip (a comparison, a
+/// select, maximum), keeps the record.
+bool nan_reaches_outputs_anyway(const Kernel& k, NodeId reduce);
+/// Whether the scalar function returns NaN whenever parameter `param` is NaN, whatever the others
+/// (add, sub, mul, div, exp, log, sqrt, sin, ... of it; not comparisons, select, pow, maximum).
+bool returns_nan_for_nan(const ScalarFn& f, int param);
 /// The kernel's matmul node; -1 when it has none.
 NodeId matmul_node(const Kernel& k);
 /// The scalar work of one element of the kernel: the sum of its elementwise nodes' costs

@@ -184,3 +184,68 @@ TEST_CASE("combiner_regroups tells associative combiners from order-dependent fo
   }
   CHECK(ir::combiner_regroups(attrs([](Scalar a, Scalar v) { return logical_or(a, v); }, DType::Bool, 0.0), DType::Bool));
 }
+
+// Which float max reductions may skip NaN (the CPU's SIMD max then keeps no NaN tracker): those
+// whose NaN would reach every output that reads them anyway, through a sum of the same row.
+TEST_CASE("nan_reaches_outputs_anyway: a NaN in the max's row reaches every output through a sum") {
+  // The first row kernel's max reduction, and the kernel.
+  auto judged = [](const Graph& g) {
+    ir::Program p = passes::run_pipeline(g.ir()).program;
+    for (const ir::Kernel& k : p.kernels)
+      for (ir::NodeId id : ir::reduce_nodes(k))
+        if (k.body.node(id).as<ir::ReduceAttrs>().kind == ir::ReduceKind::Max) {
+          INFO(ir::print_program(p));
+          REQUIRE(p.kernels.size() == 1);
+          return ir::nan_reaches_outputs_anyway(k, id);
+        }
+    FAIL("no max reduction");
+    return false;
+  };
+  for (ir::DType t : {ir::DType::F32, ir::DType::F64}) {
+    INFO(ir::dtype_name(t));
+    auto softmax_parts = [&](Graph& g) {
+      Tensor x = g.input("x", t, {N, M});
+      Tensor m = max(x, 1, true);
+      return std::tuple{x, m, exp(x - m)};
+    };
+    {
+      Graph g;
+      auto [x, m, e] = softmax_parts(g);
+      g.output("y", e / sum(e, 1, true));
+      CHECK(judged(g));
+    }
+    {  // logsumexp reads the max itself, and the NaN sum with it
+      Graph g;
+      auto [x, m, e] = softmax_parts(g);
+      g.output("lse", m + log(sum(e, 1, true)));
+      CHECK(judged(g));
+    }
+    {  // the max as an output: it must be NaN itself
+      Graph g;
+      auto [x, m, e] = softmax_parts(g);
+      g.output("y", e / sum(e, 1, true));
+      g.output("m", m);
+      CHECK_FALSE(judged(g));
+    }
+    {  // no sum: x - max is NaN only where x is
+      Graph g;
+      auto [x, m, e] = softmax_parts(g);
+      g.output("y", e);
+      CHECK_FALSE(judged(g));
+    }
+    {  // the sum's input drops NaN (maximum propagates it in NumPy, but no op that may not is trusted)
+      Graph g;
+      auto [x, m, e] = softmax_parts(g);
+      Tensor d = where(e > 0.5, e, e * 0);
+      g.output("y", e / sum(d, 1, true));
+      CHECK_FALSE(judged(g));
+    }
+    {  // the sum is of another input: a NaN in x need not reach it
+      Graph g;
+      auto [x, m, e] = softmax_parts(g);
+      Tensor z = g.input("z", t, {N, M});
+      g.output("y", e / sum(exp(z), 1, true));
+      CHECK_FALSE(judged(g));
+    }
+  }
+}

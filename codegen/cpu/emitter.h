@@ -231,6 +231,8 @@ class CpuKernelEmitter : public KernelEmitterBase {
   mlir::Value fold_lanes(NodeId id, mlir::Value lanes);
   // Float max/min, folded in the SIMD loop as `x > acc ? x : acc` (or <) with NaN kept apart.
   bool ordered_max_min(NodeId id);
+  // Whether an ordered_max_min() keeps a NaN tracker (not when ir::nan_reaches_outputs_anyway).
+  bool tracks_nan(NodeId id);
   mlir::Value ordered_pick(NodeId id, mlir::Value acc, mlir::Value x);
   // Whether an ordered_max_min() chain has met a NaN: the identity, one step with `x`, two
   // chains merged, and the verdict (an i1) once the lanes are folded.
@@ -344,7 +346,7 @@ class CpuKernelEmitter : public KernelEmitterBase {
     int output = -1;             // and the output that reads it
     mlir::Value first_row;       // the task's
     mlir::Value stash_streams;   // i1 at run time: the stash is in the scratch rows, the output streams
-    mlir::Value streams;         // and the rows are long enough to ride (kRideRowBytes)
+    mlir::Value streams;         // and the rows are long enough to ride (ride_row_bytes)
     mlir::Value stash_elements;  // elements between the two scratch rows (whole 64-byte lines)
     std::vector<NodeId> carried;  // the reductions the output reads
     // Set by emit_reduction_row() for the row before the one it emits:
@@ -361,10 +363,17 @@ class CpuKernelEmitter : public KernelEmitterBase {
   mlir::Value stash_in_scratch(int output);
   bool row_rides(const RowPlan& plan);
   // Rows shorter than this do not ride: their output pass is too short to hide anything, and
-  // the ride's bookkeeping cost more than it saved. Softmax on the Zen 3 VM (two threads, 64 MiB
-  // in, old and new kernels alternated in one process): rows of 64 elements 2-4% slower riding,
-  // of 256 1-2% faster, of 512 4-6%, of 4096 2-7% (and 6-8% more with exp_constant()).
+  // the ride's bookkeeping cost more than it saved. Softmax on the Zen 3 VM (AVX2, two threads,
+  // 64 MiB in, old and new kernels alternated in one process): rows of 64 elements 2-4% slower
+  // riding, of 256 1-2% faster, of 512 4-6%, of 4096 2-7% (and 6-8% more with exp_constant()).
+  // AVX-512 rows ride whatever their length: on the Intel Xeon (two threads, 32 MiB in and out,
+  // `fusec run --bench --versus-cpu`, riding against not) softmax rows of 32 f32 took 6% less
+  // time riding, of 64 4-18% (six runs, symbolic and static shapes), of 128 and 256 30%.
   static constexpr int64_t kRideRowBytes = 1024;
+  // (for rows of `t` in the schedule's vectors: 64-byte ones ride from 0 bytes)
+  int64_t ride_row_bytes(ir::DType t) const {
+    return k_.schedule.cpu.vector_width * static_cast<int64_t>(ir::dtype_size(t)) >= 64 ? 0 : kRideRowBytes;
+  }
   void emit_riding_rows(mlir::Value begin, mlir::Value end, const RowPlan& plan);
   // The ridden row's output at elements [j, j + lanes): from its stash, non-temporal.
   void ride_step(const RowRide& ride, mlir::Value j, int lanes);

@@ -326,32 +326,45 @@ void CpuKernelEmitter::emit_row_moments(const RowMoments& moments, const std::ve
   }
   mlir::Value shift = first.getResult(0);
   int chains = std::max(1, k_.schedule.cpu.accumulators);
-  int64_t step = static_cast<int64_t>(chains) * lanes;
-  mlir::Value vector_end = whole_steps_end(i64(0), n, step);
-  // Iteration arguments: the chains of S1, then those of S2.
-  std::vector<mlir::Value> init(2 * chains, constant(DType::F64, 0, 0, lanes));
-  auto vector_loop = b_.create<mlir::scf::ForOp>(loc_, i64(0), vector_end, i64(step), init);
-  {
-    mlir::OpBuilder::InsertionGuard guard(b_);
-    b_.setInsertionPointToStart(vector_loop.getBody());
-    auto args = vector_loop.getRegionIterArgs();
-    mlir::Value shift_lanes = b_.create<mlir::vector::BroadcastOp>(loc_, lane_type(f64, lanes), shift);
-    std::vector<mlir::Value> next(init.size());
-    for (int c = 0; c < chains; ++c) {
+  // S1 and S2 over [from, to) in steps of `loop_chains` vectors: the chains of S1, then those of
+  // S2, summed.
+  auto sums = [&](mlir::Value from, mlir::Value to, int loop_chains) {
+    std::vector<mlir::Value> init(2 * loop_chains, constant(DType::F64, 0, 0, lanes));
+    auto vector_loop = b_.create<mlir::scf::ForOp>(loc_, from, to, i64(static_cast<int64_t>(loop_chains) * lanes), init);
+    {
+      mlir::OpBuilder::InsertionGuard guard(b_);
+      b_.setInsertionPointToStart(vector_loop.getBody());
+      auto args = vector_loop.getRegionIterArgs();
+      mlir::Value shift_lanes = b_.create<mlir::vector::BroadcastOp>(loc_, lane_type(f64, lanes), shift);
+      std::vector<mlir::Value> next(init.size());
+      for (int c = 0; c < loop_chains; ++c) {
+        clear_caches();
+        mlir::Value j = add(vector_loop.getInductionVar(), i64(static_cast<int64_t>(c) * lanes));
+        mlir::Value wide = cast(row_value(x, kept, row_base, j, lanes), DType::F32, DType::F64, lanes);
+        mlir::Value d = b_.create<mlir::arith::SubFOp>(loc_, wide, shift_lanes);
+        next[c] = b_.create<mlir::arith::AddFOp>(loc_, args[c], d);
+        next[loop_chains + c] = b_.create<mlir::math::FmaOp>(loc_, d, d, args[loop_chains + c]);
+      }
+      b_.create<mlir::scf::YieldOp>(loc_, next);
       clear_caches();
-      mlir::Value j = add(vector_loop.getInductionVar(), i64(static_cast<int64_t>(c) * lanes));
-      mlir::Value wide = cast(row_value(x, kept, row_base, j, lanes), DType::F32, DType::F64, lanes);
-      mlir::Value d = b_.create<mlir::arith::SubFOp>(loc_, wide, shift_lanes);
-      next[c] = b_.create<mlir::arith::AddFOp>(loc_, args[c], d);
-      next[chains + c] = b_.create<mlir::math::FmaOp>(loc_, d, d, args[chains + c]);
     }
-    b_.create<mlir::scf::YieldOp>(loc_, next);
-    clear_caches();
-  }
-  mlir::Value s1 = vector_loop.getResult(0), s2 = vector_loop.getResult(chains);
-  for (int c = 1; c < chains; ++c) {
-    s1 = b_.create<mlir::arith::AddFOp>(loc_, s1, vector_loop.getResult(c));
-    s2 = b_.create<mlir::arith::AddFOp>(loc_, s2, vector_loop.getResult(chains + c));
+    mlir::Value s1 = vector_loop.getResult(0), s2 = vector_loop.getResult(loop_chains);
+    for (int c = 1; c < loop_chains; ++c) {
+      s1 = b_.create<mlir::arith::AddFOp>(loc_, s1, vector_loop.getResult(c));
+      s2 = b_.create<mlir::arith::AddFOp>(loc_, s2, vector_loop.getResult(loop_chains + c));
+    }
+    return std::pair{s1, s2};
+  };
+  mlir::Value vector_end = whole_steps_end(i64(0), n, static_cast<int64_t>(chains) * lanes);
+  auto [s1, s2] = sums(i64(0), vector_end, chains);
+  if (chains > 1) {
+    // The whole vectors left: a loop of one chain (as accumulate()'s; layernorm over rows of 16
+    // f32 took 8.2 ms for 33.6 MB with them in the scalar tail).
+    mlir::Value vectors_end = whole_steps_end(vector_end, n, lanes);
+    auto [r1, r2] = sums(vector_end, vectors_end, 1);
+    s1 = b_.create<mlir::arith::AddFOp>(loc_, s1, r1);
+    s2 = b_.create<mlir::arith::AddFOp>(loc_, s2, r2);
+    vector_end = vectors_end;
   }
   // As a tree, as fold_lanes() does.
   s1 = b_.create<mlir::vector::ReductionOp>(loc_, mlir::vector::CombiningKind::ADD, s1, mlir::arith::FastMathFlags::reassoc);
@@ -512,7 +525,7 @@ void CpuKernelEmitter::emit_riding_rows(mlir::Value begin, mlir::Value end, cons
   ir::Dim row_length = ir::num_elements(reduced_dims());
   ride.stash_streams = stash_in_scratch(ride.output);
   mlir::Value long_rows = cmpi(mlir::arith::CmpIPredicate::sge,
-                               mul(dim(row_length), i64(static_cast<int64_t>(ir::dtype_size(t)))), i64(kRideRowBytes));
+                               mul(dim(row_length), i64(static_cast<int64_t>(ir::dtype_size(t)))), i64(ride_row_bytes(t)));
   ride.streams = b_.create<mlir::arith::AndIOp>(loc_, ride.stash_streams, long_rows);
   ride.stash_elements = stash_row_elements(plan);
   // The reductions the output reads (not those only other reductions read).
@@ -690,6 +703,14 @@ bool CpuKernelEmitter::ordered_max_min(NodeId id) {
   return ir::is_float(accumulator_type(id)) && (kind == ir::ReduceKind::Max || kind == ir::ReduceKind::Min);
 }
 
+// An ordered_max_min() whose NaNs show in every output that reads it anyway (softmax's max:
+// a NaN in the row makes the sum of exp(x - max) NaN, and every y = e / sum with it) needs no
+// tracker: its two vector instructions per step and its fold after the loop. Softmax on rows of
+// 64 (two threads, `fusec run --bench --versus-cpu`, same process): see bench/README.md.
+bool CpuKernelEmitter::tracks_nan(NodeId id) {
+  return ordered_max_min(id) && !ir::nan_reaches_outputs_anyway(k_, id);
+}
+
 mlir::Value CpuKernelEmitter::ordered_pick(NodeId id, mlir::Value acc, mlir::Value x) {
   bool max = k_.body.node(id).as<ir::ReduceAttrs>().kind == ir::ReduceKind::Max;
   return select(cmpf(max ? mlir::arith::CmpFPredicate::OGT : mlir::arith::CmpFPredicate::OLT, x, acc), x, acc);
@@ -801,29 +822,59 @@ std::vector<mlir::Value> CpuKernelEmitter::accumulate(const std::vector<NodeId>&
         results.pop_back();
       }
     }
-    if (needs_patch) {
-      // Some lane wanted an f32 fix-up (an exp below -87.3, whose result is subnormal), or a
-      // blocked f32 sum was not finite: the whole loop again with the fix-ups in it and every
-      // sum widened per vector. Rare, and it keeps the calls out of the hot loop.
+    // Some lane wanted an f32 fix-up (an exp below -87.3, whose result is subnormal), or a
+    // blocked f32 sum was not finite: the whole loop again with the fix-ups in it and every sum
+    // widened per vector. Rare, and it keeps the calls out of the hot loop.
+    auto again_if_patched = [&](std::vector<mlir::Value>& loop_results, mlir::Value patch, mlir::Value loop_from,
+                                mlir::Value loop_end, int loop_chains, RowStash* loop_stash) {
+      if (!patch) return;
       std::vector<mlir::Type> types;
-      for (mlir::Value v : results) types.push_back(v.getType());
-      auto again = b_.create<mlir::scf::IfOp>(loc_, types, needs_patch, /*withElseRegion=*/true);
+      for (mlir::Value v : loop_results) types.push_back(v.getType());
+      auto again = b_.create<mlir::scf::IfOp>(loc_, types, patch, /*withElseRegion=*/true);
       {
         mlir::OpBuilder::InsertionGuard guard(b_);
         b_.setInsertionPointToStart(&again.getThenRegion().front());
-        b_.create<mlir::scf::YieldOp>(
-            loc_, accumulate_vectors(vectorized, kept, row_base, from, vector_end, lanes, chains, stash, /*deferred=*/false,
-                                     nullptr));
+        b_.create<mlir::scf::YieldOp>(loc_, accumulate_vectors(vectorized, kept, row_base, loop_from, loop_end, lanes,
+                                                               loop_chains, loop_stash, /*deferred=*/false, nullptr));
         b_.setInsertionPointToStart(&again.getElseRegion().front());
-        b_.create<mlir::scf::YieldOp>(loc_, results);
+        b_.create<mlir::scf::YieldOp>(loc_, loop_results);
       }
-      results.assign(again.getResults().begin(), again.getResults().end());
+      loop_results.assign(again.getResults().begin(), again.getResults().end());
+    };
+    again_if_patched(results, needs_patch, from, vector_end, chains, stash);
+    // The whole vectors past the last whole step of several chains: a loop of one chain, whose
+    // accumulators join the others as one more chain. Else a row of 16 or 48 f32 on AVX-512 (two
+    // chains of 16 lanes) left 16 elements to the scalar tail: one at a time, an exp a call each
+    // (softmax over rows of 16, symbolic shapes: 17 ms where rows of 32 took 4).
+    if (chains > 1 && !stash && !ride && !chain_stride_) {
+      mlir::Value vectors_end = whole_steps_end(vector_end, to, lanes);
+      mlir::Value patch;
+      std::vector<mlir::Value> more =
+          accumulate_vectors(vectorized, kept, row_base, vector_end, vectors_end, lanes, 1, nullptr, /*deferred=*/true, &patch);
+      again_if_patched(more, patch, vector_end, vectors_end, 1, nullptr);
+      // Laid out as accumulate_vectors() lays out chains + 1 chains: each reduction's chains, then
+      // each tracked one's trackers.
+      std::vector<mlir::Value> joined;
+      for (size_t q = 0; q < vectorized.size(); ++q) {
+        joined.insert(joined.end(), results.begin() + chains * q, results.begin() + chains * (q + 1));
+        joined.push_back(more[q]);
+      }
+      size_t tracker = vectorized.size() * chains, more_tracker = vectorized.size();
+      for (NodeId id : vectorized)
+        if (tracks_nan(id)) {
+          joined.insert(joined.end(), results.begin() + tracker, results.begin() + tracker + chains);
+          joined.push_back(more[more_tracker++]);
+          tracker += chains;
+        }
+      results = std::move(joined);
+      chains += 1;
+      tail_from = vectors_end;
     }
     std::vector<size_t> nan_at(vectorized.size(), 0);  // the first NaN tracker's position, as accumulate_vectors() lays them out
     {
       size_t at = vectorized.size() * chains;
       for (size_t q = 0; q < vectorized.size(); ++q)
-        if (ordered_max_min(vectorized[q])) {
+        if (tracks_nan(vectorized[q])) {
           nan_at[q] = at;
           at += chains;
         }
@@ -837,16 +888,21 @@ std::vector<mlir::Value> CpuKernelEmitter::accumulate(const std::vector<NodeId>&
         partial.push_back(fold_lanes(id, all));
         continue;
       }
-      mlir::Value nan = results[nan_at[q]];
+      bool tracked = tracks_nan(id);
+      mlir::Value nan = tracked ? results[nan_at[q]] : mlir::Value();
       for (int c = 1; c < chains; ++c) {
         all = ordered_pick(id, all, results[chains * q + c]);
-        nan = nan_tracker_merge(id, nan, results[nan_at[q] + c], lanes);
+        if (tracked) nan = nan_tracker_merge(id, nan, results[nan_at[q] + c], lanes);
       }
       // No lane holds a NaN here, so the horizontal step needs no NaN handling either.
       bool max = k_.body.node(id).as<ir::ReduceAttrs>().kind == ir::ReduceKind::Max;
       mlir::Value lanes_folded = b_.create<mlir::vector::ReductionOp>(
           loc_, max ? mlir::vector::CombiningKind::MAXNUMF : mlir::vector::CombiningKind::MINNUMF, all,
           mlir::arith::FastMathFlags::nnan);
+      if (!tracked) {
+        partial.push_back(lanes_folded);
+        continue;
+      }
       mlir::Value seen = nan_tracker_seen(id, nan, lanes);
       DType t = accumulator_type(id);
       partial.push_back(select(seen, constant(t, std::numeric_limits<double>::quiet_NaN(), 0, 1), lanes_folded));
@@ -880,7 +936,7 @@ std::vector<mlir::Value> CpuKernelEmitter::accumulate_vectors(const std::vector<
   for (NodeId id : vectorized) init.insert(init.end(), chains, accumulator_identity(id, lanes));
   std::vector<size_t> nan_at(vectorized.size(), 0);  // the first NaN tracker's position
   for (size_t q = 0; q < vectorized.size(); ++q)
-    if (ordered_max_min(vectorized[q])) {
+    if (tracks_nan(vectorized[q])) {
       nan_at[q] = init.size();
       init.insert(init.end(), chains, nan_tracker_identity(vectorized[q], lanes));
     }
@@ -915,7 +971,7 @@ std::vector<mlir::Value> CpuKernelEmitter::accumulate_vectors(const std::vector<
         if (ordered_max_min(id)) {
           next[a] = ordered_pick(id, args[a], x);
           size_t m = nan_at[q] + c;
-          next[m] = nan_tracker_step(id, args[m], x, lanes);
+          if (tracks_nan(id)) next[m] = nan_tracker_step(id, args[m], x, lanes);
         } else {
           next[a] = combine(id, args[a], x);
         }
@@ -1031,23 +1087,24 @@ int CpuKernelEmitter::input_cost(NodeId id) {
 
 // Vector accumulators per reduction in a SIMD loop over `vectorized`: the schedule's
 // `accumulators` (chains in flight, so that the loop is not bound by one add's latency), but
-// one on AVX2 (16 vector registers) in a pass that also stashes its values (row_stash()) when
-// every reduction's values cost a transcendental's worth or more: softmax's exp(x - max) pass.
-// There LLVM spilled the second chain's live values and reloaded exp's constants in every step;
-// one chain also leaves at most lanes - 1 elements to the scalar tail, not 2 lanes - 1. Measured
-// in cache on the Zen 3 VM (old and new kernels alternating in one process, both link orders):
+// one in a pass that also stashes its values (row_stash()) when every reduction's values cost a
+// transcendental's worth or more: softmax's exp(x - max) pass. On AVX2 (16 vector registers)
+// LLVM spilled the second chain's live values and reloaded exp's constants in every step; one
+// chain also leaves at most lanes - 1 elements to the scalar tail, not 2 lanes - 1. Measured in
+// cache on the Zen 3 VM (old and new kernels alternating in one process, both link orders):
 // softmax rows of 64 1.5-9% faster (four runs), rows of 1000 6-10%, rows of 4096 the same within
-// noise (4% either way, following link order). Without the stash two chains stay: logsumexp's
-// sum of exp took up to 8% (rows of 64) and 18-28% (rows of 4096) longer with one (its second
-// exp in flight, not spilled, hides the first's latency). AVX-512's 32 registers keep the
-// schedule's chains (not measured there).
+// noise (4% either way, following link order). On AVX-512 (Intel Xeon, two threads, 32-134 MB
+// in and out, `fusec run --bench --versus-cpu`, symbolic shapes) one chain took 17-27% less
+// time on rows of 64 f32, 23% on rows of 128, 58% on rows of 48 (two chains left 16 elements a
+// row to the scalar tail's exp calls), and 1-2.4% more on rows of 1000 to 32768 (five runs).
+// Without the stash two chains stay: logsumexp's sum of exp took up to 8% (rows of 64) and
+// 18-28% (rows of 4096) longer with one on AVX2 (its second exp in flight, not spilled, hides
+// the first's latency).
 int CpuKernelEmitter::vector_chains(const std::vector<NodeId>& vectorized, bool stashes) {
   int chains = std::max(1, k_.schedule.cpu.accumulators);
   if (!stashes || vectorized.empty()) return chains;
-  for (NodeId id : vectorized) {
-    int64_t elem = static_cast<int64_t>(ir::dtype_size(k_.body.node(k_.body.node(id).inputs[0]).dtype));
-    if (k_.schedule.cpu.vector_width * elem > 32 || input_cost(id) < ir::kTranscendentalCost) return chains;
-  }
+  for (NodeId id : vectorized)
+    if (input_cost(id) < ir::kTranscendentalCost) return chains;
   return 1;
 }
 
