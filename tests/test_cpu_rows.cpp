@@ -367,30 +367,3 @@ TEST_CASE("rows whose output pass rides read the row before's inputs and reducti
     }
   }
 }
-
-// On AVX-512 the rows ride whatever the output's size (emit_riding_rows): below the streaming
-// threshold (32 MiB by default) the stash goes to the scratch rows all the same and the riding
-// pass writes the output with ordinary stores. Rows that are whole lines (16 to 240 f32), tasks
-// of one row and more (1, 2 and 7 threads), an infinity and a NaN.
-TEST_CASE("AVX-512 rows ride below the streaming threshold with ordinary stores", "[cpu][threads][stash]") {
-  if (Target::host().vector_bits < 512) return;  // (AVX2 rows of under 1 KiB do not ride)
-  constexpr double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
-  Graph g;
-  Tensor x = g.input("x", DType::F32, {sym("R"), sym("C")});
-  Tensor e = exp(x - max(x, 1, true));
-  g.output("y", e / sum(e, 1, true));
-  CompileOptions options;
-  options.pipeline.target.vector_bits = 512;
-  runtime::Executable exe = compile(g, options);
-  REQUIRE(exe.program().kernels.size() == 1);
-  std::string mlir = codegen::emit_cpu_mlir(exe.program());
-  CHECK(mlir.find("fuse_cpu_scratch_acquire") != std::string::npos);
-  CHECK(count_streamed(mlir) > 0);  // the riding pass's stores, streamed only when large
-  for (auto [r, c] : std::vector<std::pair<int64_t, int64_t>>{{1, 64}, {2, 64}, {13, 16}, {13, 32}, {40, 64}, {9, 240}, {3, 48}}) {
-    INFO("R = " << r << ", C = " << c);
-    ir::TensorMap inputs = testing::random_inputs(g.ir(), {{"R", r}, {"C", c}}, 29);
-    if (r > 1) inputs["x"].set_f64(c + c / 2, inf);
-    if (r > 2) inputs["x"].set_f64(2 * c + c - 1, nan);
-    CHECK(testing::compare_outputs(ir::interpret(g.ir(), inputs), exe.run(inputs), 1e-5, 0) == "");
-  }
-}

@@ -193,16 +193,12 @@ mlir::Value CpuKernelEmitter::moves_more_than_streaming_bytes(int64_t bytes_per_
 }
 
 mlir::Value CpuKernelEmitter::streams_rows(int slot, DType out, int64_t bytes_per_element, mlir::Value row_length) {
-  mlir::Value large = moves_more_than_streaming_bytes(bytes_per_element);
-  return b_.create<mlir::arith::AndIOp>(loc_, large, whole_line_rows(slot, out, row_length));
-}
-
-mlir::Value CpuKernelEmitter::whole_line_rows(int slot, DType out, mlir::Value row_length) {
   int64_t out_size = static_cast<int64_t>(ir::dtype_size(out));
+  mlir::Value large = moves_more_than_streaming_bytes(bytes_per_element);
   mlir::Value address = b_.create<mlir::LLVM::PtrToIntOp>(loc_, i64_type(), base_[slot]);
   mlir::Value line_start = cmpi(mlir::arith::CmpIPredicate::eq, rem(address, i64(64)), i64(0));
   mlir::Value whole_lines = cmpi(mlir::arith::CmpIPredicate::eq, rem(mul(row_length, i64(out_size)), i64(64)), i64(0));
-  return b_.create<mlir::arith::AndIOp>(loc_, line_start, whole_lines);
+  return b_.create<mlir::arith::AndIOp>(loc_, large, b_.create<mlir::arith::AndIOp>(loc_, line_start, whole_lines));
 }
 
 // An llvm.call to a C library function (declared in the module on first use).

@@ -122,8 +122,6 @@ class CpuKernelEmitter : public KernelEmitterBase {
   // moves more than streaming_bytes() (`bytes_per_element` per element of the space), the output
   // starts on a 64-byte line and its rows of `row_length` elements are whole lines.
   mlir::Value streams_rows(int slot, DType out, int64_t bytes_per_element, mlir::Value row_length);
-  // The second half of that: the output starts on a line and its rows are whole lines.
-  mlir::Value whole_line_rows(int slot, DType out, mlir::Value row_length);
   // ---- Contiguous, Rows, TiledRows, General (codegen/cpu/elementwise.cpp) ----
   void emit_contiguous(mlir::Value base, int lanes);
   // Kernels moving more than this many bytes write their output with non-temporal stores: the
@@ -347,8 +345,7 @@ class CpuKernelEmitter : public KernelEmitterBase {
     NodeId stash_node = -1;      // the plan's stash
     int output = -1;             // and the output that reads it
     mlir::Value first_row;       // the task's
-    mlir::Value stash_streams;   // i1 at run time: the stash is in the scratch rows (the output streams if large)
-    mlir::Value large;           // i1: the output moves over streaming_bytes (its ride stores non-temporal)
+    mlir::Value stash_streams;   // i1 at run time: the stash is in the scratch rows, the output streams
     mlir::Value streams;         // and the rows are long enough to ride (ride_row_bytes)
     mlir::Value stash_elements;  // elements between the two scratch rows (whole 64-byte lines)
     std::vector<NodeId> carried;  // the reductions the output reads
@@ -362,20 +359,16 @@ class CpuKernelEmitter : public KernelEmitterBase {
   int scratch_stash_output(const RowPlan& plan);
   mlir::Value stash_row_elements(const RowPlan& plan);
   // Whether the stash goes to the scratch row and `output` streams (an i1 at run time): the
-  // output is large (with `any_size`, whatever its size), its rows whole lines, and a row fits
-  // kRowStashBytes.
-  mlir::Value stash_in_scratch(int output, bool any_size = false);
+  // output is large, its rows whole lines, and a row fits kRowStashBytes.
+  mlir::Value stash_in_scratch(int output);
   bool row_rides(const RowPlan& plan);
   // Rows shorter than this do not ride: their output pass is too short to hide anything, and
   // the ride's bookkeeping cost more than it saved. Softmax on the Zen 3 VM (AVX2, two threads,
   // 64 MiB in, old and new kernels alternated in one process): rows of 64 elements 2-4% slower
   // riding, of 256 1-2% faster, of 512 4-6%, of 4096 2-7% (and 6-8% more with exp_constant()).
-  // AVX-512 rows ride whatever their length, and whatever the output's size (emit_riding_rows):
-  // on the Intel Xeon (two threads, 32 MiB moved, symbolic shapes, `fusec run --bench
-  // --versus-cpu` with and without riding, both streaming) softmax rows of 16 f32 took 2% less
-  // time riding, of 32 9%, of 64 15%, of 128 and 256 21-22% (of 4096, which rode before, 22%).
-  // Riding with ordinary stores (8 and 32 MiB moved, under the streaming threshold) against
-  // not riding: 7-9% less; against riding with streaming stores: the same.
+  // AVX-512 rows ride whatever their length: on the Intel Xeon (two threads, 32 MiB in and out,
+  // `fusec run --bench --versus-cpu`, riding against not) softmax rows of 32 f32 took 6% less
+  // time riding, of 64 4-18% (six runs, symbolic and static shapes), of 128 and 256 30%.
   static constexpr int64_t kRideRowBytes = 1024;
   // (for rows of `t` in the schedule's vectors: 64-byte ones ride from 0 bytes)
   int64_t ride_row_bytes(ir::DType t) const {

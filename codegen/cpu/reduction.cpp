@@ -492,15 +492,13 @@ mlir::Value CpuKernelEmitter::stash_row_elements(const RowPlan& plan) {
   return mul(div(add(elements, i64(line - 1)), i64(line)), i64(line));
 }
 
-mlir::Value CpuKernelEmitter::stash_in_scratch(int output, bool any_size) {
+mlir::Value CpuKernelEmitter::stash_in_scratch(int output) {
   DType t = k_.body.node(k_.body.outputs[output].node).dtype;
   mlir::Value row_length = dim(ir::num_elements(reduced_dims()));
   mlir::Value fits = cmpi(mlir::arith::CmpIPredicate::sle, mul(row_length, i64(static_cast<int64_t>(ir::dtype_size(t)))),
                           i64(kRowStashBytes));
-  // (with any_size, streams_rows() without its test of the size)
-  mlir::Value rows = any_size ? whole_line_rows(output_slot_[output], t, row_length)
-                              : streams_rows(output_slot_[output], t, bytes_moved_per_element(t), row_length);
-  return b_.create<mlir::arith::AndIOp>(loc_, fits, rows);
+  return b_.create<mlir::arith::AndIOp>(loc_, fits,
+                                        streams_rows(output_slot_[output], t, bytes_moved_per_element(t), row_length));
 }
 
 // Whether the rows ride (RowRide): a stash that may go to scratch rows, in a float output (the
@@ -525,11 +523,7 @@ void CpuKernelEmitter::emit_riding_rows(mlir::Value begin, mlir::Value end, cons
   NodeId out = k_.body.outputs[ride.output].node;
   DType t = k_.body.node(out).dtype;
   ir::Dim row_length = ir::num_elements(reduced_dims());
-  // Rows that ride whatever their length (AVX-512) ride whatever the output's size too: their
-  // stash in the scratch rows, the output written by ordinary stores unless it is large.
-  bool any_size = ride_row_bytes(t) == 0;
-  ride.stash_streams = stash_in_scratch(ride.output, any_size);
-  ride.large = moves_more_than_streaming_bytes(bytes_moved_per_element(t));
+  ride.stash_streams = stash_in_scratch(ride.output);
   mlir::Value long_rows = cmpi(mlir::arith::CmpIPredicate::sge,
                                mul(dim(row_length), i64(static_cast<int64_t>(ir::dtype_size(t)))), i64(ride_row_bytes(t)));
   ride.streams = b_.create<mlir::arith::AndIOp>(loc_, ride.stash_streams, long_rows);
@@ -595,7 +589,7 @@ void CpuKernelEmitter::ride_step(const RowRide& ride, mlir::Value j, int lanes) 
   NodeId out = k_.body.outputs[ride.output].node;
   DType t = k_.body.node(out).dtype;
   row_cache_[ride.stash_node] = load(ride.stash_slot, t, j, lanes);
-  store_or_stream(ride.large, ride.output_slot, t, j, row_value(out, ride.kept, ride.row_base, j, lanes), lanes);
+  store(ride.output_slot, t, j, row_value(out, ride.kept, ride.row_base, j, lanes), lanes, /*streaming=*/true);
   reduced_ = std::move(own);
   clear_caches();
 }
@@ -1099,11 +1093,10 @@ int CpuKernelEmitter::input_cost(NodeId id) {
 // chain also leaves at most lanes - 1 elements to the scalar tail, not 2 lanes - 1. Measured in
 // cache on the Zen 3 VM (old and new kernels alternating in one process, both link orders):
 // softmax rows of 64 1.5-9% faster (four runs), rows of 1000 6-10%, rows of 4096 the same within
-// noise (4% either way, following link order). On AVX-512 (Intel Xeon, two threads, 32 MiB
-// moved, symbolic shapes, `fusec run --bench --versus-cpu`, both riding and streaming) one chain
-// took 13-16% less time on rows of 64 f32, 3% less on rows of 128, 79% less on rows of 48 (two
-// chains left 16 elements a row to the scalar tail's exp calls), 1% more on rows of 1000 and 4%
-// more on rows of 4096 (1-2.4% more on rows of 1000 to 32768 at 134 MB).
+// noise (4% either way, following link order). On AVX-512 (Intel Xeon, two threads, 32-134 MB
+// in and out, `fusec run --bench --versus-cpu`, symbolic shapes) one chain took 17-27% less
+// time on rows of 64 f32, 23% on rows of 128, 58% on rows of 48 (two chains left 16 elements a
+// row to the scalar tail's exp calls), and 1-2.4% more on rows of 1000 to 32768 (five runs).
 // Without the stash two chains stay: logsumexp's sum of exp took up to 8% (rows of 64) and
 // 18-28% (rows of 4096) longer with one on AVX2 (its second exp in flight, not spilled, hides
 // the first's latency).
