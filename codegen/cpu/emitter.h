@@ -366,9 +366,13 @@ class CpuKernelEmitter : public KernelEmitterBase {
   // the ride's bookkeeping cost more than it saved. Softmax on the Zen 3 VM (AVX2, two threads,
   // 64 MiB in, old and new kernels alternated in one process): rows of 64 elements 2-4% slower
   // riding, of 256 1-2% faster, of 512 4-6%, of 4096 2-7% (and 6-8% more with exp_constant()).
-  // AVX-512 rows ride whatever their length: on the Intel Xeon (two threads, 32 MiB in and out,
-  // `fusec run --bench --versus-cpu`, riding against not) softmax rows of 32 f32 took 6% less
-  // time riding, of 64 4-18% (six runs, symbolic and static shapes), of 128 and 256 30%.
+  // AVX-512 rows ride whatever their length: on the Intel Xeon (two threads, 32 MiB moved,
+  // symbolic shapes, `fusec run --bench --versus-cpu` with and without riding, both streaming)
+  // softmax rows of 16 f32 took 2% less time riding, of 32 9%, of 64 15%, of 128 and 256 21-22%
+  // (of 4096, which rode before, 22%). Rows ride only when the output streams: riding with
+  // ordinary stores was 7-9% faster with the data in the caches, but from memory (the caches
+  // evicted before each run) 4% slower at 8 MiB moved and 31% at 32 MiB, where riding with
+  // streaming stores was 12% and 15% faster than neither.
   static constexpr int64_t kRideRowBytes = 1024;
   // (for rows of `t` in the schedule's vectors: 64-byte ones ride from 0 bytes)
   int64_t ride_row_bytes(ir::DType t) const {

@@ -1093,10 +1093,11 @@ int CpuKernelEmitter::input_cost(NodeId id) {
 // chain also leaves at most lanes - 1 elements to the scalar tail, not 2 lanes - 1. Measured in
 // cache on the Zen 3 VM (old and new kernels alternating in one process, both link orders):
 // softmax rows of 64 1.5-9% faster (four runs), rows of 1000 6-10%, rows of 4096 the same within
-// noise (4% either way, following link order). On AVX-512 (Intel Xeon, two threads, 32-134 MB
-// in and out, `fusec run --bench --versus-cpu`, symbolic shapes) one chain took 17-27% less
-// time on rows of 64 f32, 23% on rows of 128, 58% on rows of 48 (two chains left 16 elements a
-// row to the scalar tail's exp calls), and 1-2.4% more on rows of 1000 to 32768 (five runs).
+// noise (4% either way, following link order). On AVX-512 (Intel Xeon, two threads, 32 MiB
+// moved, symbolic shapes, `fusec run --bench --versus-cpu`, both riding and streaming) one chain
+// took 13-16% less time on rows of 64 f32, 3% less on rows of 128, 79% less on rows of 48 (two
+// chains left 16 elements a row to the scalar tail's exp calls), 1% more on rows of 1000 and 4%
+// more on rows of 4096 (1-2.4% more on rows of 1000 to 32768 at 134 MB).
 // Without the stash two chains stay: logsumexp's sum of exp took up to 8% (rows of 64) and
 // 18-28% (rows of 4096) longer with one on AVX2 (its second exp in flight, not spilled, hides
 // the first's latency).
