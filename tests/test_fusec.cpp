@@ -694,6 +694,12 @@ TEST_CASE("run --check compares with the interpreter and --bench reports a media
                        "hypot.expr --fast-math");
   CHECK(other.status == 0);
   CHECK(other.out.find("versus: output 'r' max |difference|") != std::string::npos);
+  Result cold = fusec("run " + kExamples + "add.expr --random --dim N=64 --dim M=64 --bench 2 --cold");
+  CHECK(cold.status == 0);
+  CHECK(cold.out.find("bench: median") != std::string::npos);
+  Result cold_alone = fusec("run " + kExamples + "add.expr --random --dim N=4 --dim M=4 --cold");
+  CHECK(cold_alone.status == 1);
+  CHECK(cold_alone.err.find("--cold applies only with --bench") != std::string::npos);
   Result alone = fusec("run " + kExamples + "add.expr --random --dim N=4 --dim M=4 --versus " + kExamples + "add.expr");
   CHECK(alone.status == 1);
   CHECK(alone.err.find("--versus and --versus-cpu apply only with --bench") != std::string::npos);

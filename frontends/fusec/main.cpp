@@ -224,6 +224,10 @@ const Flag kFlags[] = {
     {"--versus-cpu", "DESC", kRun, false,
      "with --bench: compile the --versus program (default: FILE itself) for CPU DESC, e.g. to compare schedules",
      "fusec run examples/matmul.expr --random --dim M=512 --dim K=512 --dim N=512 --bench 30 --versus-cpu=l2=1M"},
+    {"--cold", "", kRun, false,
+     "with --bench: before each timed run, write a buffer twice the last-level cache, so that the "
+     "run's data comes from memory (as in fuse_bench, whose rows run interleaved)",
+     "fusec run examples/softmax.expr --random --dim N=65536 --dim M=64 --bench 50 --cold"},
     {"--print", "", kRun, false,
      "print each output as NumPy does (the default without --out, --check or --bench)",
      "fusec run examples/hypot.expr --random --dim N=10 --out results --print"},
@@ -623,6 +627,16 @@ int check_outputs(const ir::Graph& graph, const ir::TensorMap& inputs, const ir:
   return ok ? 0 : 1;
 }
 
+/// --cold: writes a line of every 64 bytes of `buffer` (twice the last-level cache, sized by the
+/// caller), so that the next run reads its inputs and writes its outputs from memory, as in
+/// fuse_bench, whose rows interleave with other programs' (there, warm runs of a kernel on
+/// rows of 64 f32 took a third less time than cold ones, and a change faster warm was slower cold).
+void evict_caches(std::vector<char>& buffer) {
+  static unsigned char round = 0;
+  ++round;
+  for (size_t b = 0; b < buffer.size(); b += 64) buffer[b] = static_cast<char>(round);
+}
+
 /// One program --bench times: its runner and its outputs.
 struct Timed {
   std::string label;
@@ -640,7 +654,7 @@ double median_of(std::vector<double> v) {
 /// run once per round in a random order (so the machine's drift hits them alike), and their
 /// outputs are compared: in one process a difference of a few percent shows where two runs of
 /// `fusec run --bench` on a noisy machine differ by 10-20%.
-void bench(std::vector<Timed>& programs, const ir::TensorMap& inputs, int runs) {
+void bench(std::vector<Timed>& programs, const ir::TensorMap& inputs, int runs, std::vector<char>& cold) {
   if (runs < 1) throw Error("--bench needs at least 1 run");
   for (Timed& p : programs) p.runner(inputs, p.outputs);  // warm-up: first touches of the memory, caches
   double bytes = 0;
@@ -652,6 +666,7 @@ void bench(std::vector<Timed>& programs, const ir::TensorMap& inputs, int runs) 
   for (int i = 0; i < runs; ++i) {
     std::shuffle(order.begin(), order.end(), rng);
     for (size_t p : order) {
+      evict_caches(cold);
       auto start = std::chrono::steady_clock::now();
       programs[p].runner(inputs, programs[p].outputs);
       programs[p].seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
@@ -755,6 +770,7 @@ int run_command(const Args& args) {
   if (args.has("--check")) status = check_outputs(*graph, inputs, outputs);
   bool versus = args.has("--versus") || args.has("--versus-cpu");
   if (versus && !args.has("--bench")) throw Error("--versus and --versus-cpu apply only with --bench");
+  if (args.has("--cold") && !args.has("--bench")) throw Error("--cold applies only with --bench");
   if (const std::string* runs = args.value("--bench")) {
     std::vector<Timed> programs;
     programs.push_back({file, runner, {}, {}});
@@ -771,7 +787,9 @@ int run_command(const Args& args) {
       }
       programs.push_back({label, choice.prepare(*other, other_target, compile_options(args)), {}, {}});
     }
-    bench(programs, inputs, parse_int<int>(*runs, "--bench"));
+    std::vector<char> cold;  // --cold's buffer, untouched (empty) without it
+    if (args.has("--cold")) cold.assign(static_cast<size_t>(std::max<int64_t>(2 * Target::host().l3_bytes, int64_t{64} << 20)), 0);
+    bench(programs, inputs, parse_int<int>(*runs, "--bench"), cold);
     outputs = programs[0].outputs;
   }
 
