@@ -1,5 +1,6 @@
 // matmul_bench: fuse's f32 matmul against OpenBLAS (cblas_sgemm), oneDNN's matmul primitive
-// (where oneDNN is installed) and the machine's FMA peak, measured in the same run (bench/README.md, "Matmul"). Every row runs in each round, rounds
+// (where oneDNN is installed) and the machine's FMA peak, measured in the same run
+// (bench/README.md, "Matmul"). Every row runs in each round, rounds
 // interleave the rows in a shuffled order (so that load from other processes hits all rows
 // alike), and the tables report medians.
 //

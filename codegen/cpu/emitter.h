@@ -233,6 +233,10 @@ class CpuKernelEmitter : public KernelEmitterBase {
   bool ordered_max_min(NodeId id);
   // Whether an ordered_max_min() keeps a NaN tracker (not when ir::nan_reaches_outputs_anyway).
   bool tracks_nan(NodeId id);
+  std::map<NodeId, bool> tracks_nan_memo_;
+  // Where each tracked reduction's first tracker sits among a SIMD loop's iteration arguments
+  // (after `chains` accumulators of every reduction; 0 for the untracked).
+  std::vector<size_t> nan_tracker_positions(const std::vector<NodeId>& vectorized, int chains);
   mlir::Value ordered_pick(NodeId id, mlir::Value acc, mlir::Value x);
   // Whether an ordered_max_min() chain has met a NaN: the identity, one step with `x`, two
   // chains merged, and the verdict (an i1) once the lanes are folded.

@@ -708,7 +708,21 @@ bool CpuKernelEmitter::ordered_max_min(NodeId id) {
 // tracker: its two vector instructions per step and its fold after the loop. Softmax on rows of
 // 64 (two threads, `fusec run --bench --versus-cpu`, same process): see bench/README.md.
 bool CpuKernelEmitter::tracks_nan(NodeId id) {
-  return ordered_max_min(id) && !ir::nan_reaches_outputs_anyway(k_, id);
+  auto it = tracks_nan_memo_.find(id);
+  if (it == tracks_nan_memo_.end())
+    it = tracks_nan_memo_.emplace(id, ordered_max_min(id) && !ir::nan_reaches_outputs_anyway(k_, id)).first;
+  return it->second;
+}
+
+std::vector<size_t> CpuKernelEmitter::nan_tracker_positions(const std::vector<NodeId>& vectorized, int chains) {
+  std::vector<size_t> at(vectorized.size(), 0);
+  size_t next = vectorized.size() * static_cast<size_t>(chains);
+  for (size_t q = 0; q < vectorized.size(); ++q)
+    if (tracks_nan(vectorized[q])) {
+      at[q] = next;
+      next += static_cast<size_t>(chains);
+    }
+  return at;
 }
 
 mlir::Value CpuKernelEmitter::ordered_pick(NodeId id, mlir::Value acc, mlir::Value x) {
@@ -859,26 +873,17 @@ std::vector<mlir::Value> CpuKernelEmitter::accumulate(const std::vector<NodeId>&
         joined.insert(joined.end(), results.begin() + chains * q, results.begin() + chains * (q + 1));
         joined.push_back(more[q]);
       }
-      size_t tracker = vectorized.size() * chains, more_tracker = vectorized.size();
-      for (NodeId id : vectorized)
-        if (tracks_nan(id)) {
-          joined.insert(joined.end(), results.begin() + tracker, results.begin() + tracker + chains);
-          joined.push_back(more[more_tracker++]);
-          tracker += chains;
+      std::vector<size_t> trackers = nan_tracker_positions(vectorized, chains), more_trackers = nan_tracker_positions(vectorized, 1);
+      for (size_t q = 0; q < vectorized.size(); ++q)
+        if (tracks_nan(vectorized[q])) {
+          joined.insert(joined.end(), results.begin() + trackers[q], results.begin() + trackers[q] + chains);
+          joined.push_back(more[more_trackers[q]]);
         }
       results = std::move(joined);
       chains += 1;
       tail_from = vectors_end;
     }
-    std::vector<size_t> nan_at(vectorized.size(), 0);  // the first NaN tracker's position, as accumulate_vectors() lays them out
-    {
-      size_t at = vectorized.size() * chains;
-      for (size_t q = 0; q < vectorized.size(); ++q)
-        if (tracks_nan(vectorized[q])) {
-          nan_at[q] = at;
-          at += chains;
-        }
-    }
+    std::vector<size_t> nan_at = nan_tracker_positions(vectorized, chains);
     std::vector<mlir::Value> partial;
     for (size_t q = 0; q < vectorized.size(); ++q) {
       NodeId id = vectorized[q];
@@ -934,12 +939,9 @@ std::vector<mlir::Value> CpuKernelEmitter::accumulate_vectors(const std::vector<
   int64_t step = chain_stride_ ? lanes : static_cast<int64_t>(chains) * lanes;
   std::vector<mlir::Value> init;
   for (NodeId id : vectorized) init.insert(init.end(), chains, accumulator_identity(id, lanes));
-  std::vector<size_t> nan_at(vectorized.size(), 0);  // the first NaN tracker's position
+  std::vector<size_t> nan_at = nan_tracker_positions(vectorized, chains);
   for (size_t q = 0; q < vectorized.size(); ++q)
-    if (tracks_nan(vectorized[q])) {
-      nan_at[q] = init.size();
-      init.insert(init.end(), chains, nan_tracker_identity(vectorized[q], lanes));
-    }
+    if (tracks_nan(vectorized[q])) init.insert(init.end(), chains, nan_tracker_identity(vectorized[q], lanes));
   size_t patch_at = init.size();
   if (deferred) init.push_back(no_patch_mask(lanes));
   // The deferred pass (the fast one, run again exactly when it reports a need) also adds the
@@ -970,8 +972,7 @@ std::vector<mlir::Value> CpuKernelEmitter::accumulate_vectors(const std::vector<
         size_t a = chains * q + c;
         if (ordered_max_min(id)) {
           next[a] = ordered_pick(id, args[a], x);
-          size_t m = nan_at[q] + c;
-          if (tracks_nan(id)) next[m] = nan_tracker_step(id, args[m], x, lanes);
+          if (tracks_nan(id)) next[nan_at[q] + c] = nan_tracker_step(id, args[nan_at[q] + c], x, lanes);
         } else {
           next[a] = combine(id, args[a], x);
         }

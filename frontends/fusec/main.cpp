@@ -790,7 +790,7 @@ int run_command(const Args& args) {
     std::vector<char> cold;  // --cold's buffer, untouched (empty) without it
     if (args.has("--cold")) cold.assign(static_cast<size_t>(std::max<int64_t>(2 * Target::host().l3_bytes, int64_t{64} << 20)), 0);
     bench(programs, inputs, parse_int<int>(*runs, "--bench"), cold);
-    outputs = programs[0].outputs;
+    outputs = std::move(programs[0].outputs);
   }
 
   if (const std::string* dir = args.value("--out")) {
