@@ -97,8 +97,9 @@ static std::vector<std::pair<std::string, std::string>> schedule_fields(const Ke
     add("vector_width", s.cpu.vector_width);
     if (s.form == LoopForm::ReductionRows || s.form == LoopForm::SplitReduction) add("accumulators", s.cpu.accumulators);
     if (s.form == LoopForm::TiledRows) add("transpose_block", s.cpu.transpose_block);
-    // Only when set (Target::cpu's stream=SIZE), so that programs print as they always have.
-    if (s.cpu.streaming_bytes != CpuSchedule::kDefaultStreamingBytes) add("streaming_bytes", s.cpu.streaming_bytes);
+    if (s.form == LoopForm::Contiguous || s.form == LoopForm::Rows || s.form == LoopForm::TiledRows ||
+        s.form == LoopForm::ReductionRows)
+      add("streaming_bytes", s.cpu.streaming_bytes);
     if (s.form == LoopForm::BlockedMatmul) {
       add("mc", s.cpu.mc);
       add("kc", s.cpu.kc);

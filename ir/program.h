@@ -80,9 +80,12 @@ struct CpuSchedule {
   int64_t mc = 0, kc = 0, nc = 0;  // BlockedMatmul: cache blocking (rows of A, depth, cols of B)
   int mr = 0, nr = 0;              // BlockedMatmul: register tile (rows x cols of C kept in registers)
   /// Contiguous, Rows, TiledRows, ReductionRows: kernels moving more bytes than this stream
-  /// their outputs (non-temporal stores); Target::streaming_bytes.
+  /// their outputs (non-temporal stores). passes/schedule.cpp takes Target::streaming_bytes
+  /// where a later kernel reads an output, Target::result_streaming_bytes where it writes only
+  /// the program's results.
   int64_t streaming_bytes = kDefaultStreamingBytes;
   static constexpr int64_t kDefaultStreamingBytes = int64_t{32} << 20;
+  static constexpr int64_t kDefaultResultStreamingBytes = int64_t{8} << 20;
 };
 
 /// CUDA schedule: block shape, items per thread, tiles.

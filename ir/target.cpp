@@ -67,7 +67,7 @@ Target Target::cpu(std::string_view description) {
     int64_t value = eq == std::string_view::npos ? -1 : parse_size(part.substr(eq + 1));
     auto bad = [&](const std::string& why) {
       return Error("CPU description: '" + std::string(part) + "' " + why +
-                       " (expected avx512, avx2, vector=BITS, l1=SIZE, l2=SIZE, l3=SIZE, stream=SIZE or cores=N)");
+                       " (expected avx512, avx2, vector=BITS, l1=SIZE, l2=SIZE, l3=SIZE, stream=SIZE, stream_results=SIZE or cores=N)");
     };
     if (part == "avx512") t.vector_bits = 512;
     else if (part == "avx2") t.vector_bits = 256;
@@ -79,7 +79,8 @@ Target Target::cpu(std::string_view description) {
     } else if (key == "l1") t.l1_bytes = value;
     else if (key == "l2") t.l2_bytes = value;
     else if (key == "l3") t.l3_bytes = value;
-    else if (key == "stream") t.streaming_bytes = value;
+    else if (key == "stream") t.streaming_bytes = t.result_streaming_bytes = value;
+    else if (key == "stream_results") t.result_streaming_bytes = value;
     else if (key == "cores") t.cores = static_cast<int>(std::min<int64_t>(value, 1024));
     else throw bad("is not a property");
   }

@@ -62,7 +62,11 @@ TEST_CASE("Target::cpu reads a CPU description and Target::cuda names a device a
   CHECK(xeon.cores == 2);
   CHECK(Target::cpu("vector=128").vector_bits == 128);
   CHECK(Target::cpu("stream=64K").streaming_bytes == 64 << 10);
+  CHECK(Target::cpu("stream=64K").result_streaming_bytes == 64 << 10);  // stream= sets both
   CHECK(Target::cpu("").streaming_bytes == int64_t{32} << 20);
+  CHECK(Target::cpu("").result_streaming_bytes == int64_t{8} << 20);
+  CHECK(Target::cpu("stream_results=1M").result_streaming_bytes == 1 << 20);
+  CHECK(Target::cpu("stream_results=1M").streaming_bytes == int64_t{32} << 20);
   CHECK_THROWS_WITH(Target::cpu("avx3"), Contains("CPU description: 'avx3' is not a property"));
   CHECK_THROWS_WITH(Target::cpu("l2=lots"), Contains("needs a positive size such as 48K"));
 

@@ -2,6 +2,7 @@
 // form reads, and verify(Program) catching programs that break the invariants codegen relies on.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <string>
 
 #include "frontends/api.h"
@@ -89,6 +90,56 @@ TEST_CASE("the schedule chooses each kernel's loop form for its target") {
   }
 }
 
+// A kernel's streaming threshold: Target::result_streaming_bytes where it writes only results,
+// Target::streaming_bytes where a later kernel reads an output (an intermediate, or a result
+// that is also an operand), since that kernel would find a streamed output only in memory.
+TEST_CASE("outputs that a later kernel reads stream from a higher threshold than results") {
+  auto kernel_writing = [](const ir::Program& p, const std::string& name) -> const ir::Kernel& {
+    ir::BufferId b = p.find_buffer(name);
+    for (const ir::Kernel& k : p.kernels)
+      if (std::find(k.outputs.begin(), k.outputs.end(), b) != k.outputs.end()) return k;
+    FAIL("no kernel writes " << name);
+    return p.kernels.front();
+  };
+  Graph g;
+  Tensor x = g.input("x", DType::F32, {N, M}), w = g.input("w", DType::F32, {M, K});
+  Tensor y = exp(x);
+  g.output("y", y);                      // a result that the matmul reads too
+  g.output("t", matmul(y, w));
+  g.output("z", transpose(x) * 2.0f);    // read by nothing after it
+  passes::PipelineOptions options;
+  options.target = ir::Target::cpu("stream=1M,stream_results=64K");
+  ir::Program p = passes::run_pipeline(g.ir(), options).program;
+  REQUIRE(ir::verify(p).empty());
+  REQUIRE(p.kernels.size() == 3);
+  CHECK(kernel_writing(p, "y").schedule.form == LoopForm::Contiguous);
+  CHECK(kernel_writing(p, "y").schedule.cpu.streaming_bytes == 1 << 20);
+  CHECK(kernel_writing(p, "z").schedule.form == LoopForm::TiledRows);
+  CHECK(kernel_writing(p, "z").schedule.cpu.streaming_bytes == 64 << 10);
+  // The defaults: 32 MiB and 8 MiB.
+  options.target = ir::Target::cpu("");
+  p = passes::run_pipeline(g.ir(), options).program;
+  CHECK(kernel_writing(p, "y").schedule.cpu.streaming_bytes == int64_t{32} << 20);
+  CHECK(kernel_writing(p, "z").schedule.cpu.streaming_bytes == int64_t{8} << 20);
+
+  // An intermediate: softmax's exponentials, which the row sums and the column sums read.
+  Graph h;
+  Tensor v = h.input("x", DType::F32, {N, M});
+  Tensor e = exp(v - max(v, 1, true));
+  h.output("s", sum(e / sum(e, 1, true) * 2.0f, 0));
+  options.target = ir::Target::cpu("stream=1M,stream_results=64K");
+  p = passes::run_pipeline(h.ir(), options).program;
+  REQUIRE(ir::verify(p).empty());
+  int intermediates = 0;
+  for (const ir::Kernel& k : p.kernels) {
+    bool writes_intermediate = false;
+    for (ir::BufferId b : k.outputs) writes_intermediate |= p.buffers[b].role == ir::BufferRole::Intermediate;
+    intermediates += writes_intermediate;
+    CHECK(k.schedule.cpu.streaming_bytes == (writes_intermediate ? 1 << 20 : 64 << 10));
+  }
+  CHECK(intermediates >= 1);
+}
+
 TEST_CASE("the printed schedule shows the form and only the parameters its code reads") {
   Graph g;
   Tensor x = g.input("x", DType::F32, {N, M});
@@ -97,9 +148,9 @@ TEST_CASE("the printed schedule shows the form and only the parameters its code 
   std::string cpu = ir::print_program(passes::run_pipeline(g.ir(), options).program);
   CHECK_THAT(cpu, Catch::Contains("form=tiled_rows") && Catch::Contains("transpose_block=16"));
   CHECK_THAT(cpu, !Catch::Contains("accumulators") && !Catch::Contains("parallel_dims") && !Catch::Contains(" mc="));
-  // The streaming threshold only when it is not the default: it is part of the disk cache's key
-  // (the printed program), so code compiled for another threshold is never reused.
-  CHECK_THAT(cpu, !Catch::Contains("streaming_bytes"));
+  // The streaming threshold, for the forms that stream: it is part of the disk cache's key (the
+  // printed program), so code compiled for another threshold is never reused.
+  CHECK_THAT(cpu, Catch::Contains("streaming_bytes=8388608"));
   options.target = ir::Target::cpu("stream=64K");
   CHECK_THAT(ir::print_program(passes::run_pipeline(g.ir(), options).program), Catch::Contains("streaming_bytes=65536"));
   options.target = ir::Target::cuda(80);

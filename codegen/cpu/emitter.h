@@ -124,10 +124,10 @@ class CpuKernelEmitter : public KernelEmitterBase {
   mlir::Value streams_rows(int slot, DType out, int64_t bytes_per_element, mlir::Value row_length);
   // ---- Contiguous, Rows, TiledRows, General (codegen/cpu/elementwise.cpp) ----
   void emit_contiguous(mlir::Value base, int lanes);
-  // Kernels moving more than this many bytes write their output with non-temporal stores: the
-  // output could not stay in the caches anyway (32 MiB by default, larger than a typical L3
-  // share), and streaming it saves reading every line before it is overwritten (a third of an
-  // add's traffic). The schedule's, from Target::streaming_bytes.
+  // Kernels moving more than this many bytes write their output with non-temporal stores:
+  // streaming saves reading every line before it is overwritten (a third of an add's traffic).
+  // The schedule's: 8 MiB by default for kernels writing only results, 32 MiB where a later
+  // kernel reads an output (it would find it in the caches otherwise; passes/schedule.cpp).
   int64_t streaming_bytes() const { return k_.schedule.cpu.streaming_bytes; }
   // Whether the kernel moves more than streaming_bytes(), at `bytes_per_element` per element of
   // its space (an i1 at run time: the space's size may be symbolic).

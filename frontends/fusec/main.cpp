@@ -188,7 +188,7 @@ const Flag kFlags[] = {
      "with --target=cuda: the compute capability (default: GPU 0's, at most 90; 80 without a GPU)",
      "fusec examples/softmax.expr --target=cuda --sm=90 --emit=ptx -o softmax.ptx"},
     {"--cpu", "DESC", kCompile | kRun, false,
-     "schedule for another CPU: avx512|avx2, l1=, l2=, l3= cache sizes, cores=, stream= (bytes moved above which outputs are written non-temporally; 32M) (the rest as this machine)",
+     "schedule for another CPU: avx512|avx2, l1=, l2=, l3= cache sizes, cores=, stream= (bytes moved above which outputs are written non-temporally: 32M where a later kernel reads them, 8M for results), stream_results= (results only) (the rest as this machine)",
      "fusec run examples/mlp.expr --random --cpu=avx2,l1=48K,l2=2M,l3=480M --check"},
     {"--no-fusion", "", kCompile | kRun, false, "every op its own kernel (the unfused baseline)",
      "fusec examples/softmax.expr --emit=fused --no-fusion"},
