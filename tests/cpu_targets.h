@@ -36,10 +36,11 @@ inline CompileOptions compile_options_for(const CpuTargetDescription& target) {
   return options;
 }
 
-/// `t` writing outputs with non-temporal stores once a kernel moves 64 KiB instead of 32 MiB:
-/// the streaming code runs on arrays small enough for the interpreter to check quickly.
+/// `t` writing outputs with non-temporal stores once a kernel moves 64 KiB instead of 8 or 32 MiB
+/// (both thresholds: Target::result_streaming_bytes and streaming_bytes): the streaming code runs
+/// on arrays small enough for the interpreter to check quickly.
 inline Target streams_from_64k(Target t = Target::host()) {
-  t.streaming_bytes = 64 << 10;
+  t.streaming_bytes = t.result_streaming_bytes = 64 << 10;
   return t;
 }
 
