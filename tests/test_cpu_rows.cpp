@@ -342,6 +342,63 @@ TEST_CASE("softmax stashes exp in a scratch row and streams its output (AVX2 and
   }
 }
 
+// Layernorm's output pass rides on the next row's moments pass (codegen/cpu/emitter.h RowRide,
+// moments_ride_output) where the output streams: large, rows of whole lines, a row within a
+// scratch row (256 KiB); elsewhere the plain rows. Against the interpreter: rows that ride
+// (16 to 65536 f32, with the one-chain remainder of 48 and 80), rows too long for a scratch row,
+// rows that are not whole lines (100, 1023) or have no whole vector (7), and tasks of one and
+// two rows (R = 1, 2 and 7 threads).
+TEST_CASE("layernorm's output pass rides on the next row's moments pass (AVX2 and AVX-512)", "[cpu][streaming][threads][stash]") {
+  Graph g;
+  Tensor x = g.input("x", DType::F32, {sym("R"), sym("C")});
+  Tensor gamma = g.input("gamma", DType::F32, {sym("C")});
+  Tensor beta = g.input("beta", DType::F32, {sym("C")});
+  Tensor mu = mean(x, 1, true);
+  Tensor centered = x - mu;
+  g.output("y", centered * rsqrt(mean(centered * centered, 1, true) + 1e-5f) * gamma + beta);
+  for (const CompileOptions& options : widths_this_host_runs()) {
+    INFO("vector bits " << options.pipeline.target.vector_bits);
+    runtime::Executable exe = compile(g, options);
+    REQUIRE(exe.program().kernels.size() == 1);
+    std::string mlir = codegen::emit_cpu_mlir(exe.program());
+    // A scratch row for the first row's ride, and streamed stores in: the riding moments
+    // loops (two chains and one), the last row's pass, the riding rows' own pass (for
+    // rows that do not ride) and the plain rows' output pass.
+    CHECK(mlir.find("fuse_cpu_scratch_acquire") != std::string::npos);
+    CHECK(count_streamed(mlir) == 6);
+    for (auto [r, c] : std::vector<std::pair<int64_t, int64_t>>{{13, 4096},
+                                                                {5, 65'600},
+                                                                {4, 65'536},
+                                                                {300, 64},
+                                                                {600, 32},
+                                                                {1200, 16},
+                                                                {400, 48},
+                                                                {300, 80},
+                                                                {1, 16'384},
+                                                                {2, 8192},
+                                                                {200, 100},
+                                                                {13, 7},
+                                                                {20, 1023}}) {
+      // Random rows; rows far from 0 (mean 1000, spread 0.01); constant rows and infinities and
+      // a NaN in a few rows (the rides carry their NaN means and variances to the next row).
+      for (int pattern = 0; pattern < 3; ++pattern) {
+        INFO("R = " << r << ", C = " << c << ", pattern " << pattern);
+        ir::TensorMap inputs = testing::random_inputs(g.ir(), {{"R", r}, {"C", c}}, 29);
+        ir::HostArray& in = inputs["x"];
+        for (int64_t row = 0; row < r; ++row)
+          for (int64_t i = 0; i < c; ++i) {
+            int64_t at = row * c + i;
+            if (pattern == 1) in.set_f64(at, 1000 + in.get_f64(at) * 1e-2);
+            if (pattern == 2 && row % 3 == 0) in.set_f64(at, 3.25);
+            if (pattern == 2 && row % 3 == 1 && i == c / 2) in.set_f64(at, row % 2 ? std::numeric_limits<double>::quiet_NaN()
+                                                                                   : std::numeric_limits<double>::infinity());
+          }
+        CHECK(testing::compare_outputs(ir::interpret(g.ir(), inputs), exe.run(inputs), 1e-5, 1e-6) == "");
+      }
+    }
+  }
+}
+
 TEST_CASE("rows whose output pass rides read the row before's inputs and reductions", "[cpu][streaming][threads][stash]") {
   // The output reads, besides the stash, the input itself, a per-row input, an input along the
   // row and the row's max: the pass that rides on the next row's exp pass must read all of them

@@ -119,8 +119,40 @@ std::vector<mlir::Value> CpuKernelEmitter::emit_reduction_row(mlir::Value row, c
   int lanes = std::max(1, k_.schedule.cpu.vector_width);
   mlir::Value row_base = mul(row, dim(row_length));
   mlir::Value vector_end = mul(div(dim(row_length), i64(lanes)), i64(lanes));
-  for (const RowMoments& m : plan.moments) emit_row_moments(m, kept, row_base, row_length, lanes);
   const std::vector<std::vector<NodeId>>& groups = plan.groups;
+  // The pass that prefetches the next row's inputs (prefetch_next_row_): the last one over them,
+  // when the row is read more than once; none in the last row (its next is past the inputs).
+  // Short rows prefetch kPrefetchAheadBytes ahead (of f32), not one row: a row of 64 f32 is
+  // four lines, too close to arrive in time (the last rows' prefetches then land past the
+  // inputs, as a split reduction's do: a prefetch never faults). On the Intel Xeon, layernorm
+  // of 2M x 64 f32 (in DRAM, `fusec run --bench=10`, alternated) took 53-54 ms against 69-76,
+  // 512K x 256 42-53 against 56-70; softmax of 2M x 64 80-101 against 89-102.
+  int full_space_outputs = 0;
+  for (const ir::GraphOutput& o : k_.body.outputs) full_space_outputs += k_.body.node(o.node).shape == k_.space;
+  size_t passes = plan.moments.size() + (full_space_outputs > 0 ? 1 : 0);
+  for (const std::vector<NodeId>& group : groups) passes += group.empty() ? 0 : 1;
+  mlir::Value next_row;
+  if (passes > 1 && lanes > 1 && ir::trailing_axes(k_)) {
+    mlir::Value more = cmpi(mlir::arith::CmpIPredicate::slt, add(row, i64(1)), dim(ir::num_elements(kept_dims())));
+    next_row = select(more, max_i64(dim(row_length), i64(kPrefetchAheadBytes / 4)), i64(0));
+  }
+  // Riding on the moments pass (layernorm): the row before's output pass goes with this row's
+  // moments pass, which then prefetches the next row (the output pass no longer reads the row).
+  bool moments_ride = ride && ride->stash_node < 0;
+  if (moments_ride) {
+    DType t = k_.body.node(k_.body.outputs[ride->output].node).dtype;
+    mlir::Value later = cmpi(mlir::arith::CmpIPredicate::sgt, row, ride->first_row);
+    mlir::Value previous = select(later, sub(row, i64(1)), row);
+    ride->kept = delinearize(previous, kept_dims());
+    ride->row_base = mul(previous, dim(row_length));
+    // The first row's pass rides on nothing: it writes a scratch row, never read.
+    mlir::Value output_row = element_address(output_slot_[ride->output], t, ride->row_base);
+    base_.push_back(select(later, output_row, base_[stash_scratch_row(*ride, row)]));
+    ride->output_slot = static_cast<int>(base_.size()) - 1;
+    prefetch_next_row_ = next_row;
+  }
+  for (const RowMoments& m : plan.moments) emit_row_moments(m, kept, row_base, row_length, lanes, moments_ride ? ride : nullptr);
+  prefetch_next_row_ = {};
   RowStash stash = plan.stash;  // (a copy: this row's stash slot is set below)
   // Whether the stash goes to the task's scratch row and the output streams (null: never).
   mlir::Value stash_streams;
@@ -148,22 +180,6 @@ std::vector<mlir::Value> CpuKernelEmitter::emit_reduction_row(mlir::Value row, c
     }
     base_.push_back(stash_row);
     stash.slot = static_cast<int>(base_.size()) - 1;
-  }
-  // The pass that prefetches the next row's inputs (prefetch_next_row_): the last one over them,
-  // when the row is read more than once; none in the last row (its next is past the inputs).
-  // Short rows prefetch kPrefetchAheadBytes ahead (of f32), not one row: a row of 64 f32 is
-  // four lines, too close to arrive in time (the last rows' prefetches then land past the
-  // inputs, as a split reduction's do: a prefetch never faults). On the Intel Xeon, layernorm
-  // of 2M x 64 f32 (in DRAM, `fusec run --bench=10`, alternated) took 53-54 ms against 69-76,
-  // 512K x 256 42-53 against 56-70; softmax of 2M x 64 80-101 against 89-102.
-  int full_space_outputs = 0;
-  for (const ir::GraphOutput& o : k_.body.outputs) full_space_outputs += k_.body.node(o.node).shape == k_.space;
-  size_t passes = plan.moments.size() + (full_space_outputs > 0 ? 1 : 0);
-  for (const std::vector<NodeId>& group : groups) passes += group.empty() ? 0 : 1;
-  mlir::Value next_row;
-  if (passes > 1 && lanes > 1 && ir::trailing_axes(k_)) {
-    mlir::Value more = cmpi(mlir::arith::CmpIPredicate::slt, add(row, i64(1)), dim(ir::num_elements(kept_dims())));
-    next_row = select(more, max_i64(dim(row_length), i64(kPrefetchAheadBytes / 4)), i64(0));
   }
   for (size_t g = 0; g < groups.size(); ++g) {
     for (NodeId id : plan.arg_groups[g])
@@ -207,10 +223,17 @@ std::vector<mlir::Value> CpuKernelEmitter::emit_reduction_row(mlir::Value row, c
           computed_from = stash.end;
         }
         if (stash.node < 0) prefetch_next_row_ = next_row;
-        loop_streaming_or_not(streaming, computed_from, vector_end, lanes, [&](mlir::Value j, bool streams) {
-          prefetch_inputs(row_base, j);
-          store(output_slot_[o], n.dtype, add(row_base, j), row_value(out, kept, row_base, j, lanes), lanes, streams);
-        });
+        {
+          mlir::OpBuilder::InsertionGuard guard(b_);
+          if (moments_ride && static_cast<int>(o) == ride->output) {  // else with the next row's moments pass
+            mlir::Value stays = b_.create<mlir::arith::XOrIOp>(loc_, ride->streams, constant(DType::Bool, 0, 1, 1));
+            b_.setInsertionPointToStart(&b_.create<mlir::scf::IfOp>(loc_, stays, /*withElseRegion=*/false).getThenRegion().front());
+          }
+          loop_streaming_or_not(streaming, computed_from, vector_end, lanes, [&](mlir::Value j, bool streams) {
+            prefetch_inputs(row_base, j);
+            store(output_slot_[o], n.dtype, add(row_base, j), row_value(out, kept, row_base, j, lanes), lanes, streams);
+          });
+        }
         prefetch_next_row_ = {};
         scalar_from = vector_end;
       }
@@ -301,7 +324,7 @@ std::vector<CpuKernelEmitter::RowMoments> CpuKernelEmitter::row_moments(const st
 // own two-pass form rounds each x - mean and its square to f32 (1.5 ulps), so the two differ
 // by about that much, not more. A negative result of rounding (a constant row) is taken as 0.
 void CpuKernelEmitter::emit_row_moments(const RowMoments& moments, const std::vector<mlir::Value>& kept, mlir::Value row_base,
-                                        ir::Dim row_length, int lanes) {
+                                        ir::Dim row_length, int lanes, const RowRide* ride) {
   using mlir::arith::CmpFPredicate;
   NodeId x = k_.body.node(moments.mean).inputs[0];
   mlir::Type f64 = b_.getF64Type();
@@ -328,7 +351,7 @@ void CpuKernelEmitter::emit_row_moments(const RowMoments& moments, const std::ve
   int chains = std::max(1, k_.schedule.cpu.accumulators);
   // S1 and S2 over [from, to) in steps of `loop_chains` vectors: the chains of S1, then those of
   // S2, summed.
-  auto sums = [&](mlir::Value from, mlir::Value to, int loop_chains) {
+  auto sums = [&](mlir::Value from, mlir::Value to, int loop_chains, const RowRide* riding) {
     std::vector<mlir::Value> init(2 * loop_chains, constant(DType::F64, 0, 0, lanes));
     auto vector_loop = b_.create<mlir::scf::ForOp>(loc_, from, to, i64(static_cast<int64_t>(loop_chains) * lanes), init);
     {
@@ -344,6 +367,10 @@ void CpuKernelEmitter::emit_row_moments(const RowMoments& moments, const std::ve
         mlir::Value d = b_.create<mlir::arith::SubFOp>(loc_, wide, shift_lanes);
         next[c] = b_.create<mlir::arith::AddFOp>(loc_, args[c], d);
         next[loop_chains + c] = b_.create<mlir::math::FmaOp>(loc_, d, d, args[loop_chains + c]);
+        if (riding) {
+          prefetch_inputs(row_base, j);
+          ride_step(*riding, j, lanes);
+        }
       }
       b_.create<mlir::scf::YieldOp>(loc_, next);
       clear_caches();
@@ -355,16 +382,37 @@ void CpuKernelEmitter::emit_row_moments(const RowMoments& moments, const std::ve
     }
     return std::pair{s1, s2};
   };
-  mlir::Value vector_end = whole_steps_end(i64(0), n, static_cast<int64_t>(chains) * lanes);
-  auto [s1, s2] = sums(i64(0), vector_end, chains);
-  if (chains > 1) {
-    // The whole vectors left: a loop of one chain (as accumulate()'s; layernorm over rows of 16
-    // f32 took 8.2 ms for 33.6 MB with them in the scalar tail).
-    mlir::Value vectors_end = whole_steps_end(vector_end, n, lanes);
-    auto [r1, r2] = sums(vector_end, vectors_end, 1);
-    s1 = b_.create<mlir::arith::AddFOp>(loc_, s1, r1);
-    s2 = b_.create<mlir::arith::AddFOp>(loc_, s2, r2);
-    vector_end = vectors_end;
+  mlir::Value chains_end = whole_steps_end(i64(0), n, static_cast<int64_t>(chains) * lanes);
+  mlir::Value vector_end = chains > 1 ? whole_steps_end(chains_end, n, lanes) : chains_end;
+  // Every whole vector: in steps of `chains` vectors, then the whole vectors left in a loop of
+  // one chain (as accumulate()'s; layernorm over rows of 16 f32 took 8.2 ms for 33.6 MB with
+  // them in the scalar tail).
+  auto vector_sums = [&](const RowRide* riding) {
+    auto [s1, s2] = sums(i64(0), chains_end, chains, riding);
+    if (chains > 1) {
+      auto [r1, r2] = sums(chains_end, vector_end, 1, riding);
+      s1 = b_.create<mlir::arith::AddFOp>(loc_, s1, r1);
+      s2 = b_.create<mlir::arith::AddFOp>(loc_, s2, r2);
+    }
+    return std::pair{s1, s2};
+  };
+  mlir::Value s1, s2;
+  if (!ride) {
+    std::tie(s1, s2) = vector_sums(nullptr);
+  } else {
+    // With the row before's output riding (it streams), and without (its own pass follows).
+    mlir::Type wide = lane_type(f64, lanes);
+    auto branch = b_.create<mlir::scf::IfOp>(loc_, mlir::TypeRange{wide, wide}, ride->streams, /*withElseRegion=*/true);
+    for (int k = 0; k < 2; ++k) {
+      mlir::OpBuilder::InsertionGuard guard(b_);
+      b_.setInsertionPointToStart(k == 0 ? &branch.getThenRegion().front() : &branch.getElseRegion().front());
+      clear_caches();
+      auto [b1, b2] = vector_sums(k == 0 ? ride : nullptr);
+      b_.create<mlir::scf::YieldOp>(loc_, mlir::ValueRange{b1, b2});
+      clear_caches();
+    }
+    s1 = branch.getResult(0);
+    s2 = branch.getResult(1);
   }
   // As a tree, as fold_lanes() does.
   s1 = b_.create<mlir::vector::ReductionOp>(loc_, mlir::vector::CombiningKind::ADD, s1, mlir::arith::FastMathFlags::reassoc);
@@ -462,11 +510,34 @@ CpuKernelEmitter::RowStash CpuKernelEmitter::row_stash(const std::vector<NodeId>
 // (family 6 model 207, `fusec run --bench=30`, alternated) softmax 4096 x 4096 took 6.4-6.9 ms
 // against 10.6-11.6, 512 x 32768 6.5-9.9 against 10.5-11.5, 65536 x 64 2.8-3.1 either way.
 int CpuKernelEmitter::row_stash_scratch(const RowPlan& plan) {
-  int full_space = scratch_stash_output(plan);
+  int full_space = scratch_row_output(plan);
   if (full_space < 0) return -1;
   int64_t size = static_cast<int64_t>(ir::dtype_size(k_.body.node(k_.body.outputs[full_space].node).dtype));
   mlir::Value row_bytes = mul(stash_row_elements(plan), i64(size));
   return allocate_slot(add(mul(row_bytes, i64(row_rides(plan) ? 2 : 1)), i64(64)));
+}
+
+int CpuKernelEmitter::scratch_row_output(const RowPlan& plan) {
+  int stash = scratch_stash_output(plan);
+  return stash >= 0 ? stash : moments_ride_output(plan);
+}
+
+int CpuKernelEmitter::moments_ride_output(const RowPlan& plan) {
+  int lanes = k_.schedule.cpu.vector_width;
+  if (lanes < 2 || !ir::trailing_axes(k_) || plan.stash.node >= 0 || plan.moments.size() != 1) return -1;
+  for (size_t g = 0; g < plan.groups.size(); ++g)
+    if (!plan.groups[g].empty() || !plan.arg_groups[g].empty()) return -1;
+  int full_space = -1;
+  for (size_t o = 0; o < k_.body.outputs.size(); ++o)
+    if (k_.body.node(k_.body.outputs[o].node).shape == k_.space) {
+      if (full_space >= 0) return -1;
+      full_space = static_cast<int>(o);
+    }
+  if (full_space < 0) return -1;
+  NodeId out = k_.body.outputs[full_space].node;
+  DType t = k_.body.node(out).dtype;
+  if (!ir::is_float(t) || row_access(out) != RowAccess::Contiguous) return -1;
+  return streams_whole_lines(static_cast<int64_t>(ir::dtype_size(t)) * lanes) ? full_space : -1;
 }
 
 int CpuKernelEmitter::scratch_stash_output(const RowPlan& plan) {
@@ -486,7 +557,8 @@ int CpuKernelEmitter::scratch_stash_output(const RowPlan& plan) {
 // A scratch row's elements: the row's, up to kRowStashBytes, rounded up to whole 64-byte lines
 // (so that the second of two rows starts on a line).
 mlir::Value CpuKernelEmitter::stash_row_elements(const RowPlan& plan) {
-  int64_t size = static_cast<int64_t>(ir::dtype_size(k_.body.node(plan.stash.node).dtype));
+  NodeId held = plan.stash.node >= 0 ? plan.stash.node : k_.body.outputs[scratch_row_output(plan)].node;
+  int64_t size = static_cast<int64_t>(ir::dtype_size(k_.body.node(held).dtype));
   int64_t line = 64 / size;
   mlir::Value elements = min_i64(dim(ir::num_elements(reduced_dims())), i64(kRowStashBytes / size));
   return mul(div(add(elements, i64(line - 1)), i64(line)), i64(line));
@@ -504,12 +576,13 @@ mlir::Value CpuKernelEmitter::stash_in_scratch(int output) {
 // Whether the rows ride (RowRide): a stash that may go to scratch rows, in a float output (the
 // first row's pass computes from values never set: no integer division may trap on them).
 bool CpuKernelEmitter::row_rides(const RowPlan& plan) {
+  if (moments_ride_output(plan) >= 0) return true;
   int output = scratch_stash_output(plan);
   return output >= 0 && ir::is_float(k_.body.node(k_.body.outputs[output].node).dtype);
 }
 
 int CpuKernelEmitter::stash_scratch_row(const RowRide& ride, mlir::Value row) {
-  DType t = k_.body.node(ride.stash_node).dtype;
+  DType t = k_.body.node(ride.stash_node >= 0 ? ride.stash_node : k_.body.outputs[ride.output].node).dtype;
   mlir::Value turn = b_.create<mlir::arith::AndIOp>(loc_, row, i64(1));
   base_.push_back(element_address(row_scratch_, t, mul(turn, ride.stash_elements)));
   return static_cast<int>(base_.size()) - 1;
@@ -518,15 +591,20 @@ int CpuKernelEmitter::stash_scratch_row(const RowRide& ride, mlir::Value row) {
 void CpuKernelEmitter::emit_riding_rows(mlir::Value begin, mlir::Value end, const RowPlan& plan) {
   RowRide ride;
   ride.stash_node = plan.stash.node;
-  ride.output = plan.stash.output;
+  ride.output = plan.stash.node >= 0 ? plan.stash.output : moments_ride_output(plan);
   ride.first_row = begin;
   NodeId out = k_.body.outputs[ride.output].node;
   DType t = k_.body.node(out).dtype;
   ir::Dim row_length = ir::num_elements(reduced_dims());
-  ride.stash_streams = stash_in_scratch(ride.output);
-  mlir::Value long_rows = cmpi(mlir::arith::CmpIPredicate::sge,
-                               mul(dim(row_length), i64(static_cast<int64_t>(ir::dtype_size(t)))), i64(ride_row_bytes(t)));
-  ride.streams = b_.create<mlir::arith::AndIOp>(loc_, ride.stash_streams, long_rows);
+  if (ride.stash_node >= 0) {
+    ride.stash_streams = stash_in_scratch(ride.output);
+    mlir::Value long_rows = cmpi(mlir::arith::CmpIPredicate::sge,
+                                 mul(dim(row_length), i64(static_cast<int64_t>(ir::dtype_size(t)))), i64(ride_row_bytes(t)));
+    ride.streams = b_.create<mlir::arith::AndIOp>(loc_, ride.stash_streams, long_rows);
+  } else {
+    // The moments ride runs only where its output streams (emit()).
+    ride.stash_streams = ride.streams = constant(DType::Bool, 0, 1, 1);
+  }
   ride.stash_elements = stash_row_elements(plan);
   // The reductions the output reads (not those only other reductions read).
   {
@@ -569,15 +647,19 @@ void CpuKernelEmitter::emit_riding_rows(mlir::Value begin, mlir::Value end, cons
   mlir::Value last = sub(end, i64(1));
   ride.kept = delinearize(last, kept_dims());
   ride.row_base = mul(last, dim(row_length));
-  ride.stash_slot = stash_scratch_row(ride, last);
+  if (ride.stash_node >= 0) ride.stash_slot = stash_scratch_row(ride, last);
   base_.push_back(element_address(output_slot_[ride.output], t, ride.row_base));
   ride.output_slot = static_cast<int>(base_.size()) - 1;
   for (size_t q = 0; q < ride.carried.size(); ++q) ride.reduced[ride.carried[q]] = rows.getResult(q);
-  // As far as the stash pass's whole steps went (accumulate()).
-  std::vector<NodeId> vectorized;
-  for (NodeId id : plan.groups.back())
-    if (row_vectorizable(id)) vectorized.push_back(id);
-  int64_t step = static_cast<int64_t>(vector_chains(vectorized, /*stashes=*/true)) * lanes;
+  // As far as the stash pass's whole steps went (accumulate()); the moments pass takes every
+  // whole vector.
+  int64_t step = lanes;
+  if (ride.stash_node >= 0) {
+    std::vector<NodeId> vectorized;
+    for (NodeId id : plan.groups.back())
+      if (row_vectorizable(id)) vectorized.push_back(id);
+    step = static_cast<int64_t>(vector_chains(vectorized, /*stashes=*/true)) * lanes;
+  }
   loop(i64(0), whole_steps_end(i64(0), dim(row_length), step), lanes,
        [&](mlir::Value j) { ride_step(ride, j, lanes); });
 }
@@ -588,7 +670,7 @@ void CpuKernelEmitter::ride_step(const RowRide& ride, mlir::Value j, int lanes) 
   for (const auto& [id, value] : ride.reduced) reduced_[id] = value;
   NodeId out = k_.body.outputs[ride.output].node;
   DType t = k_.body.node(out).dtype;
-  row_cache_[ride.stash_node] = load(ride.stash_slot, t, j, lanes);
+  if (ride.stash_node >= 0) row_cache_[ride.stash_node] = load(ride.stash_slot, t, j, lanes);
   store(ride.output_slot, t, j, row_value(out, ride.kept, ride.row_base, j, lanes), lanes, /*streaming=*/true);
   reduced_ = std::move(own);
   clear_caches();
