@@ -223,17 +223,12 @@ std::vector<mlir::Value> CpuKernelEmitter::emit_reduction_row(mlir::Value row, c
           computed_from = stash.end;
         }
         if (stash.node < 0) prefetch_next_row_ = next_row;
-        {
-          mlir::OpBuilder::InsertionGuard guard(b_);
-          if (moments_ride && static_cast<int>(o) == ride->output) {  // else with the next row's moments pass
-            mlir::Value stays = b_.create<mlir::arith::XOrIOp>(loc_, ride->streams, constant(DType::Bool, 0, 1, 1));
-            b_.setInsertionPointToStart(&b_.create<mlir::scf::IfOp>(loc_, stays, /*withElseRegion=*/false).getThenRegion().front());
-          }
+        // (The moments ride's whole vectors go with the next row's moments pass.)
+        if (!(moments_ride && static_cast<int>(o) == ride->output))
           loop_streaming_or_not(streaming, computed_from, vector_end, lanes, [&](mlir::Value j, bool streams) {
             prefetch_inputs(row_base, j);
             store(output_slot_[o], n.dtype, add(row_base, j), row_value(out, kept, row_base, j, lanes), lanes, streams);
           });
-        }
         prefetch_next_row_ = {};
         scalar_from = vector_end;
       }
@@ -396,24 +391,9 @@ void CpuKernelEmitter::emit_row_moments(const RowMoments& moments, const std::ve
     }
     return std::pair{s1, s2};
   };
-  mlir::Value s1, s2;
-  if (!ride) {
-    std::tie(s1, s2) = vector_sums(nullptr);
-  } else {
-    // With the row before's output riding (it streams), and without (its own pass follows).
-    mlir::Type wide = lane_type(f64, lanes);
-    auto branch = b_.create<mlir::scf::IfOp>(loc_, mlir::TypeRange{wide, wide}, ride->streams, /*withElseRegion=*/true);
-    for (int k = 0; k < 2; ++k) {
-      mlir::OpBuilder::InsertionGuard guard(b_);
-      b_.setInsertionPointToStart(k == 0 ? &branch.getThenRegion().front() : &branch.getElseRegion().front());
-      clear_caches();
-      auto [b1, b2] = vector_sums(k == 0 ? ride : nullptr);
-      b_.create<mlir::scf::YieldOp>(loc_, mlir::ValueRange{b1, b2});
-      clear_caches();
-    }
-    s1 = branch.getResult(0);
-    s2 = branch.getResult(1);
-  }
+  // (With `ride`, the row before's output pass goes with every whole vector: the moments ride
+  // is emitted only where the output streams, emit().)
+  auto [s1, s2] = vector_sums(ride);
   // As a tree, as fold_lanes() does.
   s1 = b_.create<mlir::vector::ReductionOp>(loc_, mlir::vector::CombiningKind::ADD, s1, mlir::arith::FastMathFlags::reassoc);
   s2 = b_.create<mlir::vector::ReductionOp>(loc_, mlir::vector::CombiningKind::ADD, s2, mlir::arith::FastMathFlags::reassoc);
