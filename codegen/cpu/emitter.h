@@ -369,6 +369,7 @@ class CpuKernelEmitter : public KernelEmitterBase {
   };
   // The full-space output whose stash may go to a scratch row (AVX2 and AVX-512 vectors), or -1.
   int scratch_stash_output(const RowPlan& plan);
+  int sole_full_space_output_of_lines();
   // The full-space output of a kernel whose only row reductions are one pair of moments
   // (layernorm), a float read along the row, which rides on the next row's moments pass (AVX2
   // and AVX-512 vectors: whole lines streamed), or -1.

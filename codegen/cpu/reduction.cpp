@@ -502,27 +502,11 @@ int CpuKernelEmitter::scratch_row_output(const RowPlan& plan) {
   return stash >= 0 ? stash : moments_ride_output(plan);
 }
 
-int CpuKernelEmitter::moments_ride_output(const RowPlan& plan) {
+// The kernel's one full-space output, if its vectors are whole lines (AVX2's and AVX-512's), or -1
+// (none, several, or narrower vectors).
+int CpuKernelEmitter::sole_full_space_output_of_lines() {
   int lanes = k_.schedule.cpu.vector_width;
-  if (lanes < 2 || !ir::trailing_axes(k_) || plan.stash.node >= 0 || plan.moments.size() != 1) return -1;
-  for (size_t g = 0; g < plan.groups.size(); ++g)
-    if (!plan.groups[g].empty() || !plan.arg_groups[g].empty()) return -1;
-  int full_space = -1;
-  for (size_t o = 0; o < k_.body.outputs.size(); ++o)
-    if (k_.body.node(k_.body.outputs[o].node).shape == k_.space) {
-      if (full_space >= 0) return -1;
-      full_space = static_cast<int>(o);
-    }
-  if (full_space < 0) return -1;
-  NodeId out = k_.body.outputs[full_space].node;
-  DType t = k_.body.node(out).dtype;
-  if (!ir::is_float(t) || row_access(out) != RowAccess::Contiguous) return -1;
-  return streams_whole_lines(static_cast<int64_t>(ir::dtype_size(t)) * lanes) ? full_space : -1;
-}
-
-int CpuKernelEmitter::scratch_stash_output(const RowPlan& plan) {
-  int lanes = k_.schedule.cpu.vector_width;
-  if (lanes < 2 || !ir::trailing_axes(k_) || plan.stash.node < 0) return -1;
+  if (lanes < 2 || !ir::trailing_axes(k_)) return -1;
   int full_space = -1;
   for (size_t o = 0; o < k_.body.outputs.size(); ++o)
     if (k_.body.node(k_.body.outputs[o].node).shape == k_.space) {
@@ -531,7 +515,21 @@ int CpuKernelEmitter::scratch_stash_output(const RowPlan& plan) {
     }
   if (full_space < 0) return -1;
   int64_t size = static_cast<int64_t>(ir::dtype_size(k_.body.node(k_.body.outputs[full_space].node).dtype));
-  return streams_whole_lines(size * lanes) ? full_space : -1;  // AVX2's and AVX-512's vectors
+  return streams_whole_lines(size * lanes) ? full_space : -1;
+}
+
+int CpuKernelEmitter::moments_ride_output(const RowPlan& plan) {
+  if (plan.stash.node >= 0 || plan.moments.size() != 1) return -1;
+  for (size_t g = 0; g < plan.groups.size(); ++g)
+    if (!plan.groups[g].empty() || !plan.arg_groups[g].empty()) return -1;
+  int output = sole_full_space_output_of_lines();
+  if (output < 0) return -1;
+  NodeId out = k_.body.outputs[output].node;
+  return ir::is_float(k_.body.node(out).dtype) && row_access(out) == RowAccess::Contiguous ? output : -1;
+}
+
+int CpuKernelEmitter::scratch_stash_output(const RowPlan& plan) {
+  return plan.stash.node < 0 ? -1 : sole_full_space_output_of_lines();
 }
 
 // A scratch row's elements: the row's, up to kRowStashBytes, rounded up to whole 64-byte lines
