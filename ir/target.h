@@ -27,8 +27,8 @@ struct Target {
   int64_t streaming_bytes = CpuSchedule::kDefaultStreamingBytes;
   /// The same for kernels that write only the program's results (no later kernel reads them):
   /// streaming saves reading each line before it is overwritten, and no consumer misses the
-  /// cached copy. Lower by default (8 MiB against 32; measured in bench/README.md, "Streaming
-  /// results").
+  /// cached copy. Lower by default (8 MiB against 32; measured in bench/README.md, "Results
+  /// stream from 8 MiB moved").
   int64_t result_streaming_bytes = CpuSchedule::kDefaultResultStreamingBytes;
   // Cuda
   int device = 0;  // the device ordinal to load onto and run on

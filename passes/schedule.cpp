@@ -35,7 +35,7 @@ static ir::CpuSchedule cpu_schedule(const Kernel& k, const ir::Target& t, bool r
   s.vector_width = std::max(1, static_cast<int>(t.vector_bits / 8 / elem));
   // Streamed outputs come back from memory: worth it for the program's results (no consumer
   // here), which on the Xeon stream faster from 4-8 MiB moved, warm or cold, while a consumer
-  // kernel reading a streamed intermediate of 8-16 MiB lost up to 25% (bench/README.md).
+  // kernel reading a streamed intermediate of 4-16 MiB lost up to 25% (bench/README.md).
   s.streaming_bytes = read_later ? t.streaming_bytes : t.result_streaming_bytes;
   // Enough work per task to amortize a thread-pool wake-up (~a few microseconds).
   s.grain = k.kind == KernelKind::Elementwise || k.kind == KernelKind::Copy ? 1 << 14 : 1;

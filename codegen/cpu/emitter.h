@@ -319,8 +319,7 @@ class CpuKernelEmitter : public KernelEmitterBase {
   };
   std::vector<RowMoments> row_moments(const std::vector<NodeId>& reductions);
   void emit_row_moments(const RowMoments& m, const std::vector<mlir::Value>& kept, mlir::Value row_base, ir::Dim row_length,
-                        int lanes,
-                        const RowRide* ride = nullptr);
+                        int lanes, const RowRide* ride = nullptr);
   bool reads_elementwise(NodeId id, NodeId source);
   RowStash row_stash(const std::vector<NodeId>& last_group, int lanes);
   std::vector<std::vector<NodeId>> row_groups(const std::set<NodeId>& in_moments, std::vector<std::vector<NodeId>>& arg_groups);
@@ -369,6 +368,8 @@ class CpuKernelEmitter : public KernelEmitterBase {
   };
   // The full-space output whose stash may go to a scratch row (AVX2 and AVX-512 vectors), or -1.
   int scratch_stash_output(const RowPlan& plan);
+  // The kernel's one full-space output, if its vectors are whole lines (AVX2's and AVX-512's),
+  // or -1 (none, several, or narrower vectors).
   int sole_full_space_output_of_lines();
   // The full-space output of a kernel whose only row reductions are one pair of moments
   // (layernorm), a float read along the row, which rides on the next row's moments pass (AVX2

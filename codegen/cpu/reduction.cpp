@@ -377,23 +377,19 @@ void CpuKernelEmitter::emit_row_moments(const RowMoments& moments, const std::ve
     }
     return std::pair{s1, s2};
   };
-  mlir::Value chains_end = whole_steps_end(i64(0), n, static_cast<int64_t>(chains) * lanes);
-  mlir::Value vector_end = chains > 1 ? whole_steps_end(chains_end, n, lanes) : chains_end;
   // Every whole vector: in steps of `chains` vectors, then the whole vectors left in a loop of
   // one chain (as accumulate()'s; layernorm over rows of 16 f32 took 8.2 ms for 33.6 MB with
-  // them in the scalar tail).
-  auto vector_sums = [&](const RowRide* riding) {
-    auto [s1, s2] = sums(i64(0), chains_end, chains, riding);
-    if (chains > 1) {
-      auto [r1, r2] = sums(chains_end, vector_end, 1, riding);
-      s1 = b_.create<mlir::arith::AddFOp>(loc_, s1, r1);
-      s2 = b_.create<mlir::arith::AddFOp>(loc_, s2, r2);
-    }
-    return std::pair{s1, s2};
-  };
-  // (With `ride`, the row before's output pass goes with every whole vector: the moments ride
-  // is emitted only where the output streams, emit().)
-  auto [s1, s2] = vector_sums(ride);
+  // them in the scalar tail). With `ride`, the row before's output pass goes with each of them
+  // (the moments ride is emitted only where the output streams: emit()).
+  mlir::Value vector_end = whole_steps_end(i64(0), n, static_cast<int64_t>(chains) * lanes);
+  auto [s1, s2] = sums(i64(0), vector_end, chains, ride);
+  if (chains > 1) {
+    mlir::Value vectors_end = whole_steps_end(vector_end, n, lanes);
+    auto [r1, r2] = sums(vector_end, vectors_end, 1, ride);
+    s1 = b_.create<mlir::arith::AddFOp>(loc_, s1, r1);
+    s2 = b_.create<mlir::arith::AddFOp>(loc_, s2, r2);
+    vector_end = vectors_end;
+  }
   // As a tree, as fold_lanes() does.
   s1 = b_.create<mlir::vector::ReductionOp>(loc_, mlir::vector::CombiningKind::ADD, s1, mlir::arith::FastMathFlags::reassoc);
   s2 = b_.create<mlir::vector::ReductionOp>(loc_, mlir::vector::CombiningKind::ADD, s2, mlir::arith::FastMathFlags::reassoc);
@@ -502,8 +498,6 @@ int CpuKernelEmitter::scratch_row_output(const RowPlan& plan) {
   return stash >= 0 ? stash : moments_ride_output(plan);
 }
 
-// The kernel's one full-space output, if its vectors are whole lines (AVX2's and AVX-512's), or -1
-// (none, several, or narrower vectors).
 int CpuKernelEmitter::sole_full_space_output_of_lines() {
   int lanes = k_.schedule.cpu.vector_width;
   if (lanes < 2 || !ir::trailing_axes(k_)) return -1;
