@@ -213,6 +213,38 @@ TEST_CASE("AVX2 transposes stream whole lines only when no operand is read along
   }
 }
 
+// 512-bit tiles (16 x 16 f32, 8 x 8 f64): a tile row is one whole line, one tile across. Where
+// the output streams, strips of one tile of columns walk down blocks of 1024 rows a tile at a
+// time, else bands of two tiles walk across (LLVM legalizes the 512-bit vectors on an AVX2 host,
+// so this runs anywhere).
+TEST_CASE("512-bit transposes walk strips down blocks of rows where their output streams", "[cpu][rows][transpose][streaming]") {
+  CompileOptions wide;
+  wide.pipeline.target = testing::streams_from_64k();
+  wide.pipeline.target.vector_bits = 512;
+  for (DType t : {DType::F32, DType::F64}) {
+    INFO(ir::dtype_name(t));
+    Graph g;
+    Tensor x = g.input("x", t, {sym("M"), sym("N")});
+    Tensor column = g.input("column", t, {sym("N"), 1});
+    g.output("xt", transpose(x) * column);  // a column: constant along the rows
+    std::string mlir = one_tiled_kernel(g, wide);
+    CHECK(count_streamed(mlir) > 0);
+    // Output rows x columns. 2051: two blocks and three rows of elements; 1077: a block, a
+    // shorter one and five rows of elements; columns of 48 and 80 f32
+    // (whole lines, not whole tiles for f64) and 1100 (not whole lines: bands, ordinary
+    // stores); 40 x 24: below 64 KiB (bands). Thread ranges start mid-row.
+    for (auto [n, m] : std::vector<std::pair<int64_t, int64_t>>{{2051, 64}, {1077, 48}, {1030, 80}, {300, 1100}, {40, 24}}) {
+      INFO("N = " << n << ", M = " << m);
+      check(g, {{"N", n}, {"M", m}}, wide);
+    }
+    // Batches of matrices: the strips of each matrix start at its first row.
+    Graph batched;
+    Tensor b = batched.input("b", t, {sym("B"), sym("M"), sym("N")});
+    batched.output("bt", permute(b, {0, 2, 1}));
+    check(batched, {{"B", 3}, {"N", 1061}, {"M", 32}}, wide);
+  }
+}
+
 TEST_CASE("kernels larger than the caches stream their output (non-temporal stores)", "[cpu][streaming]") {
   // Over the target's streaming_bytes moved (64 KiB here, 32 MiB by default): the aligned middle of each thread's range is written with streaming
   // stores, after scalar iterations up to a 64-byte boundary (outputs need not be aligned).

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include "mlir/IR/Matchers.h"
+
 namespace fuse::codegen {
 
 using ir::DType;
@@ -416,7 +418,7 @@ mlir::Value CpuKernelEmitter::tile_row(NodeId id, RegisterTile& t, int row) {
 // full-width store, row by row across the tiles: with two 32-byte tiles across (AVX2), each row
 // of the pair is one whole 64-byte line stored in order, which a streaming store needs (stored
 // tile by tile, the halves of a line were 8 stores apart and streamed 1.5x slower than ordinary
-// stores). `streaming` (null: never) picks non-temporal stores at run time.
+// stores). `streaming` (null: never; a constant true: always) picks non-temporal stores at run time.
 void CpuKernelEmitter::emit_register_tiles_across(std::vector<RegisterTile>& tiles, mlir::Value streaming) {
   int lanes = tiles.front().lanes;
   for (size_t o = 0; o < k_.body.outputs.size(); ++o) {
@@ -430,8 +432,8 @@ void CpuKernelEmitter::emit_register_tiles_across(std::vector<RegisterTile>& til
         for (size_t t = 0; t < tiles.size(); ++t)
           store(output_slot_[o], type, add(tiles[t].row_start[i], tiles[t].first_column), rows[t][i], lanes, non_temporal);
     };
-    if (!streaming) {
-      store_rows(false);
+    if (!streaming || mlir::matchPattern(streaming, mlir::m_One())) {
+      store_rows(static_cast<bool>(streaming));
       continue;
     }
     auto branch = b_.create<mlir::scf::IfOp>(loc_, streaming, /*withElseRegion=*/true);
@@ -462,6 +464,9 @@ void CpuKernelEmitter::emit_register_tiles(mlir::Value full_first, mlir::Value f
   if (k_.body.outputs.size() == 1 && out_size * lanes * across == 64)
     streaming = streams_rows(output_slot_[0], out_type, 2 * out_size, width);
   mlir::Value tiled_width = mul(div(width, i64(lanes)), i64(lanes));
+  // Tile rows of one line (AVX-512) walk strips where the output streams and bands elsewhere;
+  // two tiles across (AVX2) always walk strips (see tile_blocks).
+  bool strips_where_streamed = streaming && across == 1 && tiles_read_no_rows();
   // Elements [from, to) of row `row` (row `n` of matrix `matrix`), one at a time.
   auto elements = [&](const std::vector<mlir::Value>& matrix, mlir::Value row, mlir::Value n, mlir::Value from,
                       mlir::Value to) {
@@ -502,37 +507,62 @@ void CpuKernelEmitter::emit_register_tiles(mlir::Value full_first, mlir::Value f
     };
     // Rows [from, to) (a multiple of group * lanes of them) in blocks of `block_rows`; in each,
     // strips of one line of columns (`across` tiles) walked down the block's bands of `group`
-    // tiles. With one tile across, a block is one band walked across the columns: each row of a
-    // transposed operand is read group * 64 bytes at a time. With two (AVX2), a strip reads
-    // `across * lanes` rows of a transposed operand along the block, each a stream of
-    // block_rows elements, and writes one whole line per row (streamed): on the Zen 3 VM a
-    // 4096 x 4096 f32 transpose took 7.4-8.2 ms so (blocks of 1024-2048 rows; 9.9 with 512,
-    // 11-19 with 16-256) against 17-24 ms walking 16-row bands across, streamed or not, in the
-    // same runs of a C model of these loops. Without streaming stores the strips gained nothing.
-    auto tile_blocks = [&](mlir::Value from, mlir::Value to, int group) {
-      int64_t block_rows = across > 1 ? kStripRows / (group * lanes) * (group * lanes) : group * lanes;
+    // tiles; or, without strips, one band per block walked across the columns, each row of a
+    // transposed operand read group * 64 bytes at a time. A strip reads `across * lanes` rows of
+    // a transposed operand along the block, each a stream of block_rows elements, and writes one
+    // whole line per row (streamed): on the Zen 3 VM a 4096 x 4096 f32 transpose on AVX2 took
+    // 7.4-8.2 ms so (blocks of 1024-2048 rows; 9.9 with 512, 11-19 with 16-256) against 17-24 ms
+    // walking 16-row bands across, streamed or not, in the same runs of a C model of these loops.
+    // On AVX-512 (one tile across), where the output streams, on the Xeon VM (fusec --bench,
+    // medians): 4096 x 4096 f32 10.0-10.6 -> 4.5-5.7 ms, f64 16.4-17.1 -> 9.3-10.1, 2048 x 2048
+    // cold 2.4 -> 1.4, 1280 x 1280 cold 1.0-1.1 -> 0.64-0.71; blocks of 2048 rows as fast, 256-512
+    // slower; 1024 x 1024 cold 5-15% slower (1.07-1.18 -> 1.20-1.36 ms). Bands where nothing
+    // streams (on AVX2 the strips gained nothing without streaming stores).
+    auto tile_blocks = [&](mlir::Value from, mlir::Value to, int group, bool strips, mlir::Value stream) {
+      int64_t block_rows = strips ? kStripRows / (group * lanes) * (group * lanes) : group * lanes;
       loop(from, to, block_rows, [&](mlir::Value block) {
         mlir::Value block_end = min_i64(add(block, i64(block_rows)), to);
-        auto down_the_block = [&](mlir::Value c0, int count, mlir::Value stream) {
-          if (across == 1) return tiles_at(block, group, c0, count, stream);  // one band
-          loop(block, block_end, group * lanes, [&](mlir::Value band) { tiles_at(band, group, c0, count, stream); });
+        auto down_the_block = [&](mlir::Value c0, int count, mlir::Value tile_stream) {
+          if (!strips) return tiles_at(block, group, c0, count, tile_stream);  // one band
+          loop(block, block_end, group * lanes, [&](mlir::Value band) { tiles_at(band, group, c0, count, tile_stream); });
         };
         if (across == 1) {
-          loop(i64(0), tiled_width, lanes, [&](mlir::Value c0) { down_the_block(c0, 1, streaming); });
+          loop(i64(0), tiled_width, lanes, [&](mlir::Value c0) { down_the_block(c0, 1, stream); });
         } else {
           // Whole lines (`across` tiles) first; a last tile of a row that is not a whole number
           // of lines (then nothing streams: streams_rows wants whole-line rows) alone.
           mlir::Value lines_end = mul(div(width, i64(across * lanes)), i64(across * lanes));
-          loop(i64(0), lines_end, across * lanes, [&](mlir::Value c0) { down_the_block(c0, across, streaming); });
+          loop(i64(0), lines_end, across * lanes, [&](mlir::Value c0) { down_the_block(c0, across, stream); });
           loop(lines_end, tiled_width, lanes, [&](mlir::Value c0) { down_the_block(c0, 1, mlir::Value()); });
         }
         loop(block, block_end, 1, [&](mlir::Value n) { elements(matrix, add(matrix_row, n), n, tiled_width, width); });
       });
     };
     mlir::Value banded_end = whole_steps_end(n_first, n_end, kBandTiles * lanes);
-    tile_blocks(n_first, banded_end, kBandTiles);
     mlir::Value tiled_end = whole_steps_end(banded_end, n_end, lanes);
-    tile_blocks(banded_end, tiled_end, 1);
+    auto all_tiles = [&](bool strips, mlir::Value stream) {
+      // Strips one tile across walk bands of one tile: their rows are streams either way, and
+      // with bands of two tiles as well `fusec bench/transpose.expr --emit=obj` took 0.41-0.51 s,
+      // not 0.27-0.32, for the same speed (4096 x 4096 f32 4.2-4.4 ms against 4.3-4.8). (The
+      // bands keep two tiles: one lost 20-25% on 2048 x 256 in cache.) fuse_bench's warm compile
+      // of the transpose: 369-393 ms, 306 before the strips.
+      if (strips && across == 1) {
+        tile_blocks(n_first, tiled_end, 1, strips, stream);
+        return;
+      }
+      tile_blocks(n_first, banded_end, kBandTiles, strips, stream);
+      tile_blocks(banded_end, tiled_end, 1, strips, stream);
+    };
+    if (strips_where_streamed) {
+      auto branch = b_.create<mlir::scf::IfOp>(loc_, streaming, /*withElseRegion=*/true);
+      mlir::OpBuilder::InsertionGuard guard(b_);
+      b_.setInsertionPointToStart(&branch.getThenRegion().front());
+      all_tiles(true, b_.create<mlir::arith::ConstantIntOp>(loc_, 1, 1));
+      b_.setInsertionPointToStart(&branch.getElseRegion().front());
+      all_tiles(false, mlir::Value());
+    } else {
+      all_tiles(across > 1, streaming);
+    }
     loop(tiled_end, n_end, 1, [&](mlir::Value n) { elements(matrix, add(matrix_row, n), n, i64(0), width); });
   });
 }
