@@ -10,8 +10,15 @@ their best repetitions agreed. Run one workload at a time, the same pairs differ
 (and its compile-latency rows from another): compare ratios within a row (fuse and its peers ran
 together), not times across rows.
 
-    bench/run_each.py [--binary build/bench/fuse_bench] [--filter REGEX] [fuse_bench flags...]
+With --rounds N, every selected workload runs N times, round by round (each round runs them all
+in turn, so that a slow spell of a shared host falls on every row alike), each round's tables are
+printed, and then the best peer / fuse ratio of every round and their median per workload: on the
+Xeon VM of bench/README.md one run's ratio moved by 0.3 between runs minutes apart with the same
+kernels (softmax_65536x64 1.08 and 1.46).
+
+    bench/run_each.py [--binary build/bench/fuse_bench] [--filter REGEX] [--rounds N] [fuse_bench flags...]
 """
+import statistics
 import argparse
 import os
 import re
@@ -60,21 +67,16 @@ def markdown(header, rows):
     return "\n".join([line(header), "| " + " | ".join(marks) + " |"] + [line(r) for r in body])
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--binary", default="build/bench/fuse_bench")
-    parser.add_argument("--filter", default="", help="only workloads whose name matches this regex")
-    args, passthrough = parser.parse_known_args()
+def run_round(binary, names, passthrough):
+    """Every workload in `names` once: (joined tables {header: rows}, their order, context lines, status)."""
     joined, order, context = {}, [], []
     status = 0
-    for name in workloads(args.binary):
-        if args.filter and not re.search(args.filter, name):
-            continue
+    for name in names:
         # The compile rows in a process of their own: interleaved with the workload's rows, each
         # LLVM compile (about 1 s for the transformer block) left the next run with cold caches
         # (2026-11-25: transformer_block_512 fused 4.35-5.03 ms alone, 6.97-7.05 ms with them).
         for rows_filter in (f"^({name}/|stream/)", f"^compile/{name}/"):
-            run = subprocess.run([args.binary, f"--benchmark_filter={rows_filter}"] + passthrough,
+            run = subprocess.run([binary, f"--benchmark_filter={rows_filter}"] + passthrough,
                                  capture_output=True, text=True)
             status = status or run.returncode
             if run.returncode:
@@ -89,10 +91,49 @@ def main():
                     order.append(header)
                 joined[header] += [r for r in rows[1:] if r[0] == name]
         print(f"{name} done", file=sys.stderr, flush=True)
-    print("\n".join(context))
-    for header in order:
+    return joined, order, context, status
+
+
+def ratios(joined):
+    """{workload: best peer / fuse} from the table of peers (the one with a "fuse ms" column)."""
+    for header, rows in joined.items():
+        if "fuse ms" in header and "best peer / fuse" in header:
+            column = header.index("best peer / fuse")
+            return {r[0]: r[column] for r in rows[1:]}
+    return {}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--binary", default="build/bench/fuse_bench")
+    parser.add_argument("--filter", default="", help="only workloads whose name matches this regex")
+    parser.add_argument("--rounds", type=int, default=1, help="run every selected workload this many times, round by round")
+    args, passthrough = parser.parse_known_args()
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
+    names = [n for n in workloads(args.binary) if not args.filter or re.search(args.filter, n)]
+    status, per_round = 0, []
+    for round_index in range(args.rounds):
+        joined, order, context, round_status = run_round(args.binary, names, passthrough)
+        status = status or round_status
+        if args.rounds > 1:
+            print(f"{'' if round_index == 0 else chr(10)}## round {round_index + 1} of {args.rounds}")
+        print("\n".join(context))
+        for header in order:
+            print()
+            print(markdown(header, joined[header]))
+        per_round.append(ratios(joined))
+    if args.rounds > 1:
+        header = ("workload",) + tuple(f"round {i + 1}" for i in range(args.rounds)) + ("median", "min")
+        rows = [[":--"] + ["--:"] * (len(header) - 1)]
+        for name in names:
+            values = [r.get(name, "") for r in per_round]
+            numbers = [float(v) for v in values if re.fullmatch(r"[0-9.]+", v)]
+            rows.append([name] + values + ([f"{statistics.median(numbers):.2f}", f"{min(numbers):.2f}"] if numbers else ["", ""]))
         print()
-        print(markdown(header, joined[header]))
+        print("best peer / fuse in each round (>= 1: fuse wins):")
+        print()
+        print(markdown(header, rows))
     return status
 
 
