@@ -514,7 +514,7 @@ void CpuKernelEmitter::emit_register_tiles(mlir::Value full_first, mlir::Value f
     // 7.4-8.2 ms so (blocks of 1024-2048 rows; 9.9 with 512, 11-19 with 16-256) against 17-24 ms
     // walking 16-row bands across, streamed or not, in the same runs of a C model of these loops.
     // On AVX-512 (one tile across), where the output streams, on the Xeon VM (fusec --bench,
-    // medians): 4096 x 4096 f32 10.0-10.6 -> 4.5-5.7 ms, f64 16.4-17.1 -> 9.3-10.1, 2048 x 2048
+    // medians): 4096 x 4096 f32 10.0-10.6 -> 4.5-5.0 ms warm, f64 16.4-17.1 -> 9.3-10.1, 2048 x 2048
     // cold 2.4 -> 1.4, 1280 x 1280 cold 1.0-1.1 -> 0.64-0.71; blocks of 2048 rows as fast, 256-512
     // slower; 1024 x 1024 cold 5-15% slower (1.07-1.18 -> 1.20-1.36 ms). Bands where nothing
     // streams (on AVX2 the strips gained nothing without streaming stores).
