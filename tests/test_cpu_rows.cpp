@@ -229,6 +229,7 @@ TEST_CASE("512-bit transposes walk strips down blocks of rows where their output
     g.output("xt", transpose(x) * column);  // a column: constant along the rows
     std::string mlir = one_tiled_kernel(g, wide);
     CHECK(count_streamed(mlir) > 0);
+    CHECK(mlir.find("arith.constant 1024 : i64") != std::string::npos);  // the strips' blocks of rows
     // Output rows x columns. 2051: two blocks and three rows of elements; 1077: a block, a
     // shorter one and five rows of elements; columns of 48 and 80 f32
     // (whole lines, not whole tiles for f64) and 1100 (not whole lines: bands, ordinary
@@ -237,6 +238,14 @@ TEST_CASE("512-bit transposes walk strips down blocks of rows where their output
       INFO("N = " << n << ", M = " << m);
       check(g, {{"N", n}, {"M", m}}, wide);
     }
+    // An operand read along its rows (y): bands only, as on AVX2 (a strip would read one line
+    // from each of a thousand rows of y).
+    Graph mixed;
+    Tensor a = mixed.input("a", t, {sym("M"), sym("N")});
+    Tensor y = mixed.input("y", t, {sym("N"), sym("M")});
+    mixed.output("z", transpose(a) * 2.0 + y);
+    CHECK(one_tiled_kernel(mixed, wide).find("arith.constant 1024 : i64") == std::string::npos);
+    check(mixed, {{"N", 1100}, {"M", 64}}, wide);
     // Batches of matrices: the strips of each matrix start at its first row.
     Graph batched;
     Tensor b = batched.input("b", t, {sym("B"), sym("M"), sym("N")});
