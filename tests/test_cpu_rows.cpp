@@ -99,6 +99,14 @@ std::string one_tiled_kernel(const Graph& g, const CompileOptions& options = {})
 
 bool shuffles(const std::string& mlir) { return mlir.find("vector.shuffle") != std::string::npos; }
 
+// `transpose(a) * 2.0 + y` into `g`: one operand transposed, y read along its rows. A strip would
+// read one line from each of a thousand rows of y, so such tiles keep bands walked across.
+void transpose_plus_rows(Graph& g, DType t) {
+  Tensor a = g.input("a", t, {sym("M"), sym("N")});
+  Tensor y = g.input("y", t, {sym("N"), sym("M")});
+  g.output("z", transpose(a) * 2.0 + y);
+}
+
 // The host with 256-bit vectors (it runs AVX2 code too), streaming from 64 KiB moved.
 CompileOptions avx2_streaming_from_64k() {
   CompileOptions options;
@@ -202,12 +210,9 @@ TEST_CASE("AVX2 transposes stream whole lines only when no operand is read along
       INFO("N = " << n << ", M = " << m);
       check(transposed, {{"N", n}, {"M", m}}, avx2);
     }
-    // y read along its rows: a strip would read one line from each of a thousand rows of y, so
-    // the tiles keep bands walked across and ordinary stores (32-byte halves of lines).
+    // y read along its rows: bands and ordinary stores (32-byte halves of lines).
     Graph mixed;
-    Tensor a = mixed.input("a", t, {sym("M"), sym("N")});
-    Tensor y = mixed.input("y", t, {sym("N"), sym("M")});
-    mixed.output("z", transpose(a) * 2.0 + y);
+    transpose_plus_rows(mixed, t);
     CHECK(one_tiled_kernel(mixed, avx2).find("nontemporal") == std::string::npos);
     check(mixed, {{"N", 257}, {"M", 1031}}, avx2);
   }
@@ -238,12 +243,9 @@ TEST_CASE("512-bit transposes walk strips down blocks of rows where their output
       INFO("N = " << n << ", M = " << m);
       check(g, {{"N", n}, {"M", m}}, wide);
     }
-    // An operand read along its rows (y): bands only, as on AVX2 (a strip would read one line
-    // from each of a thousand rows of y).
+    // An operand read along its rows: bands only, as on AVX2.
     Graph mixed;
-    Tensor a = mixed.input("a", t, {sym("M"), sym("N")});
-    Tensor y = mixed.input("y", t, {sym("N"), sym("M")});
-    mixed.output("z", transpose(a) * 2.0 + y);
+    transpose_plus_rows(mixed, t);
     CHECK(one_tiled_kernel(mixed, wide).find("arith.constant 1024 : i64") == std::string::npos);
     check(mixed, {{"N", 1100}, {"M", 64}}, wide);
     // Batches of matrices: the strips of each matrix start at its first row.
