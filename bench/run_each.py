@@ -68,8 +68,8 @@ def markdown(header, rows):
 
 
 def run_round(binary, names, passthrough):
-    """Every workload in `names` once: (joined tables {header: rows}, their order, context lines, status)."""
-    joined, order, context = {}, [], []
+    """Every workload in `names` once: (joined tables {header: rows} in order of appearance, context lines, status)."""
+    joined, context = {}, []
     status = 0
     for name in names:
         # The compile rows in a process of their own: interleaved with the workload's rows, each
@@ -88,10 +88,9 @@ def run_round(binary, names, passthrough):
             for header, rows in tables(run.stdout).items():
                 if header not in joined:
                     joined[header] = rows[:1]
-                    order.append(header)
                 joined[header] += [r for r in rows[1:] if r[0] == name]
         print(f"{name} done", file=sys.stderr, flush=True)
-    return joined, order, context, status
+    return joined, context, status
 
 
 def ratios(joined):
@@ -114,12 +113,14 @@ def main():
     names = [n for n in workloads(args.binary) if not args.filter or re.search(args.filter, n)]
     status, per_round = 0, []
     for round_index in range(args.rounds):
-        joined, order, context, round_status = run_round(args.binary, names, passthrough)
+        joined, context, round_status = run_round(args.binary, names, passthrough)
         status = status or round_status
         if args.rounds > 1:
-            print(f"{'' if round_index == 0 else chr(10)}## round {round_index + 1} of {args.rounds}")
+            if round_index:
+                print()
+            print(f"## round {round_index + 1} of {args.rounds}")
         print("\n".join(context))
-        for header in order:
+        for header in joined:
             print()
             print(markdown(header, joined[header]))
         per_round.append(ratios(joined))
