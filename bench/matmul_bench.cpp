@@ -6,8 +6,8 @@
 //
 //   matmul_bench [--rounds=N] [--max=SIZE] [--shapes=MxKxN,...] [--targets=DESC;DESC...]
 //
-// --shapes replaces the default rows (squares up to --max, three odd shapes, two MLP layers) with
-// plain matmuls of the shapes given, e.g. --shapes=1024x1024x1023,1024x1024x1024.
+// --shapes replaces the default rows (squares up to --max, three odd shapes, two of few rows, two
+// MLP layers) with plain matmuls of the shapes given, e.g. --shapes=1024x1024x1023,1024x1024x1024.
 // --targets compiles fuse's matmul once per CPU description (ir::Target::cpu: "l1=24K",
 // "l2=1M,cores=4", "" for the host) and runs them all in the same rounds: blockings compared in
 // one process, where this machine's drift between runs hides differences of 10%.
@@ -334,7 +334,9 @@ int main(int argc, char** argv) {
     if (given.empty()) {
       for (int64_t n : {256, 512, 1024, 2048, 4096})
         if (n <= max_size) shapes.push_back({n, n, n});
-      for (Shape s : {Shape{1000, 1000, 1000}, Shape{1023, 1023, 1023}, Shape{2047, 513, 1001}})
+      // Odd shapes; a small batch through a large layer (few rows: tasks split the columns).
+      for (Shape s : {Shape{1000, 1000, 1000}, Shape{1023, 1023, 1023}, Shape{2047, 513, 1001}, Shape{16, 2048, 2048},
+                      Shape{64, 2048, 2048}})
         if (std::max({s.m, s.k, s.n}) <= max_size) shapes.push_back(s);
     }
     for (Shape s : shapes) add_rows(rows, cases, s, false, targets);

@@ -221,10 +221,29 @@ MatmulTiling matmul_tiling(const CpuSchedule& s) {
   // are read a few lines at a time; a thousand columns make 16 groups to share out.
   t.group_columns = 4 * t.nr;
   t.nc = std::max(t.group_columns, s.nc / t.group_columns * t.group_columns);
+  t.nc_few_rows = std::min(t.nc, std::max(t.group_columns, t.mc / t.group_columns * t.group_columns));
   return t;
 }
 
 bool shares_packed_b(const Kernel& k) { return k.schedule.form == LoopForm::BlockedMatmul && k.space.size() == 2; }
+
+MatmulSplit matmul_split(const Kernel& k, int64_t rows, int64_t depth, int64_t columns, int threads,
+                         int64_t max_shared_bytes) {
+  MatmulSplit split;
+  if (threads < 2) return split;
+  MatmulTiling t = matmul_tiling(k.schedule.cpu);
+  if (rows / threads >= t.mc) {
+    split.shared = shared_packed_b(k, depth, columns).bytes <= max_shared_bytes ? 1 : 0;
+    return split;
+  }
+  // Split by rows, each of T tasks packs all of B (T K N) and its rows of A (M K); by columns,
+  // each packs its columns of B (K N in all) and all of A (T M K): less with fewer rows than
+  // columns: 16 x 4096 x 4096 on the 2-vCPU Intel Xeon took 12.4-14.2 ms by rows, 7.0-7.6 by
+  // columns (bench/README.md).
+  int64_t groups = (std::max<int64_t>(0, columns) + t.group_columns - 1) / t.group_columns;
+  if (rows < columns && groups >= 2) split.column_tasks = std::min<int64_t>(threads, groups);
+  return split;
+}
 
 SharedPackedB shared_packed_b(const Kernel& k, int64_t depth, int64_t columns) {
   MatmulTiling t = matmul_tiling(k.schedule.cpu);

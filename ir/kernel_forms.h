@@ -78,28 +78,49 @@ struct MatmulTiling {
   int64_t mr, nr, kc, mc, nc;  // nr and kc whole vectors; mc whole mr tiles; nc whole groups
   int lanes;
   int64_t group_columns;       // columns of B per group of panels claimed at once (shared packing)
+  // nc for a task of at most mc / 2 rows: a block of B as large as A's block, kept in L2. A
+  // few rows use each element of B a few times, so packing it is much of the work, and a block
+  // of nc columns packed past L2 came back from memory (16 x 4096 x 4096 on the 2-vCPU Intel
+  // Xeon: 8.0 ms with the nc of large matrices, 6.7 with this one; bench/README.md).
+  int64_t nc_few_rows;
 };
 MatmulTiling matmul_tiling(const CpuSchedule& s);
 
-/// Whether a BlockedMatmul kernel's tasks share one packed copy of B (plain 2-D matmuls; batched
-/// ones pack each batch's B per task). Each task used to pack all of B for its own rows: with T
-/// threads, T copies. Shared, each group of panels of each K block is packed by the first task
-/// to claim it, and the others wait for its flag (the claimer packs it at once and waits for
-/// nothing meanwhile, so nothing can deadlock). The runtime passes the buffer after the
-/// kernel's constants, its flags zeroed, when it runs the kernel as several tasks of at least
-/// mc rows each and the buffer takes at most 256 MiB; else a null pointer, and each task packs into a buffer of one block it reuses,
-/// as batched matmuls do.
+/// Whether a BlockedMatmul kernel is a plain 2-D matmul whose tasks the runtime may split by
+/// columns of C as well as rows, and may have share one packed copy of B (batched matmuls split
+/// by rows and pack each batch's B per task). The runtime says how in a MatmulSplit at the start
+/// of the buffer it passes after the kernel's constants (a null pointer: by rows, nothing
+/// shared, as a kernel called from `fusec --emit=obj` without the runtime runs).
 bool shares_packed_b(const Kernel& k);
 
-/// The buffer of a kernel that shares_packed_b, for a depth K and N columns of B: an int32 claim
-/// flag per group per K block (0 free, 1 being packed, 2 packed; K block b's group g at
-/// b * groups + g), then, from flags_bytes on, B packed as the kernel packs it: K block b at
-/// element b * kc * round_up(N, nr), its columns [j, ...) at j * kb within it (kb the block's
-/// depth), plus one vector of slack.
+/// How a 2-D blocked matmul's parallel iterations map to work. With `column_tasks` = C, the
+/// runtime runs C x M iterations: iteration i is row i % M of column task i / M, which computes
+/// C's columns [g0 * group_columns, g1 * group_columns) (clamped to N), for g0 = t * G / C and
+/// g1 = (t + 1) * G / C with G the groups of columns. Few rows (fewer than mc per thread) and
+/// more columns than rows: a task per thread, each over all rows and its share of columns,
+/// packing its own columns of B; else one column task (rows split among tasks). `shared`: the
+/// tasks share one packed copy of B (SharedPackedB, after this header): each group of panels
+/// of each K block is packed by the first task to claim it, and the others wait for its flag
+/// (the claimer packs it at once and waits for nothing meanwhile, so nothing can deadlock).
+/// Only for tasks of at least mc rows each and a packed B of at most `max_shared_bytes`; else each
+/// task packs into a buffer of one block it reuses, warm in cache.
+struct MatmulSplit {
+  int64_t column_tasks = 1;
+  int64_t shared = 0;  // 0 or 1 (an int64 to the kernel)
+};
+constexpr int64_t kMatmulSplitBytes = 64;  // the header: a whole line, so the flags start on one
+MatmulSplit matmul_split(const Kernel& k, int64_t rows, int64_t depth, int64_t columns, int threads,
+                         int64_t max_shared_bytes);
+
+/// The buffer of a kernel that shares_packed_b, for a depth K and N columns of B, past the
+/// MatmulSplit header: an int32 claim flag per group per K block (0 free, 1 being packed, 2
+/// packed; K block b's group g at b * groups + g), then, from flags_bytes on, B packed as the
+/// kernel packs it: K block b at element b * kc * round_up(N, nr), its columns [j, ...) at j * kb
+/// within it (kb the block's depth), plus one vector of slack.
 struct SharedPackedB {
   int64_t k_blocks = 0, groups = 0;
   int64_t flags_bytes = 0;  // whole 64-byte lines: the panels start on one
-  int64_t bytes = 0;        // the whole buffer
+  int64_t bytes = 0;        // the flags and the panels (the header not counted)
 };
 SharedPackedB shared_packed_b(const Kernel& k, int64_t depth, int64_t columns);
 

@@ -17,8 +17,9 @@ constexpr int64_t kMaxSharedPanelBytes = int64_t{256} << 20;
 struct Executable::Workspace {
   std::vector<Buffer> slots;                   // one per memory-plan slot
   std::vector<std::vector<uint64_t>> scratch;  // per kernel: a split reduction's partials
-  // A blocked matmul's packed B, shared by its tasks (ir::SharedPackedB), kept for the next
-  // kernel and run (its pages fault once): one, as large as the largest (kernels run one at a time).
+  // A 2-D blocked matmul's split (ir::MatmulSplit) and packed B, shared by its tasks
+  // (ir::SharedPackedB), kept for the next kernel and run (its pages fault once): one, as large
+  // as the largest (kernels run one at a time).
   Buffer panels;
   std::vector<void*> pointers;                 // a kernel's buffer arguments
   std::vector<int64_t> symbol_sizes;
@@ -308,32 +309,39 @@ void Executable::launch(const ir::Kernel& k, const CpuKernelCode& code, std::vec
       return;
     }
     int64_t total = ir::evaluate(ir::parallel_iterations(k), symbols);
+    int64_t column_tasks = 1;
     if (ir::shares_packed_b(k)) {
-      // Shared among tasks of at least one mc block of rows each. The shared buffer holds all of
-      // packed B, as large as B and cold in cache at each run, where a task's own buffer of one
-      // block stays warm. On a 2-vCPU Zen 3 (bench/README.md): 6 x 2048 x 2048 and 48 x 2048 x
-      // 2048 (packing is most of the run) 10-20% slower shared on 2 threads; 1024^3 and the MLP
-      // shapes within noise on 2 threads, and 9-12% faster with 8 tasks (8 copies of B, not 1).
-      void* panels = nullptr;
-      int threads = ThreadPool::global().num_threads();
-      if (threads > 1 && total / threads >= ir::matmul_tiling(k.schedule.cpu).mc) {
-        const ir::Node& mm = k.body.node(ir::matmul_node(k));
-        int64_t depth = ir::evaluate(k.body.node(mm.inputs[0]).shape.back(), symbols);
-        ir::SharedPackedB layout = ir::shared_packed_b(k, depth, ir::evaluate(k.space.back(), symbols));
-        if (layout.bytes <= kMaxSharedPanelBytes) {
-          Buffer& buffer = workspace.panels;
-          if (static_cast<int64_t>(buffer.size_bytes()) < layout.bytes) buffer = Buffer::empty(ir::DType::Bool, {layout.bytes});
-          panels = buffer.data();
-          std::memset(panels, 0, static_cast<size_t>(layout.flags_bytes));  // the claim flags
-        }
+      // ir::MatmulSplit. A shared B is as large as B and cold in cache at each run, where a
+      // task's own buffer of one block stays warm. On a 2-vCPU Zen 3 (bench/README.md): 6 x 2048
+      // x 2048 and 48 x 2048 x 2048 (packing is most of the run) 10-20% slower shared on 2
+      // threads; 1024^3 and the MLP shapes within noise on 2 threads, and 9-12% faster with 8
+      // tasks (8 copies of B, not 1).
+      const ir::Node& mm = k.body.node(ir::matmul_node(k));
+      int64_t depth = ir::evaluate(k.body.node(mm.inputs[0]).shape.back(), symbols);
+      int64_t columns = ir::evaluate(k.space.back(), symbols);
+      ir::MatmulSplit split =
+          ir::matmul_split(k, total, depth, columns, ThreadPool::global().num_threads(), kMaxSharedPanelBytes);
+      int64_t bytes = ir::kMatmulSplitBytes;
+      ir::SharedPackedB layout;
+      if (split.shared) {
+        layout = ir::shared_packed_b(k, depth, columns);
+        bytes += layout.bytes;
       }
-      pointers.push_back(panels);
+      Buffer& buffer = workspace.panels;
+      if (static_cast<int64_t>(buffer.size_bytes()) < bytes) buffer = Buffer::empty(ir::DType::Bool, {bytes});
+      auto* header = static_cast<int64_t*>(buffer.data());
+      header[0] = split.column_tasks;
+      header[1] = split.shared;
+      if (split.shared)  // the claim flags
+        std::memset(static_cast<char*>(buffer.data()) + ir::kMatmulSplitBytes, 0, static_cast<size_t>(layout.flags_bytes));
+      pointers.push_back(buffer.data());
+      column_tasks = split.column_tasks;
     }
     if (error_record) pointers.push_back(error_record);
     // np-gaps: with no work, a kernel with index checks still checks the indices of its empty
     // takes (the interpreter checks them all).
     if (total == 0 && error_record && has_take(k)) code.fn(pointers.data(), symbol_sizes.data(), 0, 0);
-    ThreadPool::global().parallel_for(0, total, std::max<int64_t>(1, k.schedule.cpu.grain),
+    ThreadPool::global().parallel_for(0, total * column_tasks, std::max<int64_t>(1, k.schedule.cpu.grain),
                                       [&](int64_t begin, int64_t end) {
                                         code.fn(pointers.data(), symbol_sizes.data(), begin, end);
                                       });

@@ -202,6 +202,60 @@ TEST_CASE("2-D blocked matmuls share packed B among tasks", "[cpu][matmul][threa
   check(batched, exe, mkn({{200, 70, 90}}), 70);
 }
 
+// Run again at 1, 2 and 7 threads (tests/CMakeLists.txt): a 2-D matmul of fewer than mc rows a
+// thread and more columns than rows runs a task per thread over all rows and its share of the
+// columns (ir::MatmulSplit), a whole number of groups of panels each; a task of at most mc / 2
+// rows packs B in blocks of nc_few_rows columns.
+TEST_CASE("2-D blocked matmuls of few rows split their columns among tasks", "[cpu][matmul][threads]") {
+  int threads = runtime::ThreadPool::global().num_threads();
+  Target large_l3 = tiny_caches();
+  large_l3.l3_bytes = 1 << 20;
+  {
+    Graph g;
+    g.output("c", matmul(g.input("a", DType::F32, {sym("M"), sym("K")}), g.input("b", DType::F32, {sym("K"), sym("N")})));
+    runtime::Executable exe = compile(g, with_target(tiny_caches()));
+    const ir::Kernel& k = only_matmul(exe);
+    ir::MatmulTiling t = ir::matmul_tiling(k.schedule.cpu);
+    INFO("mc=" << t.mc << " group=" << t.group_columns);
+    REQUIRE(t.mc == 12);
+    REQUIRE(t.group_columns >= 64);
+    auto split = [&](int64_t rows, int64_t columns, int threads, int64_t max_shared = int64_t{1} << 40) {
+      ir::MatmulSplit s = ir::matmul_split(k, rows, 70, columns, threads, max_shared);
+      return std::pair{s.column_tasks, s.shared};
+    };
+    CHECK(split(16, 4096, 1) == std::pair<int64_t, int64_t>{1, 0});   // one thread: one task
+    CHECK(split(16, 4096, 2) == std::pair<int64_t, int64_t>{2, 0});   // 8 rows a thread < mc
+    CHECK(split(16, 4096, 7) == std::pair<int64_t, int64_t>{7, 0});
+    CHECK(split(1, 2 * t.group_columns, 7) == std::pair<int64_t, int64_t>{2, 0});  // two groups
+    CHECK(split(1, t.group_columns, 7) == std::pair<int64_t, int64_t>{1, 0});      // one group
+    CHECK(split(20, 10, 2) == std::pair<int64_t, int64_t>{1, 0});     // more rows than columns
+    CHECK(split(24, 4096, 2) == std::pair<int64_t, int64_t>{1, 1});   // mc rows a thread: shared B
+    CHECK(split(24, 4096, 2, 0) == std::pair<int64_t, int64_t>{1, 0});  // too large to share
+  }
+  for (const Target& target : {tiny_caches(), large_l3})
+    for (DType t : {DType::F32, DType::F64, DType::I32}) {
+      INFO(ir::dtype_name(t) << " on " << threads << " threads, L3 " << target.l3_bytes);
+      Graph g;
+      Tensor a = g.input("a", t, {sym("M"), sym("K")});
+      Tensor b = g.input("b", t, {sym("K"), sym("N")});
+      g.output("c", matmul(a, b) * 2);
+      // Partial sums in a task-local buffer (no output has the matmul's dtype).
+      Graph only_bool;
+      only_bool.output("positive", matmul(only_bool.input("a", t, {sym("M"), sym("K")}),
+                                          only_bool.input("b", t, {sym("K"), sym("N")})) > 0);
+      runtime::Executable exe = compile(g, with_target(target));
+      ir::MatmulTiling tiling = ir::matmul_tiling(only_matmul(exe).schedule.cpu);
+      INFO("kc=" << tiling.kc << " nc=" << tiling.nc << " nc_few_rows=" << tiling.nc_few_rows);
+      if (target.l3_bytes == large_l3.l3_bytes) CHECK(tiling.nc_few_rows < tiling.nc);
+      // Rows: one, a few (nc_few_rows), a tile and a bit (past mc / 2); columns: one group, a
+      // partial group, groups that do not divide among 2 or 7 tasks; K: several blocks.
+      auto sizes = mkn({{1, 70, 1000}, {5, 70, 129}, {16, 33, 300}, {13, 100, 1023}, {7, 1, 200}, {3, 70, 1}});
+      check(g, exe, sizes, 100);
+      runtime::Executable bool_exe = compile(only_bool, with_target(target));
+      check(only_bool, bool_exe, sizes, 100);
+    }
+}
+
 TEST_CASE("batched matmul with broadcast batch dims", "[cpu][matmul]") {
   Graph g;
   Tensor x = g.input("x", DType::F32, {3, sym("M"), sym("K")});

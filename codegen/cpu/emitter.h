@@ -80,7 +80,11 @@ class CpuKernelEmitter : public KernelEmitterBase {
   mlir::Value load_element(NodeId id, mlir::Value offset) override { return load(input_slot_.at(id), k_.body.node(id).dtype, offset, 1); }
   template <class Body>
   void loop(mlir::Value from, mlir::Value to, int64_t step, Body body) {
-    auto for_op = b_.create<mlir::scf::ForOp>(loc_, from, to, i64(step));
+    loop(from, to, i64(step), body);
+  }
+  template <class Body>
+  void loop(mlir::Value from, mlir::Value to, mlir::Value step, Body body) {
+    auto for_op = b_.create<mlir::scf::ForOp>(loc_, from, to, step);
     mlir::OpBuilder::InsertionGuard guard(b_);
     b_.setInsertionPointToStart(for_op.getBody());
     clear_caches();
@@ -481,8 +485,8 @@ class CpuKernelEmitter : public KernelEmitterBase {
   void emit_matmul_blocked(mlir::Value begin, mlir::Value end);
   // A 2-D matmul's packed B (ir::SharedPackedB): `flags` null for a kernel that never shares.
   struct SharedB {
-    mlir::Value flags;           // the runtime's buffer (its claim flags first), or null at run time
-    mlir::Value present;         // whether the runtime passed one
+    mlir::Value flags;           // the claim flags, past the runtime's ir::MatmulSplit header
+    mlir::Value present;         // whether the tasks share (the header says so)
     mlir::Value panels;          // past the flags
     mlir::Value groups;          // groups of panels per K block
     mlir::Value padded_columns;  // N rounded up to whole panels

@@ -55,10 +55,28 @@ void CpuKernelEmitter::emit_matmul_blocked(mlir::Value begin, mlir::Value end) {
   // longer than packing all of B twice).
   mlir::Value private_bytes = mul(add(mul(nc_used, kc_used), i64(t.lanes)), i64(elem));
   SharedB shared;
-  if (ir::shares_packed_b(k_)) {
-    shared.flags = base_[slot_count_];
-    shared.present =
-        cmpi(mlir::arith::CmpIPredicate::ne, b_.create<mlir::LLVM::PtrToIntOp>(loc_, i64_type(), shared.flags), i64(0));
+  // 2-D matmuls: the runtime's split (ir::MatmulSplit) from the header of the buffer it passes
+  // after the constants; without one, rows only and nothing shared.
+  bool by_columns = ir::shares_packed_b(k_);
+  mlir::Value column_tasks = i64(1);
+  if (by_columns) {
+    mlir::Value header = base_[slot_count_];
+    mlir::Value passed = cmpi(mlir::arith::CmpIPredicate::ne, b_.create<mlir::LLVM::PtrToIntOp>(loc_, i64_type(), header), i64(0));
+    auto split = b_.create<mlir::scf::IfOp>(loc_, mlir::TypeRange{i64_type(), i64_type()}, passed, /*withElseRegion=*/true);
+    {
+      mlir::OpBuilder::InsertionGuard guard(b_);
+      b_.setInsertionPointToStart(&split.getThenRegion().front());
+      auto word = [&](int64_t i) {
+        mlir::Value at = b_.create<mlir::LLVM::GEPOp>(loc_, ptr_type(), i64_type(), header, mlir::ValueRange{i64(i)});
+        return b_.create<mlir::LLVM::LoadOp>(loc_, i64_type(), at).getResult();
+      };
+      b_.create<mlir::scf::YieldOp>(loc_, mlir::ValueRange{word(0), word(1)});
+      b_.setInsertionPointToStart(&split.getElseRegion().front());
+      b_.create<mlir::scf::YieldOp>(loc_, mlir::ValueRange{i64(1), i64(0)});
+    }
+    column_tasks = max_i64(split.getResult(0), i64(1));
+    shared.present = cmpi(mlir::arith::CmpIPredicate::ne, split.getResult(1), i64(0));
+    shared.flags = b_.create<mlir::LLVM::GEPOp>(loc_, ptr_type(), b_.getI8Type(), header, mlir::ValueRange{i64(ir::kMatmulSplitBytes)});
     private_bytes = b_.create<mlir::arith::SelectOp>(loc_, shared.present, i64(64), private_bytes);
     mlir::Value k_blocks = max_i64(div(add(p.k, i64(t.kc - 1)), i64(t.kc)), i64(1));
     shared.groups = div(add(p.n, i64(t.group_columns - 1)), i64(t.group_columns));
@@ -82,8 +100,10 @@ void CpuKernelEmitter::emit_matmul_blocked(mlir::Value begin, mlir::Value end) {
     p.acc = output_slot_[acc_output];
     p.acc_origin = i64(0);
   } else {
-    // Only needed with several K blocks: one element when K fits one block.
-    mlir::Value rows = b_.create<mlir::arith::SelectOp>(loc_, many_k_blocks, sub(end, begin), i64(1));
+    // Only needed with several K blocks: one element when K fits one block. A 2-D task's rows
+    // of one column task at a time.
+    mlir::Value task_rows = by_columns ? min_i64(sub(end, begin), max_i64(p.m, i64(1))) : sub(end, begin);
+    mlir::Value rows = b_.create<mlir::arith::SelectOp>(loc_, many_k_blocks, task_rows, i64(1));
     p.acc = allocate_slot(mul(mul(rows, max_i64(p.n, i64(1))), i64(elem)));
     p.acc_origin = begin;
   }
@@ -104,15 +124,31 @@ void CpuKernelEmitter::emit_matmul_blocked(mlir::Value begin, mlir::Value end) {
   if (epilogue_cost >= ir::kTranscendentalCost) p.tile = allocate_slot(i64(t.mr * t.nr * elem));
   ir::Shape batch_shape(k_.space.begin(), k_.space.end() - 2);
   mlir::Value m_rows = max_i64(p.m, i64(1));
-  mlir::Value first_batch = div(begin, m_rows);
-  mlir::Value last_batch = div(add(end, sub(m_rows, i64(1))), m_rows);
-  loop(first_batch, last_batch, 1, [&](mlir::Value batch) {
+  // The parallel iterations in pieces of M rows: a batch each, or in a 2-D matmul a column task
+  // each (ir::MatmulSplit: its columns a whole number of groups, so jc stays one too).
+  mlir::Value first_piece = div(begin, m_rows);
+  mlir::Value last_piece = div(add(end, sub(m_rows, i64(1))), m_rows);
+  mlir::Value column_groups = div(add(p.n, i64(t.group_columns - 1)), i64(t.group_columns));
+  loop(first_piece, last_piece, 1, [&](mlir::Value piece) {
+    mlir::Value batch = by_columns ? i64(0) : piece;
     p.batch = delinearize(batch, batch_shape);
     mlir::Value batch_row = mul(batch, p.m);
-    mlir::Value r0 = sub(max_i64(begin, batch_row), batch_row);
-    mlir::Value r1 = sub(min_i64(end, add(batch_row, p.m)), batch_row);
-    loop(i64(0), p.n, t.nc, [&](mlir::Value jc) {
-      mlir::Value nb = min_i64(i64(t.nc), sub(p.n, jc));
+    mlir::Value piece_row = mul(piece, p.m);
+    mlir::Value r0 = sub(max_i64(begin, piece_row), piece_row);
+    mlir::Value r1 = sub(min_i64(end, add(piece_row, p.m)), piece_row);
+    mlir::Value c0 = i64(0), c1 = p.n;
+    if (by_columns) {
+      auto group_bound = [&](mlir::Value task) {
+        return min_i64(mul(div(mul(task, column_groups), column_tasks), i64(t.group_columns)), p.n);
+      };
+      c0 = group_bound(piece);
+      c1 = group_bound(add(piece, i64(1)));
+      if (acc_output < 0) p.acc_origin = r0;
+    }
+    mlir::Value few_rows = cmpi(mlir::arith::CmpIPredicate::sle, sub(r1, r0), i64(t.mc / 2));
+    mlir::Value nc = b_.create<mlir::arith::SelectOp>(loc_, few_rows, i64(t.nc_few_rows), i64(t.nc));
+    loop(c0, c1, nc, [&](mlir::Value jc) {
+      mlir::Value nb = min_i64(nc, sub(c1, jc));
       // At least one K block, so that K = 0 still writes the (empty-sum) result.
       loop(i64(0), max_i64(p.k, i64(1)), t.kc, [&](mlir::Value pc) {
         mlir::Value kb = max_i64(min_i64(i64(t.kc), sub(p.k, pc)), i64(0));
