@@ -508,11 +508,17 @@ class CpuKernelEmitter : public KernelEmitterBase {
   // lanes): the micro-kernel reads whole tiles, and never-written lanes are undefined (pack_b).
   void pack_a(const MatmulPlan& p, mlir::Value ic, mlir::Value mb, mlir::Value pc, mlir::Value kb);
   mlir::Value fma(mlir::Value a, mlir::Value b, mlir::Value acc);
-  // One mr x nr tile of C at global row `row` (flattened batch x M) and column `col`, from
-  // packed A rows [ir, ir + mr) and packed B columns [jr, jr + nr) over kb. `rows`/`cols`
-  // null: a whole tile; else an edge tile (rows and columns past them are not stored).
+  // The register tile a micro-kernel computes: the tiling's mr rows, or fewer for an edge tile
+  // (packed A keeps its tiles of mr rows), stepping K `unroll` steps an iteration (the K block's
+  // depth a multiple of it).
+  struct TileForm {
+    int64_t mr, unroll;
+  };
+  // One form.mr x nr tile of C at global row `row` (flattened batch x M) and column `col`, from
+  // packed A rows [ir, ir + form.mr) and packed B columns [jr, jr + nr) over kb. `rows`/`cols` null:
+  // a whole tile; else an edge tile (rows and columns past them are not stored).
   void micro_kernel(const MatmulPlan& p, mlir::Value row, mlir::Value col, mlir::Value ir, mlir::Value jr, mlir::Value kb,
-                    mlir::Value first, mlir::Value last, mlir::Value rows, mlir::Value cols);
+                    mlir::Value first, mlir::Value last, mlir::Value rows, mlir::Value cols, TileForm form);
   void emit_matmul_strips(mlir::Value first_row, int64_t rows, int lanes);
   // Columns [first_column, N) of one row of C: a dot product per element, operands and
   // prologues read through index maps, the epilogue applied to each element. Any shape, dtype
