@@ -77,6 +77,21 @@ std::vector<ir::SymbolBindings> mkn(const std::vector<std::array<int64_t, 3>>& s
   return sizes;
 }
 
+// tiny_caches() with an L3 of 1 MiB: nc takes many groups of four panels, where tiny_caches()
+// gives one.
+Target tiny_caches_large_l3() {
+  Target t = tiny_caches();
+  t.l3_bytes = 1 << 20;
+  return t;
+}
+
+// Adds c = (a @ b) * 2 to g, a of M x K and b of K x N elements of type t.
+void add_doubled_matmul(Graph& g, DType t) {
+  Tensor a = g.input("a", t, {sym("M"), sym("K")});
+  Tensor b = g.input("b", t, {sym("K"), sym("N")});
+  g.output("c", matmul(a, b) * 2);
+}
+
 }  // namespace
 
 TEST_CASE("matmul at the benchmark's square and odd shapes", "[cpu][matmul][large]") {
@@ -166,15 +181,12 @@ TEST_CASE("2-D blocked matmuls share packed B among tasks", "[cpu][matmul][threa
   int threads = runtime::ThreadPool::global().num_threads();
   // Tiny caches: nc is one group of panels, so N = 200 crosses several column blocks; with a
   // large L3, one column block holds several groups.
-  Target large_l3 = tiny_caches();
-  large_l3.l3_bytes = 1 << 20;
+  Target large_l3 = tiny_caches_large_l3();
   for (const Target& target : {tiny_caches(), large_l3})
     for (DType t : {DType::F32, DType::F64, DType::I32}) {
       INFO(ir::dtype_name(t) << " on " << threads << " threads, L3 " << target.l3_bytes);
       Graph g;
-      Tensor a = g.input("a", t, {sym("M"), sym("K")});
-      Tensor b = g.input("b", t, {sym("K"), sym("N")});
-      g.output("c", matmul(a, b) * 2);
+      add_doubled_matmul(g, t);
       runtime::Executable exe = compile(g, with_target(target));
       const ir::Kernel& k = only_matmul(exe);
       REQUIRE(ir::shares_packed_b(k));
@@ -208,11 +220,10 @@ TEST_CASE("2-D blocked matmuls share packed B among tasks", "[cpu][matmul][threa
 // rows packs B in blocks of nc_few_rows columns.
 TEST_CASE("2-D blocked matmuls of few rows split their columns among tasks", "[cpu][matmul][threads]") {
   int threads = runtime::ThreadPool::global().num_threads();
-  Target large_l3 = tiny_caches();
-  large_l3.l3_bytes = 1 << 20;
+  Target large_l3 = tiny_caches_large_l3();
   {
     Graph g;
-    g.output("c", matmul(g.input("a", DType::F32, {sym("M"), sym("K")}), g.input("b", DType::F32, {sym("K"), sym("N")})));
+    add_doubled_matmul(g, DType::F32);
     runtime::Executable exe = compile(g, with_target(tiny_caches()));
     const ir::Kernel& k = only_matmul(exe);
     ir::MatmulTiling t = ir::matmul_tiling(k.schedule.cpu);
@@ -236,9 +247,7 @@ TEST_CASE("2-D blocked matmuls of few rows split their columns among tasks", "[c
     for (DType t : {DType::F32, DType::F64, DType::I32}) {
       INFO(ir::dtype_name(t) << " on " << threads << " threads, L3 " << target.l3_bytes);
       Graph g;
-      Tensor a = g.input("a", t, {sym("M"), sym("K")});
-      Tensor b = g.input("b", t, {sym("K"), sym("N")});
-      g.output("c", matmul(a, b) * 2);
+      add_doubled_matmul(g, t);
       // Partial sums in a task-local buffer (no output has the matmul's dtype).
       Graph only_bool;
       only_bool.output("positive", matmul(only_bool.input("a", t, {sym("M"), sym("K")}),
