@@ -18,6 +18,13 @@ thread_local bool t_inside_pool = false;
 
 constexpr int kMaxThreads = 4096;
 
+// The size of parallel_for_guided's next chunk when `left` iterations are unclaimed.
+int64_t guided_chunk(int64_t left, int64_t unit, int64_t max_units, int threads) {
+  int64_t share = left / threads;
+  int64_t units = std::clamp<int64_t>(share / unit + (share % unit != 0 ? 1 : 0), 1, max_units);
+  return units >= left / unit ? left : units * unit;  // (no rest shorter than a unit; no overflow)
+}
+
 int threads_from_environment() {
   if (const char* env = std::getenv("FUSE_NUM_THREADS")) {
     int n = 0;
@@ -71,10 +78,17 @@ void ThreadPool::run_chunks(Job& job, std::unique_lock<std::mutex>& lock) {
     if (job.next_chunk == job.num_chunks)
       pending_.erase(std::find(pending_.begin(), pending_.end(), &job));
     if (!job.error) {
-      // Chunk sizes differ by at most one; computed without multiplying, so no overflow.
-      int64_t base = job.size / job.num_chunks, extra = job.size % job.num_chunks;
-      int64_t lo = job.begin + chunk * base + std::min(chunk, extra);
-      int64_t hi = lo + base + (chunk < extra ? 1 : 0);
+      int64_t lo, hi;
+      if (job.unit > 0) {
+        lo = job.begin + job.next_begin;
+        hi = lo + guided_chunk(job.size - job.next_begin, job.unit, job.max_units, num_threads());
+        job.next_begin = hi - job.begin;
+      } else {
+        // Chunk sizes differ by at most one; computed without multiplying, so no overflow.
+        int64_t base = job.size / job.num_chunks, extra = job.size % job.num_chunks;
+        lo = job.begin + chunk * base + std::min(chunk, extra);
+        hi = lo + base + (chunk < extra ? 1 : 0);
+      }
       std::exception_ptr error;
       lock.unlock();
       try {
@@ -102,10 +116,31 @@ void ThreadPool::parallel_for(int64_t begin, int64_t end, int64_t grain,
   }
 
   Job job{&body, begin, size, num_chunks};
+  run(job);
+}
+
+void ThreadPool::parallel_for_guided(int64_t begin, int64_t end, int64_t unit, int64_t max_units,
+                                     const std::function<void(int64_t, int64_t)>& body) {
+  if (end <= begin) return;
+  Job job{&body, begin, end - begin, 0};
+  job.unit = std::max<int64_t>(unit, 1);
+  job.max_units = std::max<int64_t>(max_units, 1);
+  // The chunks depend only on what is left, not on who claims them: count them now.
+  if (num_threads() > 1 && !t_inside_pool)
+    for (int64_t left = job.size; left > 0; ++job.num_chunks)
+      left -= guided_chunk(left, job.unit, job.max_units, num_threads());
+  if (job.num_chunks <= 1) {
+    body(begin, end);
+    return;
+  }
+  run(job);
+}
+
+void ThreadPool::run(Job& job) {
   t_inside_pool = true;
   std::unique_lock<std::mutex> lock(mutex_);
   pending_.push_back(&job);
-  for (int64_t i = 1; i < num_chunks; ++i) work_ready_.notify_one();
+  for (int64_t i = 1; i < std::min<int64_t>(job.num_chunks, num_threads()); ++i) work_ready_.notify_one();
   run_chunks(job, lock);
   job_done_.wait(lock, [&] { return job.chunks_done == job.num_chunks; });
   t_inside_pool = false;

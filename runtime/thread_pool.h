@@ -49,12 +49,27 @@ class ThreadPool {
   void parallel_for(int64_t begin, int64_t end, int64_t grain,
                     const std::function<void(int64_t, int64_t)>& body);
 
+  /// As parallel_for, but claimed in chunks that shrink as the range runs out (guided
+  /// self-scheduling): each claim takes the unclaimed iterations divided by the thread count,
+  /// rounded up to a whole number of `unit`s (unit < 1 counts as 1) and at most `max_units` of
+  /// them (< 1 counts as 1); a claim that would leave less than a unit takes that rest too. For
+  /// work whose threads may not run at the same speed (a busy machine, a virtual CPU the host
+  /// takes away, cores of different kinds): one chunk a thread leaves the others waiting for the
+  /// slowest, while the first, large chunks keep most of the work in blocks as large as it
+  /// wants. Every chunk starts a whole number of units from `begin`, so only the last one holds
+  /// a partial unit. A range of one chunk, or any range on a pool of one thread, runs as one
+  /// call on the caller; exceptions and nesting as in parallel_for.
+  void parallel_for_guided(int64_t begin, int64_t end, int64_t unit, int64_t max_units,
+                           const std::function<void(int64_t, int64_t)>& body);
+
  private:
   /// One parallel_for call, living on its caller's stack until all its chunks are done.
   /// Guarded by mutex_, except that a claimed chunk runs body without the lock.
   struct Job {
     const std::function<void(int64_t, int64_t)>* body;
     int64_t begin, size, num_chunks;
+    // Guided (parallel_for_guided) when unit > 0: chunks claimed from next_begin on.
+    int64_t unit = 0, max_units = 0, next_begin = 0;
     int64_t next_chunk = 0;   // first chunk nobody has claimed yet
     int64_t chunks_done = 0;  // finished or skipped
     std::exception_ptr error{};  // the first exception a chunk threw
@@ -64,6 +79,8 @@ class ThreadPool {
   /// Claims chunks of `job` and runs them until none is left unclaimed. Called and returns
   /// with `lock` held.
   void run_chunks(Job& job, std::unique_lock<std::mutex>& lock);
+  /// Queues `job`, runs chunks of it on the caller too, and returns when all are done.
+  void run(Job& job);
 
   std::mutex mutex_;
   std::condition_variable work_ready_;  // a job was queued, or the pool is stopping

@@ -7,6 +7,7 @@
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <cstring>
 #include <mutex>
@@ -188,6 +189,80 @@ TEST_CASE("an idle pool uses no CPU", "[runtime][thread_pool]") {
   double used = process_cpu_seconds() - before;
   CAPTURE(used);
   REQUIRE(used < 0.050);
+}
+
+TEST_CASE("parallel_for_guided covers every index once in whole units that shrink", "[runtime][thread_pool]") {
+  ThreadPool four(4);
+  ThreadPool one(1);
+  for (ThreadPool* pool : {&ThreadPool::global(), &four, &one})
+    for (int64_t begin : {-5, 0, 7})
+      for (int64_t size : {-3, 0, 1, 2, 11, 12, 13, 64, 1000, 4097})
+        for (int64_t unit : {-1, 0, 1, 3, 12})
+          for (int64_t max_units : {0, 1, 4, 1000}) {
+            CAPTURE(pool->num_threads(), begin, size, unit, max_units);
+            int64_t u = std::max<int64_t>(unit, 1), most = std::max<int64_t>(max_units, 1) * u;
+            std::vector<std::atomic<int>> hits(std::max<int64_t>(size, 0));
+            std::mutex mutex;
+            std::vector<Chunk> chunks;
+            pool->parallel_for_guided(begin, begin + size, unit, max_units, [&](int64_t lo, int64_t hi) {
+              for (int64_t i = lo; i < hi; ++i) hits[i - begin].fetch_add(1);
+              std::lock_guard<std::mutex> lock(mutex);
+              chunks.push_back({lo, hi, std::this_thread::get_id()});
+            });
+            for (const std::atomic<int>& h : hits) REQUIRE(h.load() == 1);
+            if (size <= 0) {
+              REQUIRE(chunks.empty());
+              continue;
+            }
+            std::sort(chunks.begin(), chunks.end(), [](const Chunk& x, const Chunk& y) { return x.begin < y.begin; });
+            for (const Chunk& c : chunks) {
+              CAPTURE(c.begin, c.end);
+              REQUIRE((c.begin - begin) % u == 0);
+              if (c.end != begin + size) {  // all but the last: whole units, at most max_units
+                REQUIRE((c.end - c.begin) % u == 0);
+                REQUIRE(c.end - c.begin <= most);
+              } else if (chunks.size() > 1) {
+                REQUIRE(c.end - c.begin < most + u);
+              }
+            }
+            if (pool->num_threads() == 1) {
+              REQUIRE(chunks.size() == 1);
+              continue;
+            }
+            // The first claim takes one thread's share of the range (whole units, at least one,
+            // at most max_units), or all of it when less than a unit would be left.
+            int64_t first = std::clamp<int64_t>((size / pool->num_threads() + u - 1) / u, 1, most / u) * u;
+            if (size - first < u) first = size;
+            REQUIRE(chunks.front().end - chunks.front().begin == first);
+          }
+}
+
+TEST_CASE("parallel_for_guided leaves no work waiting for a slow thread", "[runtime][thread_pool]") {
+  // Whichever thread claims the first chunk stays in it until every other chunk is done: the
+  // other thread must claim them all (with one chunk a thread, it would have had half).
+  ThreadPool two(2);
+  std::mutex mutex;
+  std::condition_variable others_done;
+  int64_t done = 0;
+  std::set<std::thread::id> others;
+  int other_chunks = 0;
+  bool timed_out = false;
+  two.parallel_for_guided(0, 64, 1, 64, [&](int64_t lo, int64_t hi) {
+    std::unique_lock<std::mutex> lock(mutex);
+    if (lo == 0) {  // the first claim (not necessarily the first chunk to get here)
+      // A guard, not a timing assertion: fails the test instead of hanging it.
+      timed_out = !others_done.wait_for(lock, std::chrono::seconds(60), [&] { return done == 64 - (hi - lo); });
+      return;
+    }
+    done += hi - lo;
+    ++other_chunks;
+    others.insert(std::this_thread::get_id());
+    others_done.notify_all();
+  });
+  REQUIRE_FALSE(timed_out);
+  REQUIRE(done == 32);  // the first claim took 64 / 2
+  REQUIRE(others.size() == 1);
+  REQUIRE(other_chunks == 6);  // 16, 8, 4, 2, 1, 1
 }
 
 TEST_CASE("a thread pool needs at least one thread", "[runtime][thread_pool]") {
