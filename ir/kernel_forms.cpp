@@ -234,6 +234,14 @@ MatmulSplit matmul_split(const Kernel& k, int64_t rows, int64_t depth, int64_t c
   MatmulTiling t = matmul_tiling(k.schedule.cpu);
   if (rows / threads >= t.mc) {
     split.shared = shared_packed_b(k, depth, columns).bytes <= max_shared_bytes ? 1 : 0;
+    // The tasks claim rows in chunks that shrink as they run out: on the 2-vCPU Intel Xeon one
+    // vCPU often ran the same rows 10-50% slower than the other for seconds at a time, and with
+    // one chunk a thread the faster waited (12 alternations of 1024^3: 86-90% of the two
+    // threads' time busy, 95-98% claimed in chunks; bench/README.md).
+    if (split.shared) {
+      split.row_unit = t.mr;
+      split.max_row_units = t.mc / t.mr;
+    }
     return split;
   }
   // Split by rows, each of T tasks packs all of B (T K N) and its rows of A (M K); by columns,

@@ -107,6 +107,10 @@ bool shares_packed_b(const Kernel& k);
 struct MatmulSplit {
   int64_t column_tasks = 1;
   int64_t shared = 0;  // 0 or 1 (an int64 to the kernel)
+  // With `shared`: the tasks claim rows in chunks of whole row_units (mr), at most max_row_units
+  // of them (mc / mr), shrinking as the rows run out (ThreadPool::parallel_for_guided); 0: one
+  // chunk of rows a thread.
+  int64_t row_unit = 0, max_row_units = 0;
 };
 constexpr int64_t kMatmulSplitBytes = 64;  // the header: a whole line, so the flags start on one
 MatmulSplit matmul_split(const Kernel& k, int64_t rows, int64_t depth, int64_t columns, int threads,

@@ -309,7 +309,7 @@ void Executable::launch(const ir::Kernel& k, const CpuKernelCode& code, std::vec
       return;
     }
     int64_t total = ir::evaluate(ir::parallel_iterations(k), symbols);
-    int64_t column_tasks = 1;
+    ir::MatmulSplit split;  // rows split evenly, nothing shared, unless a 2-D matmul's says otherwise
     if (ir::shares_packed_b(k)) {
       // ir::MatmulSplit. A shared B is as large as B and cold in cache at each run, where a
       // task's own buffer of one block stays warm. On a 2-vCPU Zen 3 (bench/README.md): 6 x 2048
@@ -319,8 +319,7 @@ void Executable::launch(const ir::Kernel& k, const CpuKernelCode& code, std::vec
       const ir::Node& mm = k.body.node(ir::matmul_node(k));
       int64_t depth = ir::evaluate(k.body.node(mm.inputs[0]).shape.back(), symbols);
       int64_t columns = ir::evaluate(k.space.back(), symbols);
-      ir::MatmulSplit split =
-          ir::matmul_split(k, total, depth, columns, ThreadPool::global().num_threads(), kMaxSharedPanelBytes);
+      split = ir::matmul_split(k, total, depth, columns, ThreadPool::global().num_threads(), kMaxSharedPanelBytes);
       int64_t bytes = ir::kMatmulSplitBytes;
       ir::SharedPackedB layout;
       if (split.shared) {
@@ -335,16 +334,14 @@ void Executable::launch(const ir::Kernel& k, const CpuKernelCode& code, std::vec
       if (split.shared)  // the claim flags
         std::memset(static_cast<char*>(buffer.data()) + ir::kMatmulSplitBytes, 0, static_cast<size_t>(layout.flags_bytes));
       pointers.push_back(buffer.data());
-      column_tasks = split.column_tasks;
     }
     if (error_record) pointers.push_back(error_record);
     // np-gaps: with no work, a kernel with index checks still checks the indices of its empty
     // takes (the interpreter checks them all).
     if (total == 0 && error_record && has_take(k)) code.fn(pointers.data(), symbol_sizes.data(), 0, 0);
-    ThreadPool::global().parallel_for(0, total * column_tasks, std::max<int64_t>(1, k.schedule.cpu.grain),
-                                      [&](int64_t begin, int64_t end) {
-                                        code.fn(pointers.data(), symbol_sizes.data(), begin, end);
-                                      });
+    auto body = [&](int64_t begin, int64_t end) { code.fn(pointers.data(), symbol_sizes.data(), begin, end); };
+    if (split.row_unit > 0) ThreadPool::global().parallel_for_guided(0, total, split.row_unit, split.max_row_units, body);
+    else ThreadPool::global().parallel_for(0, total * split.column_tasks, std::max<int64_t>(1, k.schedule.cpu.grain), body);
     return;
   }
   // Not compiled: the reference interpreter computes the kernel from the same buffers.

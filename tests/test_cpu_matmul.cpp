@@ -176,20 +176,45 @@ TEST_CASE("matmul blocking edges: every K, M and N block boundary", "[cpu][matmu
 
 // Run again at 1, 2 and 7 threads (tests/CMakeLists.txt): with several tasks of at least mc rows
 // each, a 2-D matmul's tasks share one packed copy of B, each group of panels packed by the task
-// that claims it first (ir::SharedPackedB); on one thread the task packs B alone, block by block.
+// that claims it first (ir::SharedPackedB), and claim rows in chunks of whole tiles that shrink
+// from mc as the rows run out (the last ones at most mc / 2: B then in blocks of nc_few_rows);
+// on one thread the task packs B alone, block by block.
 TEST_CASE("2-D blocked matmuls share packed B among tasks", "[cpu][matmul][threads]") {
   int threads = runtime::ThreadPool::global().num_threads();
   // Tiny caches: nc is one group of panels, so N = 200 crosses several column blocks; with a
-  // large L3, one column block holds several groups.
+  // large L3, one column block holds several groups. With L2 three times as large, mc is
+  // several tiles, so that the chunks of rows shrink.
   Target large_l3 = tiny_caches_large_l3();
-  for (const Target& target : {tiny_caches(), large_l3})
+  Target larger_l2 = large_l3;
+  larger_l2.l2_bytes = 12 << 10;
+  {
+    Graph g;
+    add_doubled_matmul(g, DType::F32);
+    runtime::Executable exe = compile(g, with_target(larger_l2));
+    const ir::Kernel& k = only_matmul(exe);
+    ir::MatmulTiling t = ir::matmul_tiling(k.schedule.cpu);
+    INFO("mr=" << t.mr << " mc=" << t.mc);
+    REQUIRE(t.mc >= 4 * t.mr);
+    ir::MatmulSplit shared = ir::matmul_split(k, 2 * t.mc, 70, 200, 2, int64_t{1} << 40);
+    CHECK(shared.shared == 1);
+    CHECK(shared.row_unit == t.mr);
+    CHECK(shared.max_row_units == t.mc / t.mr);
+    ir::MatmulSplit unshared = ir::matmul_split(k, 2 * t.mc, 70, 200, 2, 0);  // B too large to share
+    CHECK(unshared.shared == 0);
+    CHECK(unshared.row_unit == 0);
+  }
+  for (const Target& target : {tiny_caches(), large_l3, larger_l2})
     for (DType t : {DType::F32, DType::F64, DType::I32}) {
-      INFO(ir::dtype_name(t) << " on " << threads << " threads, L3 " << target.l3_bytes);
+      INFO(ir::dtype_name(t) << " on " << threads << " threads, L2 " << target.l2_bytes << ", L3 " << target.l3_bytes);
       Graph g;
       add_doubled_matmul(g, t);
       runtime::Executable exe = compile(g, with_target(target));
       const ir::Kernel& k = only_matmul(exe);
       REQUIRE(ir::shares_packed_b(k));
+      // Partial sums in a buffer of each chunk's rows (no output has the matmul's dtype).
+      Graph only_bool;
+      only_bool.output("positive", matmul(only_bool.input("a", t, {sym("M"), sym("K")}),
+                                          only_bool.input("b", t, {sym("K"), sym("N")})) > 0);
       std::string mlir = codegen::emit_cpu_mlir(exe.program());
       CHECK(mlir.find("@fuse_cpu_claim_panels") != std::string::npos);
       CHECK(mlir.find("@fuse_cpu_wait_for_panels") != std::string::npos);
@@ -201,7 +226,11 @@ TEST_CASE("2-D blocked matmuls share packed B among tasks", "[cpu][matmul][threa
       CHECK(400 / 7 >= tiling.mc);
       if (target.l3_bytes == large_l3.l3_bytes) CHECK(tiling.nc >= 200);
       else CHECK(tiling.nc < 200);
-      check(g, exe, mkn({{400, 100, 200}, {400, 100, 1}, {400, 33, 70}, {401, 129, 129}, {1, 100, 200}, {400, 0, 20}}), 129);
+      if (target.l2_bytes == larger_l2.l2_bytes) CHECK(tiling.nc_few_rows < tiling.nc);
+      auto sizes = mkn({{400, 100, 200}, {400, 100, 1}, {400, 33, 70}, {401, 129, 129}, {1, 100, 200}, {400, 0, 20}});
+      check(g, exe, sizes, 129);
+      runtime::Executable bool_exe = compile(only_bool, with_target(target));
+      check(only_bool, bool_exe, sizes, 129);
     }
   // Batched matmuls pack each batch's B per task.
   Graph batched;
