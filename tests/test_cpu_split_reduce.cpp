@@ -2,6 +2,7 @@
 // built-in kind and dtype, sizes around the chunk count, several reductions sharing a kernel.
 #include <catch2/catch.hpp>
 
+#include <array>
 #include <cmath>
 #include <limits>
 
@@ -140,6 +141,88 @@ TEST_CASE("split reductions read each chunk as eight streams, every element once
         found = exe.run({{"x", probe}});
         if (!std::isnan(found.at("min").get_f64(0))) FAIL_CHECK("the NaN at " << at << " was missed");
       }
+    }
+  }
+}
+
+TEST_CASE("full reductions of inputs broadcast along leading dims walk one period at a time", "[cpu][reduce][split]") {
+  // sum((x[M, N] + b[N])**2): b repeats every N elements of the flattened space. The chunk is
+  // walked one period (row) at a time, b read as vectors from its element 0 each time
+  // (emit_split_chunk); where the period is known to be short, or turns out short at run time
+  // (under 16), the flat walk stays, every element through its index.
+  auto vector_loads = [](const Graph& g) {
+    return testing::count_occurrences(codegen::emit_cpu_mlir(compile(g).program()), "-> vector<");
+  };
+  {
+    Graph g;
+    Tensor z = g.input("z", DType::F32, {sym("M"), sym("N")});
+    Tensor b = g.input("b", DType::F32, {sym("N")});
+    Tensor t = g.input("t", DType::F32, {sym("M"), sym("N")});
+    Tensor d = relu(z + b) - t;
+    g.output("loss", sum(d * d));
+    runtime::Executable exe = compile(g);
+    CHECK(exe.program().kernels.size() == 1);
+    CHECK(vector_loads(g) >= 3);  // z, t and b in the period's vector loop (the flat walk: none)
+    for (int64_t n : {1, 3, 15, 16, 17, 64, 1023})
+      for (int64_t m : {1, 7, 300}) {
+        INFO("M = " << m << ", N = " << n);
+        check(g, {{"M", m}, {"N", n}}, 1e-6);
+      }
+  }
+  // Several dtypes and kinds; two periodic inputs of different periods (c[N] repeats within
+  // b[M, N]'s period: read from where the row starts in b's), one with a leading 1.
+  for (DType dt : {DType::F32, DType::F64, DType::I32}) {
+    Graph g;
+    Tensor x = g.input("x", dt, {sym("B"), sym("M"), sym("N")});
+    Tensor b = g.input("b", dt, {sym("M"), sym("N")});
+    Tensor c = g.input("c", dt, {1, sym("N")});
+    g.output("s", sum(x * b + c));
+    g.output("mx", max(x - c));
+    g.output("mn", min(b * x, {0, 1, 2}, true));
+    if (dt != DType::I32) g.output("mean", mean(x + b));
+    CHECK(compile(g).program().kernels.size() == 1);
+    for (auto [nb, nm, nn] : std::vector<std::array<int64_t, 3>>{{1, 1, 1}, {2, 3, 5}, {3, 7, 17}, {5, 1, 1023}, {2, 33, 16}, {4, 100, 300}}) {
+      INFO(ir::dtype_name(dt) << " B = " << nb << ", M = " << nm << ", N = " << nn);
+      check(g, {{"B", nb}, {"M", nm}, {"N", nn}}, dt == DType::F32 ? 1e-5 : 1e-9);
+    }
+  }
+  // Static periods: 20 walks periods, 3 stays flat (the reductions reading b stay scalar).
+  for (int64_t n : {20, 3}) {
+    Graph g;
+    Tensor x = g.input("x", DType::F32, {sym("M"), n});
+    Tensor b = g.input("b", DType::F32, {n});
+    g.output("s", sum(x * b));
+    CHECK((vector_loads(g) >= 2) == (n == 20));
+    for (int64_t m : {1, 9, 5000}) check(g, {{"M", m}}, 1e-6);
+  }
+  // Every element once, and b's every element found: exact sums of small integers, and one
+  // largest (then NaN) element of b moved over every column, for periods on both sides of 16.
+  for (int64_t n : {5, 16, 37, 1000}) {
+    Graph g;
+    Tensor x = g.input("x", DType::F32, {sym("M"), sym("N")});
+    Tensor b = g.input("b", DType::F32, {sym("N")});
+    g.output("sum", sum(x + b));
+    g.output("max", max(x + b));
+    runtime::Executable exe = compile(g);
+    const int64_t m = 333;
+    ir::HostArray xs(DType::F32, {m, n}), bs(DType::F32, {n});
+    double total = 0;
+    for (int64_t i = 0; i < m * n; ++i) {
+      xs.set_f64(i, static_cast<double>(i % 7));
+      total += static_cast<double>(i % 7);
+    }
+    for (int64_t j = 0; j < n; ++j) {
+      bs.set_f64(j, static_cast<double>(j % 5));
+      total += static_cast<double>(m * (j % 5));
+    }
+    INFO("N = " << n);
+    CHECK(exe.run({{"x", xs}, {"b", bs}}).at("sum").get_f64(0) == total);
+    for (int64_t j = 0; j < n; ++j) {
+      ir::HostArray probe = bs;
+      probe.set_f64(j, 5000.0);
+      if (exe.run({{"x", xs}, {"b", probe}}).at("max").get_f64(0) != 5006.0) FAIL_CHECK("b's largest element at " << j << " was missed");
+      probe.set_f64(j, std::numeric_limits<double>::quiet_NaN());
+      if (!std::isnan(exe.run({{"x", xs}, {"b", probe}}).at("max").get_f64(0))) FAIL_CHECK("b's NaN at " << j << " was missed");
     }
   }
 }

@@ -14,6 +14,7 @@
 
 #include <array>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -227,6 +228,19 @@ class CpuKernelEmitter : public KernelEmitterBase {
   enum class RowAccess { Contiguous, PerRow, RowLocal, Invalid };
   RowAccess row_access(NodeId id);
   bool row_vectorizable(NodeId reduce_id);
+  // A split reduction whose inputs include one broadcast along its leading reduced dims only (a
+  // bias b[N] in sum((x[M, N] + b)**2)): such an input repeats with a period of the space's
+  // trailing dims from its period_axis() on, and the chunk is walked one period of the shortest
+  // at a time (emit_split_chunk), within which each such input is RowLocal: element
+  // j - segment_base_ + segment_shift_[its broadcast] of its operand. split_period_axis(): that
+  // period's first dim; -1 where there is no such input, or where every one repeats within
+  // kMinSplitPeriod elements (the flat walk, each element through its index, stays).
+  int split_period_axis();
+  int period_axis(NodeId broadcast) const;
+  std::optional<int> split_period_axis_;
+  mlir::Value segment_base_;
+  std::map<NodeId, mlir::Value> segment_shift_;
+  static constexpr int64_t kMinSplitPeriod = 16;
   // The value of `id` at elements [j, j + lanes) of the row starting at `row_base`.
   mlir::Value row_value(NodeId id, const std::vector<mlir::Value>& kept, mlir::Value row_base, mlir::Value j, int lanes);
   // The horizontal (across lanes) form of a reduction's combine.
