@@ -493,7 +493,7 @@ class CpuKernelEmitter : public KernelEmitterBase {
     // this mr x nr buffer, not once per accumulator (-1: per accumulator, in registers).
     int tile = -1;
     mlir::Value acc_origin;      // the global row whose partial sums sit at the start of `acc`
-    bool a_by_columns = false;   // packed A holds columns of mc (A is unit-stride along M)
+    bool a_by_columns = false;   // packed A holds tiles of mr rows, K-major (A is unit-stride along M)
     std::vector<mlir::Value> batch;  // this batch's index
   };
   void emit_matmul_blocked(mlir::Value begin, mlir::Value end);
@@ -517,7 +517,7 @@ class CpuKernelEmitter : public KernelEmitterBase {
   // unreachable and compiled it to a jump to itself.
   void pack_b(const MatmulPlan& p, mlir::Value pc, mlir::Value kb, mlir::Value jc, mlir::Value nb);
   // A[ic : ic + mb, pc : pc + kb] (rows of this batch) into packed A: row r at r * kc (A unit
-  // along K, or any other layout, element by element), or column k at k * mc (A unit along M).
+  // along K, or any other layout, element by element), or tiles of mr rows, K-major (A unit along M).
   // Rows up to the next whole mr tile are written too (copies of the last row, or masked-off
   // lanes): the micro-kernel reads whole tiles, and never-written lanes are undefined (pack_b).
   void pack_a(const MatmulPlan& p, mlir::Value ic, mlir::Value mb, mlir::Value pc, mlir::Value kb);
