@@ -785,6 +785,34 @@ TEST_CASE("reductions of transposed, permuted, reshaped and broadcast inputs", "
                             1e-5, 1e-6);
 }
 
+TEST_CASE("row kernels read an operand varying along kept dims as vectors from where its row starts", "[cpu][reduce][views]") {
+  // w[M, N] in rows of x[B, M, N] over N: row (b, m) reads w's row m, as vectors (RowLocal from
+  // row_local_base()); it was read element by element through its index (5x slower for sum,
+  // 13x for softmax). g[B, 1, N] varies along B and not M.
+  Graph g;
+  Tensor x = g.input("x", DType::F32, {sym("B"), sym("M"), sym("N")});
+  Tensor w = g.input("w", DType::F32, {sym("M"), sym("N")});
+  Tensor gain = g.input("g", DType::F32, {sym("B"), 1, sym("N")});
+  g.output("dot", sum(x * w, 2));
+  Tensor z = x * w;
+  Tensor e = exp(z - max(z, 2, true));
+  g.output("softmax", e / sum(e, 2, true));
+  Tensor mu = mean(x * gain, 2, true);
+  Tensor d = x - mu;
+  g.output("norm", d / sqrt(mean(d * d, 2, true) + 1e-5) * gain + w);
+  runtime::Executable exe = compile(g);
+  CHECK(exe.program().kernels.size() == 2);  // dot and softmax read the rows of x * w once
+  Graph dot;
+  Tensor dx = dot.input("x", DType::F32, {sym("B"), sym("M"), sym("N")});
+  dot.output("dot", sum(dx * dot.input("w", DType::F32, {sym("M"), sym("N")}), 2));
+  // x's and w's loads in the vector loop (the index walk: none).
+  CHECK(testing::count_occurrences(codegen::emit_cpu_mlir(compile(dot).program()), "-> vector<") >= 2);
+  check_against_interpreter(g, {{{"B", 1}, {"M", 1}, {"N", 1}}, {{"B", 2}, {"M", 3}, {"N", 17}},
+                                {{"B", 3}, {"M", 7}, {"N", 64}}, {{"B", 2}, {"M", 300}, {"N", 33}},
+                                {{"B", 2}, {"M", 4}, {"N", 1023}}, {{"B", 0}, {"M", 3}, {"N", 5}}},
+                            1e-5, 1e-6);
+}
+
 TEST_CASE("row and column vectors broadcast into matrices at odd sizes", "[cpu][views]") {
   for (DType t : {DType::F32, DType::I64}) {
     Graph g;

@@ -235,6 +235,7 @@ class CpuKernelEmitter : public KernelEmitterBase {
   // j - segment_base_ + segment_shift_[its broadcast] of its operand. split_period_axis(): that
   // period's first dim; -1 where there is no such input, or where every one repeats within
   // kMinSplitPeriod elements (the flat walk, each element through its index, stays).
+  mlir::Value row_local_base(NodeId id, const std::vector<mlir::Value>& kept);
   int split_period_axis();
   int period_axis(NodeId broadcast) const;
   std::optional<int> split_period_axis_;

@@ -740,11 +740,12 @@ CpuKernelEmitter::RowAccess CpuKernelEmitter::row_access(NodeId id) {
   } else if (n.shape == k_.space && n.kind == OpKind::BroadcastTo) {
     const ir::Shape& from = k_.body.node(n.inputs[0]).shape;
     size_t offset = n.shape.size() - from.size();
-    // RowLocal needs the operand to span every reduced dim, so that its own index is j.
-    bool reduced_all_one = true, kept_all_one = true, reduced_full = offset <= kept;
+    // RowLocal needs the operand to span every reduced dim, so that its own index is j (from
+    // where its row starts, row_local_base(), where it varies along some kept dims too).
+    bool reduced_all_one = true, kept_each_one_or_full = true, reduced_full = offset <= kept;
     for (size_t p = 0; p < from.size(); ++p) {
       bool is_kept = p + offset < kept;
-      if (is_kept) kept_all_one = kept_all_one && from[p] == ir::Dim(1);
+      if (is_kept) kept_each_one_or_full = kept_each_one_or_full && (from[p] == ir::Dim(1) || from[p] == k_.space[p + offset]);
       else {
         reduced_all_one = reduced_all_one && from[p] == ir::Dim(1);
         reduced_full = reduced_full && from[p] == k_.space[p + offset];
@@ -752,13 +753,29 @@ CpuKernelEmitter::RowAccess CpuKernelEmitter::row_access(NodeId id) {
     }
     OpKind leaf = k_.body.node(n.inputs[0]).kind;
     if (reduced_all_one) a = RowAccess::PerRow;
-    else if (kept_all_one && reduced_full && (leaf == OpKind::Input || leaf == OpKind::Constant)) a = RowAccess::RowLocal;
+    else if (kept_each_one_or_full && reduced_full && (leaf == OpKind::Input || leaf == OpKind::Constant)) a = RowAccess::RowLocal;
     else if (split_period_axis_.value_or(-1) >= 0 && period_axis(id) >= static_cast<int>(kept) &&
              period_axis(id) <= *split_period_axis_)
       a = RowAccess::RowLocal;  // within a period (emit_split_chunk)
   }
   row_access_memo_[id] = a;
   return a;
+}
+
+// Where the row of `kept` starts in the operand of the RowLocal broadcast `id`: null where the
+// operand has no kept dim but ones (a layernorm's gamma[N]), else its row-major position of the
+// kept indices, 0 along its dims of 1 and the reduced ones (w[M, N] in sum(x[B, M, N] * w, 2)).
+mlir::Value CpuKernelEmitter::row_local_base(NodeId id, const std::vector<mlir::Value>& kept) {
+  const ir::Shape& from = k_.body.node(k_.body.node(id).inputs[0]).shape;
+  size_t offset = k_.space.size() - from.size();
+  std::vector<mlir::Value> idx;
+  bool varies = false;
+  for (size_t p = 0; p < from.size(); ++p) {
+    bool along = p + offset < kept.size() && !(from[p] == ir::Dim(1));
+    varies = varies || along;
+    idx.push_back(along ? kept[p + offset] : i64(0));
+  }
+  return varies ? linearize(idx, from) : mlir::Value();
 }
 
 // The space dim from which the operand of `broadcast` (of the space's shape, read from memory)
@@ -818,6 +835,7 @@ mlir::Value CpuKernelEmitter::row_value(NodeId id, const std::vector<mlir::Value
   } else if (row_access(id) == RowAccess::RowLocal) {
     NodeId leaf = n.inputs[0];
     mlir::Value at = j;
+    if (mlir::Value base = row_local_base(id, kept)) at = add(base, at);
     if (segment_base_) {
       at = sub(j, segment_base_);
       if (auto shift = segment_shift_.find(id); shift != segment_shift_.end()) at = add(at, shift->second);
