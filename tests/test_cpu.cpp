@@ -813,6 +813,32 @@ TEST_CASE("row kernels read an operand varying along kept dims as vectors from w
                             1e-5, 1e-6);
 }
 
+TEST_CASE("column reductions over many columns walk the rows in order", "[cpu][reduce]") {
+  // Over more than 4 vectors of columns a task reads each row's stretch in order into
+  // accumulators in scratch (64 vectors of columns at a time), then stores the outputs
+  // (emit_columns_by_rows); fewer columns go down in registers; the last columns one at a time.
+  for (DType t : {DType::F32, DType::F64, DType::I32}) {
+    Graph g;
+    Tensor x = g.input("x", t, {sym("M"), sym("N")});
+    Tensor w = g.input("w", t, {sym("N")});
+    g.output("sum", sum(x, 0));
+    g.output("max", max(x * w, 0, true));
+    g.output("any", any(x > w, 0));
+    if (t != DType::I32) g.output("mean_exp", sqrt(mean(exp(x), 0)) * 2.0);  // an epilogue
+    Tensor x3 = g.input("x3", t, {2, sym("M"), sym("N")});
+    g.output("min3", min(x3, {0, 1}));
+    runtime::Executable exe = compile(g);
+    CHECK(exe.program().kernels.size() == 2);
+    for (const ir::Kernel& k : exe.program().kernels) CHECK(k.schedule.form == ir::LoopForm::ColumnReduction);
+    CHECK(testing::count_occurrences(codegen::emit_cpu_mlir(exe.program()), "fuse_cpu_scratch_acquire") >= 2);
+    INFO(ir::dtype_name(t));
+    check_against_interpreter(g, {{{"M", 1}, {"N", 1}}, {{"M", 3}, {"N", 65}}, {{"M", 100}, {"N", 80}},
+                                  {{"M", 7}, {"N", 1023}}, {{"M", 3}, {"N", 1024}}, {{"M", 2}, {"N", 2049}},
+                                  {{"M", 300}, {"N", 1100}}, {{"M", 0}, {"N", 300}}},
+                              1e-5, 1e-6);
+  }
+}
+
 TEST_CASE("row and column vectors broadcast into matrices at odd sizes", "[cpu][views]") {
   for (DType t : {DType::F32, DType::I64}) {
     Graph g;

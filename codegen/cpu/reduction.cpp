@@ -1377,20 +1377,79 @@ std::vector<mlir::Value> CpuKernelEmitter::accumulate_scalar(const std::vector<N
 void CpuKernelEmitter::emit_columns(mlir::Value begin, mlir::Value end, int lanes) {
   ir::Shape kept = kept_dims();
   ir::Shape outer_shape(kept.begin(), kept.end() - 1);
+  // The accumulators of emit_columns_by_rows(), acquired once per task.
+  int acc_slot = -1;
+  if (lanes > 1) {
+    int64_t unit = 1;  // (each reduction's array takes the room of the largest accumulators')
+    std::vector<NodeId> ids = reduce_nodes();
+    for (NodeId id : ids) unit = std::max<int64_t>(unit, static_cast<int64_t>(ir::dtype_size(accumulator_type(id))));
+    acc_slot = allocate_slot(i64(static_cast<int64_t>(ids.size()) * kColumnChunkVectors * lanes * unit + 64));
+  }
   for_each_row_piece(begin, end, kept.back(), outer_shape,
                      [&](const std::vector<mlir::Value>& outer, mlir::Value row_start, mlir::Value from, mlir::Value to) {
                        mlir::Value vector_end = from;
                        if (lanes > 1) {
-                         // Blocks of kColumnVectors vectors, then single vectors, then single columns.
+                         vector_end = whole_steps_end(from, to, lanes);
                          int64_t block = lanes * kColumnVectors;
-                         mlir::Value block_end = whole_steps_end(from, to, block);
+                         mlir::Value wide = cmpi(mlir::arith::CmpIPredicate::sgt, sub(vector_end, from), i64(block));
+                         auto branch = b_.create<mlir::scf::IfOp>(loc_, wide, /*withElseRegion=*/true);
+                         mlir::OpBuilder::InsertionGuard guard(b_);
+                         b_.setInsertionPointToStart(&branch.getThenRegion().front());
+                         emit_columns_by_rows(outer, row_start, from, vector_end, lanes, acc_slot);
+                         // Else blocks of kColumnVectors vectors, then single vectors.
+                         b_.setInsertionPointToStart(&branch.getElseRegion().front());
+                         mlir::Value block_end = whole_steps_end(from, vector_end, block);
                          loop(from, block_end, block,
                               [&](mlir::Value c) { emit_column_lanes(outer, row_start, c, lanes, kColumnVectors); });
-                         vector_end = whole_steps_end(block_end, to, lanes);
                          loop(block_end, vector_end, lanes, [&](mlir::Value c) { emit_column_lanes(outer, row_start, c, lanes); });
                        }
                        loop(vector_end, to, 1, [&](mlir::Value c) { emit_column_lanes(outer, row_start, c, 1); });
                      });
+  if (acc_slot >= 0) release_scratch();
+}
+
+void CpuKernelEmitter::emit_columns_by_rows(const std::vector<mlir::Value>& outer, mlir::Value row_start, mlir::Value from,
+                                            mlir::Value to, int lanes, int acc_slot) {
+  std::vector<NodeId> ids = reduce_nodes();
+  int last = static_cast<int>(k_.space.size()) - 1;
+  int64_t chunk = static_cast<int64_t>(kColumnChunkVectors) * lanes;
+  // Reduction q's accumulator for column c of the chunk: element q * chunk + c of its type
+  // (addressed in units of the largest, so that each array starts aligned to its elements).
+  int64_t unit = 1;
+  for (NodeId id : ids) unit = std::max<int64_t>(unit, static_cast<int64_t>(ir::dtype_size(accumulator_type(id))));
+  auto acc_at = [&](size_t q, mlir::Value c) {
+    int64_t size = static_cast<int64_t>(ir::dtype_size(accumulator_type(ids[q])));
+    return add(i64(static_cast<int64_t>(q) * chunk * unit / size), c);
+  };
+  ir::Dim column_length = ir::num_elements(reduced_dims());
+  std::vector<mlir::Value> kept0 = outer;
+  kept0.push_back(i64(0));
+  loop(from, to, chunk, [&](mlir::Value c0) {
+    mlir::Value width = min_i64(i64(chunk), sub(to, c0));
+    loop(i64(0), width, lanes, [&](mlir::Value c) {
+      for (size_t q = 0; q < ids.size(); ++q)
+        store(acc_slot, accumulator_type(ids[q]), acc_at(q, c), accumulator_identity(ids[q], lanes), lanes);
+    });
+    loop(i64(0), dim(column_length), 1, [&](mlir::Value r) {
+      std::vector<mlir::Value> idx0 = full_index(kept0, delinearize(r, reduced_dims()));
+      loop(i64(0), width, lanes, [&](mlir::Value c) {
+        clear_caches();
+        for (size_t q = 0; q < ids.size(); ++q) {
+          DType t = accumulator_type(ids[q]);
+          mlir::Value x = to_accumulator(ids[q], lane_value(k_.body.node(ids[q]).inputs[0], idx0, last, add(c0, c), lanes), lanes);
+          store(acc_slot, t, acc_at(q, c), combine(ids[q], load(acc_slot, t, acc_at(q, c), lanes), x), lanes);
+        }
+        clear_caches();
+      });
+    });
+    loop(i64(0), width, lanes, [&](mlir::Value c) {
+      clear_caches();
+      std::vector<mlir::Value> accs;
+      for (size_t q = 0; q < ids.size(); ++q) accs.push_back(load(acc_slot, accumulator_type(ids[q]), acc_at(q, c), lanes));
+      store_column_outputs(row_start, add(c0, c), lanes, accs);
+      clear_caches();
+    });
+  });
 }
 
 // Outputs at kept positions [row_start + c, + lanes * vectors): every reduction down its
@@ -1423,11 +1482,22 @@ void CpuKernelEmitter::emit_column_lanes(const std::vector<mlir::Value>& outer, 
     clear_caches();
   }
   for (int v = 0; v < vectors; ++v) {
+    std::vector<mlir::Value> accs;
+    for (size_t q = 0; q < ids.size(); ++q) accs.push_back(down.getResult(v * ids.size() + q));
+    store_column_outputs(row_start, add(c, i64(static_cast<int64_t>(v) * lanes)), lanes, accs);
+  }
+}
+
+void CpuKernelEmitter::store_column_outputs(mlir::Value row_start, mlir::Value column, int lanes,
+                                            const std::vector<mlir::Value>& accs) {
+  std::vector<NodeId> ids = reduce_nodes();
+  ir::Dim column_length = ir::num_elements(reduced_dims());
+  {
     std::map<NodeId, mlir::Value> values;
     for (size_t q = 0; q < ids.size(); ++q) {
       NodeId id = ids[q];
       const Node& n = k_.body.node(id);
-      mlir::Value acc = down.getResult(v * ids.size() + q);
+      mlir::Value acc = accs[q];
       DType acc_type = accumulator_type(id);
       if (n.as<ir::ReduceAttrs>().kind == ir::ReduceKind::Mean) {
         mlir::Value count = b_.create<mlir::arith::SIToFPOp>(loc_, b_.getF64Type(), dim(column_length));
@@ -1447,7 +1517,6 @@ void CpuKernelEmitter::emit_column_lanes(const std::vector<mlir::Value>& outer, 
       }
       if (args.size() == n.inputs.size()) values[id] = scalar_fn(n.as<ir::ElementwiseAttrs>().body, args, lanes);
     }
-    mlir::Value column = add(c, i64(static_cast<int64_t>(v) * lanes));
     for (size_t o = 0; o < k_.body.outputs.size(); ++o) {
       NodeId out = k_.body.outputs[o].node;
       store(output_slot_[o], k_.body.node(out).dtype, add(row_start, column), values.at(out), lanes);
