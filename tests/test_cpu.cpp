@@ -829,7 +829,10 @@ TEST_CASE("column reductions over many columns walk the rows in order", "[cpu][r
     g.output("min3", min(x3, {0, 1}));
     runtime::Executable exe = compile(g);
     CHECK(exe.program().kernels.size() == 2);
-    for (const ir::Kernel& k : exe.program().kernels) CHECK(k.schedule.form == ir::LoopForm::ColumnReduction);
+    for (const ir::Kernel& k : exe.program().kernels) {
+      CHECK(k.schedule.form == ir::LoopForm::ColumnReduction);
+      CHECK(k.schedule.cpu.grain >= 256);  // tasks of at least 2 KiB of columns (kColumnTaskBytes)
+    }
     CHECK(testing::count_occurrences(codegen::emit_cpu_mlir(exe.program()), "fuse_cpu_scratch_acquire") >= 2);
     INFO(ir::dtype_name(t));
     check_against_interpreter(g, {{{"M", 1}, {"N", 1}}, {{"M", 3}, {"N", 65}}, {{"M", 100}, {"N", 80}},
