@@ -488,6 +488,31 @@ class CpuKernelEmitter : public KernelEmitterBase {
   mlir::Value lanes_below(mlir::Value count, int lanes);
   // Runs `body` with vector loads and stores masked to the lanes below `count` (when count <
   // lanes; the mask is a no-op otherwise).
+  // An scf.if yielding what `branch(0)` (then) and `branch(1)` (else) return, types known only
+  // once they are emitted: drafted without results, then moved into one with them. Both must
+  // yield the same types (else an internal error naming `what`).
+  template <class Branch>
+  std::vector<mlir::Value> if_yielding(mlir::Value condition, Branch branch, const std::string& what) {
+    auto draft = b_.create<mlir::scf::IfOp>(loc_, condition, /*withElseRegion=*/true);
+    std::vector<mlir::Type> types[2];
+    for (int k = 0; k < 2; ++k) {
+      mlir::OpBuilder::InsertionGuard guard(b_);
+      mlir::Block& block = k == 0 ? draft.getThenRegion().front() : draft.getElseRegion().front();
+      block.getTerminator()->erase();
+      b_.setInsertionPointToEnd(&block);
+      clear_caches();
+      std::vector<mlir::Value> yielded = branch(k);
+      b_.create<mlir::scf::YieldOp>(loc_, yielded);
+      clear_caches();
+      for (mlir::Value v : yielded) types[k].push_back(v.getType());
+    }
+    if (types[0] != types[1]) throw ir::Error(fail_text("kernel " + k_.name + ": " + what));
+    auto result = b_.create<mlir::scf::IfOp>(loc_, types[0], condition, /*withElseRegion=*/true);
+    result.getThenRegion().takeBody(draft.getThenRegion());
+    result.getElseRegion().takeBody(draft.getElseRegion());
+    draft.erase();
+    return {result.getResults().begin(), result.getResults().end()};
+  }
   template <class Body>
   void masked(mlir::Value count, int lanes, Body body) {
     mlir::Value saved = mask_;

@@ -111,36 +111,18 @@ void CpuKernelEmitter::emit_split_chunk(mlir::Value chunk) {
       accs = by_periods(period);  // (at least kMinSplitPeriod: split_period_axis())
     } else {
       // A period known at run time only: below kMinSplitPeriod the flat walk, where periods of
-      // 1-8 elements, each folded apart, took 1.3-2.5x as long (1M f32, two threads). Drafted
-      // in an scf.if without results, then moved into one with the results' types.
+      // 1-8 elements, each folded apart, took 1.3-2.5x as long (1M f32, two threads).
       mlir::Value long_period = cmpi(mlir::arith::CmpIPredicate::sge, period, i64(kMinSplitPeriod));
-      auto draft = b_.create<mlir::scf::IfOp>(loc_, long_period, /*withElseRegion=*/true);
-      std::vector<mlir::Type> types;
-      for (int k = 0; k < 2; ++k) {
-        mlir::OpBuilder::InsertionGuard guard(b_);
-        mlir::Block& block = k == 0 ? draft.getThenRegion().front() : draft.getElseRegion().front();
-        block.getTerminator()->erase();
-        b_.setInsertionPointToEnd(&block);
-        clear_caches();
-        if (k == 1) {  // the flat walk reads the periodic inputs through their indices, as before
-          split_period_axis_ = -1;
-          row_access_memo_.clear();
-        }
-        std::vector<mlir::Value> r = k == 0 ? by_periods(period) : flat();
-        if (k == 1) {
-          split_period_axis_ = axis;
-          row_access_memo_.clear();
-        }
-        b_.create<mlir::scf::YieldOp>(loc_, r);
-        clear_caches();
-        if (k == 0)
-          for (mlir::Value v : r) types.push_back(v.getType());
-      }
-      auto branch = b_.create<mlir::scf::IfOp>(loc_, types, long_period, /*withElseRegion=*/true);
-      branch.getThenRegion().takeBody(draft.getThenRegion());
-      branch.getElseRegion().takeBody(draft.getElseRegion());
-      draft.erase();
-      accs.assign(branch.getResults().begin(), branch.getResults().end());
+      accs = if_yielding(long_period, [&](int k) {
+        if (k == 0) return by_periods(period);
+        // The flat walk reads the periodic inputs through their indices, as before.
+        split_period_axis_ = -1;
+        row_access_memo_.clear();
+        std::vector<mlir::Value> r = flat();
+        split_period_axis_ = axis;
+        row_access_memo_.clear();
+        return r;
+      }, "the split reduction's walks by periods and flat differ");
     }
   }
   prefetch_ahead_ = false;
@@ -991,36 +973,18 @@ std::vector<mlir::Value> CpuKernelEmitter::accumulate(const std::vector<NodeId>&
                                    &needs_patch);
     } else {
       // Two loops behind the run-time test: with the row before's output riding, and without
-      // (the stash then in this row's own output row). Their results' types are known once
-      // emitted: drafted in an scf.if without results, then moved into one with them.
-      auto draft = b_.create<mlir::scf::IfOp>(loc_, ride->streams, /*withElseRegion=*/true);
-      std::vector<mlir::Value> branch_results[2];
-      bool patches[2] = {false, false};
-      for (int k = 0; k < 2; ++k) {
-        mlir::OpBuilder::InsertionGuard guard(b_);
-        mlir::Block& block = k == 0 ? draft.getThenRegion().front() : draft.getElseRegion().front();
-        block.getTerminator()->erase();
-        b_.setInsertionPointToEnd(&block);
-        clear_caches();
+      // (the stash then in this row's own output row). Both have the same fix-ups: the ride
+      // defers none.
+      bool patched = false;
+      results = if_yielding(ride->streams, [&](int k) {
         mlir::Value patch;
-        branch_results[k] = accumulate_vectors(vectorized, kept, row_base, from, vector_end, lanes, chains, stash,
-                                               /*deferred=*/true, &patch, k == 0 ? ride : nullptr);
-        patches[k] = static_cast<bool>(patch);
-        if (patch) branch_results[k].push_back(patch);
-        b_.create<mlir::scf::YieldOp>(loc_, branch_results[k]);
-        clear_caches();
-      }
-      // (Both loops have the same fix-ups: the ride defers none.)
-      if (branch_results[0].size() != branch_results[1].size() || patches[0] != patches[1])
-        throw ir::Error(fail_text("kernel " + k_.name + ": the riding stash pass differs from the other"));
-      std::vector<mlir::Type> types;
-      for (mlir::Value v : branch_results[0]) types.push_back(v.getType());
-      auto branch = b_.create<mlir::scf::IfOp>(loc_, types, ride->streams, /*withElseRegion=*/true);
-      branch.getThenRegion().takeBody(draft.getThenRegion());
-      branch.getElseRegion().takeBody(draft.getElseRegion());
-      draft.erase();
-      results.assign(branch.getResults().begin(), branch.getResults().end());
-      if (patches[0]) {
+        std::vector<mlir::Value> r = accumulate_vectors(vectorized, kept, row_base, from, vector_end, lanes, chains, stash,
+                                                        /*deferred=*/true, &patch, k == 0 ? ride : nullptr);
+        if (k == 0) patched = static_cast<bool>(patch);
+        if (patch) r.push_back(patch);
+        return r;
+      }, "the riding stash pass differs from the other");
+      if (patched) {
         needs_patch = results.back();
         results.pop_back();
       }
