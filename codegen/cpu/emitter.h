@@ -228,6 +228,9 @@ class CpuKernelEmitter : public KernelEmitterBase {
   enum class RowAccess { Contiguous, PerRow, RowLocal, Invalid };
   RowAccess row_access(NodeId id);
   bool row_vectorizable(NodeId reduce_id);
+  // Where the row of `kept` starts in the operand of a RowLocal broadcast that varies along kept
+  // dims (w[M, N] in rows of x[B, M, N] over N); null where it does not (gamma[N]).
+  mlir::Value row_local_base(NodeId id, const std::vector<mlir::Value>& kept);
   // A split reduction whose inputs include one broadcast along its leading reduced dims only (a
   // bias b[N] in sum((x[M, N] + b)**2)): such an input repeats with a period of the space's
   // trailing dims from its period_axis() on, and the chunk is walked one period of the shortest
@@ -235,7 +238,6 @@ class CpuKernelEmitter : public KernelEmitterBase {
   // j - segment_base_ + segment_shift_[its broadcast] of its operand. split_period_axis(): that
   // period's first dim; -1 where there is no such input, or where every one repeats within
   // kMinSplitPeriod elements (the flat walk, each element through its index, stays).
-  mlir::Value row_local_base(NodeId id, const std::vector<mlir::Value>& kept);
   int split_period_axis();
   int period_axis(NodeId broadcast) const;
   std::optional<int> split_period_axis_;
@@ -442,6 +444,9 @@ class CpuKernelEmitter : public KernelEmitterBase {
   void emit_columns_by_rows(const std::vector<mlir::Value>& outer, mlir::Value row_start, mlir::Value from, mlir::Value to,
                             int lanes, int acc_slot);
   static constexpr int kColumnChunkVectors = 64;
+  // The largest accumulator element of the kernel's reductions, in bytes: each reduction's array
+  // of emit_columns_by_rows() takes kColumnChunkVectors vectors of it.
+  int64_t widest_accumulator();
   // ---- matmul: one parallel iteration per row of C (batch dims and M) ----
   // Rows [begin, end) of C. Where B's rows can be read as vectors along N (B, its prologue and
   // the epilogue are contiguous or constant along N: inner_access), kMatmulRows rows of C at a
@@ -486,8 +491,6 @@ class CpuKernelEmitter : public KernelEmitterBase {
   int allocate_slot(mlir::Value bytes);
   void release_scratch();
   mlir::Value lanes_below(mlir::Value count, int lanes);
-  // Runs `body` with vector loads and stores masked to the lanes below `count` (when count <
-  // lanes; the mask is a no-op otherwise).
   // An scf.if yielding what `branch(0)` (then) and `branch(1)` (else) return, types known only
   // once they are emitted: drafted without results, then moved into one with them. Both must
   // yield the same types (else an internal error naming `what`).
@@ -513,6 +516,8 @@ class CpuKernelEmitter : public KernelEmitterBase {
     draft.erase();
     return {result.getResults().begin(), result.getResults().end()};
   }
+  // Runs `body` with vector loads and stores masked to the lanes below `count` (when count <
+  // lanes; the mask is a no-op otherwise).
   template <class Body>
   void masked(mlir::Value count, int lanes, Body body) {
     mlir::Value saved = mask_;

@@ -736,8 +736,8 @@ CpuKernelEmitter::RowAccess CpuKernelEmitter::row_access(NodeId id) {
     OpKind leaf = k_.body.node(n.inputs[0]).kind;
     if (reduced_all_one) a = RowAccess::PerRow;
     else if (kept_each_one_or_full && reduced_full && (leaf == OpKind::Input || leaf == OpKind::Constant)) a = RowAccess::RowLocal;
-    else if (split_period_axis_.value_or(-1) >= 0 && period_axis(id) >= static_cast<int>(kept) &&
-             period_axis(id) <= *split_period_axis_)
+    else if (int period = period_axis(id); split_period_axis_.value_or(-1) >= 0 && period >= static_cast<int>(kept) &&
+                                           period <= *split_period_axis_)
       a = RowAccess::RowLocal;  // within a period (emit_split_chunk)
   }
   row_access_memo_[id] = a;
@@ -816,12 +816,14 @@ mlir::Value CpuKernelEmitter::row_value(NodeId id, const std::vector<mlir::Value
     v = scalar_fn(n.as<ir::ElementwiseAttrs>().body, args, lanes);
   } else if (row_access(id) == RowAccess::RowLocal) {
     NodeId leaf = n.inputs[0];
+    // j within the row, or within the split reduction's period (plus where that starts in this
+    // operand's longer one), from where the row starts in the operand.
     mlir::Value at = j;
-    if (mlir::Value base = row_local_base(id, kept)) at = add(base, at);
     if (segment_base_) {
       at = sub(j, segment_base_);
       if (auto shift = segment_shift_.find(id); shift != segment_shift_.end()) at = add(at, shift->second);
     }
+    if (mlir::Value base = row_local_base(id, kept)) at = add(base, at);
     v = load(input_slot_.at(leaf), k_.body.node(leaf).dtype, at, lanes);
   } else {  // PerRow: one value for the whole row, splat
     const ir::Shape& from = k_.body.node(n.inputs[0]).shape;
@@ -1343,12 +1345,8 @@ void CpuKernelEmitter::emit_columns(mlir::Value begin, mlir::Value end, int lane
   ir::Shape outer_shape(kept.begin(), kept.end() - 1);
   // The accumulators of emit_columns_by_rows(), acquired once per task.
   int acc_slot = -1;
-  if (lanes > 1) {
-    int64_t unit = 1;  // (each reduction's array takes the room of the largest accumulators')
-    std::vector<NodeId> ids = reduce_nodes();
-    for (NodeId id : ids) unit = std::max<int64_t>(unit, static_cast<int64_t>(ir::dtype_size(accumulator_type(id))));
-    acc_slot = allocate_slot(i64(static_cast<int64_t>(ids.size()) * kColumnChunkVectors * lanes * unit + 64));
-  }
+  if (lanes > 1)
+    acc_slot = allocate_slot(i64(static_cast<int64_t>(reduce_nodes().size()) * kColumnChunkVectors * lanes * widest_accumulator()));
   for_each_row_piece(begin, end, kept.back(), outer_shape,
                      [&](const std::vector<mlir::Value>& outer, mlir::Value row_start, mlir::Value from, mlir::Value to) {
                        mlir::Value vector_end = from;
@@ -1372,6 +1370,12 @@ void CpuKernelEmitter::emit_columns(mlir::Value begin, mlir::Value end, int lane
   if (acc_slot >= 0) release_scratch();
 }
 
+int64_t CpuKernelEmitter::widest_accumulator() {
+  int64_t widest = 1;
+  for (NodeId id : reduce_nodes()) widest = std::max<int64_t>(widest, static_cast<int64_t>(ir::dtype_size(accumulator_type(id))));
+  return widest;
+}
+
 void CpuKernelEmitter::emit_columns_by_rows(const std::vector<mlir::Value>& outer, mlir::Value row_start, mlir::Value from,
                                             mlir::Value to, int lanes, int acc_slot) {
   std::vector<NodeId> ids = reduce_nodes();
@@ -1379,8 +1383,7 @@ void CpuKernelEmitter::emit_columns_by_rows(const std::vector<mlir::Value>& oute
   int64_t chunk = static_cast<int64_t>(kColumnChunkVectors) * lanes;
   // Reduction q's accumulator for column c of the chunk: element q * chunk + c of its type
   // (addressed in units of the largest, so that each array starts aligned to its elements).
-  int64_t unit = 1;
-  for (NodeId id : ids) unit = std::max<int64_t>(unit, static_cast<int64_t>(ir::dtype_size(accumulator_type(id))));
+  int64_t unit = widest_accumulator();
   auto acc_at = [&](size_t q, mlir::Value c) {
     int64_t size = static_cast<int64_t>(ir::dtype_size(accumulator_type(ids[q])));
     return add(i64(static_cast<int64_t>(q) * chunk * unit / size), c);
@@ -1456,35 +1459,33 @@ void CpuKernelEmitter::store_column_outputs(mlir::Value row_start, mlir::Value c
                                             const std::vector<mlir::Value>& accs) {
   std::vector<NodeId> ids = reduce_nodes();
   ir::Dim column_length = ir::num_elements(reduced_dims());
-  {
-    std::map<NodeId, mlir::Value> values;
-    for (size_t q = 0; q < ids.size(); ++q) {
-      NodeId id = ids[q];
-      const Node& n = k_.body.node(id);
-      mlir::Value acc = accs[q];
-      DType acc_type = accumulator_type(id);
-      if (n.as<ir::ReduceAttrs>().kind == ir::ReduceKind::Mean) {
-        mlir::Value count = b_.create<mlir::arith::SIToFPOp>(loc_, b_.getF64Type(), dim(column_length));
-        if (lanes > 1) count = b_.create<mlir::vector::BroadcastOp>(loc_, lane_type(b_.getF64Type(), lanes), count);
-        acc = b_.create<mlir::arith::DivFOp>(loc_, acc, count);
-      }
-      values[id] = acc_type == n.dtype ? acc : cast(acc, acc_type, n.dtype, lanes);
+  std::map<NodeId, mlir::Value> values;
+  for (size_t q = 0; q < ids.size(); ++q) {
+    NodeId id = ids[q];
+    const Node& n = k_.body.node(id);
+    mlir::Value acc = accs[q];
+    DType acc_type = accumulator_type(id);
+    if (n.as<ir::ReduceAttrs>().kind == ir::ReduceKind::Mean) {
+      mlir::Value count = b_.create<mlir::arith::SIToFPOp>(loc_, b_.getF64Type(), dim(column_length));
+      if (lanes > 1) count = b_.create<mlir::vector::BroadcastOp>(loc_, lane_type(b_.getF64Type(), lanes), count);
+      acc = b_.create<mlir::arith::DivFOp>(loc_, acc, count);
     }
-    // The epilogue: elementwise functions of the reductions (columns_form()).
-    for (NodeId id = 0; id < static_cast<NodeId>(k_.body.nodes.size()); ++id) {
-      const Node& n = k_.body.node(id);
-      if (n.kind != OpKind::Elementwise || values.count(id)) continue;
-      std::vector<mlir::Value> args;
-      for (NodeId in : n.inputs) {
-        if (!values.count(in)) break;
-        args.push_back(values.at(in));
-      }
-      if (args.size() == n.inputs.size()) values[id] = scalar_fn(n.as<ir::ElementwiseAttrs>().body, args, lanes);
+    values[id] = acc_type == n.dtype ? acc : cast(acc, acc_type, n.dtype, lanes);
+  }
+  // The epilogue: elementwise functions of the reductions (columns_form()).
+  for (NodeId id = 0; id < static_cast<NodeId>(k_.body.nodes.size()); ++id) {
+    const Node& n = k_.body.node(id);
+    if (n.kind != OpKind::Elementwise || values.count(id)) continue;
+    std::vector<mlir::Value> args;
+    for (NodeId in : n.inputs) {
+      if (!values.count(in)) break;
+      args.push_back(values.at(in));
     }
-    for (size_t o = 0; o < k_.body.outputs.size(); ++o) {
-      NodeId out = k_.body.outputs[o].node;
-      store(output_slot_[o], k_.body.node(out).dtype, add(row_start, column), values.at(out), lanes);
-    }
+    if (args.size() == n.inputs.size()) values[id] = scalar_fn(n.as<ir::ElementwiseAttrs>().body, args, lanes);
+  }
+  for (size_t o = 0; o < k_.body.outputs.size(); ++o) {
+    NodeId out = k_.body.outputs[o].node;
+    store(output_slot_[o], k_.body.node(out).dtype, add(row_start, column), values.at(out), lanes);
   }
 }
 
