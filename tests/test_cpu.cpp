@@ -645,6 +645,55 @@ TEST_CASE("softmax rows with subnormal exp(x - max) rerun with the fix-up", "[cp
   }
 }
 
+// Riding softmax rows of at most 2 KiB (kAheadRowBytes) take each row's max one row ahead,
+// during the row before's exp pass: known at compile time for a static row length, tested at
+// run time for a symbolic one (both forms hold two max passes, a long static row one). Rows
+// just under, at and over the threshold, large enough to stream and ride (8 MiB of output), in
+// one and seven tasks, must match the interpreter with a NaN, an infinity, a row of -inf and
+// rows whose exp needs the subnormal fix-up; each row's max differs from its neighbours'.
+TEST_CASE("short softmax rows take their max one row ahead", "[cpu][reduce][threads]") {
+  constexpr double inf = std::numeric_limits<double>::infinity();
+  auto softmax = [](Graph& g, DType t, ir::Dim rows, ir::Dim columns) {
+    Tensor x = g.input("x", t, {rows, columns});
+    Tensor e = exp(x - max(x, 1, true));
+    g.output("y", e / sum(e, 1, true));
+  };
+  auto max_passes = [&](ir::Dim rows, ir::Dim columns) {
+    Graph g;
+    softmax(g, DType::F32, rows, columns);
+    return testing::count_occurrences(codegen::emit_cpu_mlir(compile(g).program()), "vector.reduction <max");
+  };
+  CHECK(max_passes(sym("R"), sym("C")) == 2);
+  CHECK(max_passes(5, 64) == 2);
+  CHECK(max_passes(5, 4096) == 1);
+  struct Case {
+    DType t;
+    bool symbolic;
+    int64_t columns;
+  };
+  for (Case c : {Case{DType::F32, true, 64}, Case{DType::F32, true, 512}, Case{DType::F32, true, 513},
+                 Case{DType::F64, true, 256}, Case{DType::F64, true, 257}, Case{DType::F32, false, 64}}) {
+    int64_t bytes = static_cast<int64_t>(ir::dtype_size(c.t));
+    int64_t r = (8 << 20) / (bytes * c.columns) + 3;
+    Graph g;
+    softmax(g, c.t, c.symbolic ? sym("R") : ir::Dim(r), c.symbolic ? sym("C") : ir::Dim(c.columns));
+    runtime::Executable exe = compile(g);
+    INFO(ir::dtype_name(c.t) << (c.symbolic ? " symbolic" : " static") << ", R = " << r << ", C = " << c.columns);
+    REQUIRE(exe.program().kernels.size() == 1);
+    ir::TensorMap inputs = inputs_of(g.ir(), {{"R", r}, {"C", c.columns}}, 17);
+    ir::HostArray& x = inputs["x"];
+    for (int64_t row = 0; row < r; ++row) {
+      int64_t at = row * c.columns;
+      x.set_f64(at + (row * 7) % c.columns, 2.0 + static_cast<double>(row % 13));  // a max of its own
+      if (row % 101 == 5) x.set_f64(at + c.columns / 3, -95.0 - static_cast<double>(row % 7));  // subnormal exp
+    }
+    x.set_f64(3 * c.columns + 1, std::numeric_limits<double>::quiet_NaN());
+    x.set_f64(10 * c.columns + 2, inf);
+    for (int64_t i = 0; i < c.columns; ++i) x.set_f64((r - 2) * c.columns + i, -inf);
+    CHECK(testing::compare_outputs(ir::interpret(g.ir(), inputs), exe.run(inputs), 1e-5, 1e-6) == "");
+  }
+}
+
 // The contiguous loop runs whole vectors in blocks that defer their fix-ups and run the block
 // again with them when a lane needed one (on CPUs without vscalefps, f32 exp's short form defers
 // lanes with |x| > 87, ScalarLowering::exp_f32_inline): exp and a

@@ -386,7 +386,16 @@ class CpuKernelEmitter : public KernelEmitterBase {
     std::vector<mlir::Value> kept;
     mlir::Value row_base;
     std::map<NodeId, mlir::Value> reduced;  // its reductions (carried)
+    // The first group's results for the row emitted, computed in the iteration before
+    // (first_group_ahead()); empty when that group runs in its row as usual.
+    std::map<NodeId, mlir::Value> ahead;
   };
+  // Whether a riding row kernel computes its first group of reductions one row ahead (softmax's
+  // max of row r + 1 during row r's exp pass): an i1 (run-time where the row length is
+  // symbolic), null where never. first_group_of_row(): the group's results for `row`.
+  static constexpr int64_t kAheadRowBytes = 2048;
+  mlir::Value first_group_ahead(const RowPlan& plan);
+  std::vector<mlir::Value> first_group_of_row(const RowPlan& plan, mlir::Value row);
   // The full-space output whose stash may go to a scratch row (AVX2 and AVX-512 vectors), or -1.
   int scratch_stash_output(const RowPlan& plan);
   // The kernel's one full-space output, if its vectors are whole lines (AVX2's and AVX-512's),
