@@ -226,3 +226,101 @@ TEST_CASE("full reductions of inputs broadcast along leading dims walk one perio
     }
   }
 }
+
+// Row kernels reducing several trailing axes (each row [M, N] of x[B, M, N]) whose outputs are
+// all reduced ones walk each row the same way: b[N] repeats every N elements of the row, read as
+// vectors from its element 0 in each period (accumulate_walked()); d[B, 1, N] from where the
+// row's kept index starts in it; w[M, N] spans the row (RowLocal as before). Short periods (under
+// 16, known or at run time) keep the flat walk.
+TEST_CASE("row reductions over several trailing axes walk inputs broadcast along the leading ones a period at a time",
+          "[cpu][reduce]") {
+  auto vector_loads = [](const Graph& g) {
+    return testing::count_occurrences(codegen::emit_cpu_mlir(compile(g).program()), "-> vector<");
+  };
+  {
+    Graph g;
+    Tensor x = g.input("x", DType::F32, {sym("B"), sym("M"), sym("N")});
+    Tensor b = g.input("b", DType::F32, {sym("N")});
+    g.output("s", sum((x - b) * (x - b), {1, 2}));
+    runtime::Executable exe = compile(g);
+    CHECK(exe.program().kernels.size() == 1);
+    CHECK(exe.program().kernels[0].schedule.form == ir::LoopForm::ReductionRows);
+    CHECK(vector_loads(g) >= 2);  // x and b in the period's vector loop (the flat walk: none)
+    for (int64_t n : {1, 3, 15, 16, 17, 64, 1023})
+      for (int64_t m : {1, 7, 300}) {
+        INFO("M = " << m << ", N = " << n);
+        check(g, {{"B", 3}, {"M", m}, {"N", n}}, 1e-6);
+      }
+  }
+  // Several dtypes and kinds; periodic inputs of different periods, one varying along the kept
+  // dim; every output reduced over the same axes, one with its dims kept.
+  for (DType dt : {DType::F32, DType::F64, DType::I32}) {
+    Graph g;
+    Tensor x = g.input("x", dt, {sym("B"), sym("M"), sym("N")});
+    Tensor w = g.input("w", dt, {sym("M"), sym("N")});
+    Tensor c = g.input("c", dt, {sym("N")});
+    Tensor d = g.input("d", dt, {sym("B"), 1, sym("N")});
+    g.output("s", sum(x * w + c, {1, 2}));
+    g.output("mx", max(x - d, {1, 2}));
+    g.output("mn", min(c * x, {1, 2}, true));
+    if (dt != DType::I32) g.output("mean", mean(x + d, {1, 2}));
+    CHECK(compile(g).program().kernels.size() == 1);
+    for (auto [nb, nm, nn] : std::vector<std::array<int64_t, 3>>{{1, 1, 1}, {2, 3, 5}, {3, 7, 17}, {5, 1, 1023}, {2, 33, 16}, {4, 100, 300}}) {
+      INFO(ir::dtype_name(dt) << " B = " << nb << ", M = " << nm << ", N = " << nn);
+      check(g, {{"B", nb}, {"M", nm}, {"N", nn}}, dt == DType::F32 ? 1e-5 : 1e-9);
+    }
+  }
+  // Static periods: 20 walks periods, 3 stays flat (the reduction reading b stays scalar).
+  for (int64_t n : {20, 3}) {
+    Graph g;
+    Tensor x = g.input("x", DType::F32, {sym("B"), sym("M"), n});
+    Tensor b = g.input("b", DType::F32, {n});
+    g.output("s", sum(x * b, {1, 2}));
+    CHECK((vector_loads(g) >= 2) == (n == 20));
+    for (int64_t m : {1, 9, 500}) check(g, {{"B", 3}, {"M", m}}, 1e-6);
+  }
+  {  // one varying along the kept dim too
+    Graph g;
+    Tensor x = g.input("x", DType::F32, {sym("B"), sym("M"), 20});
+    Tensor d = g.input("d", DType::F32, {sym("B"), 1, 20});
+    g.output("s", sum(x * d, {1, 2}));
+    CHECK(vector_loads(g) >= 2);
+    for (int64_t m : {1, 9, 500}) check(g, {{"B", 3}, {"M", m}}, 1e-6);
+  }
+  // Every element once, and b's every element found in every row: exact sums of small integers,
+  // and one largest (then NaN) element of b moved over every column, for periods on both sides
+  // of 16.
+  for (int64_t n : {5, 16, 37, 1000}) {
+    Graph g;
+    Tensor x = g.input("x", DType::F32, {sym("B"), sym("M"), sym("N")});
+    Tensor b = g.input("b", DType::F32, {sym("N")});
+    g.output("sum", sum(x + b, {1, 2}));
+    g.output("max", max(x + b, {1, 2}));
+    runtime::Executable exe = compile(g);
+    const int64_t rows = 3, m = 111;
+    ir::HostArray xs(DType::F32, {rows, m, n}), bs(DType::F32, {n});
+    std::vector<double> totals(rows, 0.0);
+    for (int64_t i = 0; i < rows * m * n; ++i) {
+      xs.set_f64(i, static_cast<double>(i % 7));
+      totals[static_cast<size_t>(i / (m * n))] += static_cast<double>(i % 7);
+    }
+    for (int64_t j = 0; j < n; ++j) {
+      bs.set_f64(j, static_cast<double>(j % 5));
+      for (double& t : totals) t += static_cast<double>(m * (j % 5));
+    }
+    INFO("N = " << n);
+    ir::TensorMap out = exe.run({{"x", xs}, {"b", bs}});
+    for (int64_t r = 0; r < rows; ++r) CHECK(out.at("sum").get_f64(r) == totals[static_cast<size_t>(r)]);
+    for (int64_t j = 0; j < n; ++j) {
+      ir::HostArray probe = bs;
+      probe.set_f64(j, 5000.0);
+      ir::TensorMap found = exe.run({{"x", xs}, {"b", probe}});
+      for (int64_t r = 0; r < rows; ++r)
+        if (found.at("max").get_f64(r) != 5006.0) FAIL_CHECK("b's largest element at " << j << " was missed in row " << r);
+      probe.set_f64(j, std::numeric_limits<double>::quiet_NaN());
+      found = exe.run({{"x", xs}, {"b", probe}});
+      for (int64_t r = 0; r < rows; ++r)
+        if (!std::isnan(found.at("max").get_f64(r))) FAIL_CHECK("b's NaN at " << j << " was missed in row " << r);
+    }
+  }
+}

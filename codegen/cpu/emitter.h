@@ -13,6 +13,7 @@
 #pragma once
 
 #include <array>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -231,16 +232,20 @@ class CpuKernelEmitter : public KernelEmitterBase {
   // Where the row of `kept` starts in the operand of a RowLocal broadcast that varies along kept
   // dims (w[M, N] in rows of x[B, M, N] over N); null where it does not (gamma[N]).
   mlir::Value row_local_base(NodeId id, const std::vector<mlir::Value>& kept);
-  // A split reduction whose inputs include one broadcast along its leading reduced dims only (a
-  // bias b[N] in sum((x[M, N] + b)**2)): such an input repeats with a period of the space's
-  // trailing dims from its period_axis() on, and the chunk is walked one period of the shortest
-  // at a time (emit_split_chunk), within which each such input is RowLocal: element
-  // j - segment_base_ + segment_shift_[its broadcast] of its operand. split_period_axis(): that
+  // A split reduction, or a row kernel whose outputs are all reduced ones, whose inputs include
+  // one broadcast along leading reduced dims only (a bias b[N] in sum((x[M, N] + b)**2), all
+  // axes or [M, N] of x[B, M, N]): such an input repeats with a period of the space's trailing
+  // dims from its period_axis() on, and the chunk or row is walked one period of the shortest
+  // at a time (accumulate_walked()), within which each such input is RowLocal: element
+  // j - segment_base_ + segment_shift_[its broadcast] of its operand. period_walk_axis(): that
   // period's first dim; -1 where there is no such input, or where every one repeats within
   // kMinSplitPeriod elements (the flat walk, each element through its index, stays).
-  int split_period_axis();
+  int period_walk_axis();
   int period_axis(NodeId broadcast) const;
-  std::optional<int> split_period_axis_;
+  std::vector<mlir::Value> accumulate_walked(const std::vector<NodeId>& ids, const std::vector<mlir::Value>& kept,
+                                             mlir::Value row_base, mlir::Value from, mlir::Value to, int lanes,
+                                             const std::function<std::vector<mlir::Value>()>& flat);
+  std::optional<int> period_walk_axis_;
   mlir::Value segment_base_;
   std::map<NodeId, mlir::Value> segment_shift_;
   static constexpr int64_t kMinSplitPeriod = 16;

@@ -71,10 +71,25 @@ void CpuKernelEmitter::emit_split_chunk(mlir::Value chunk) {
     split_streams_ = false;
     return r;
   };
-  // One period [r P, r P + P) of the trailing dims at a time, clipped to the chunk, each folded
-  // apart and combined in order (a periodic input's index restarts at each). No streams: a
-  // period of a bias is a few KiB, and the next period's lines are the prefetches' ahead.
-  int axis = split_period_axis();
+  // No streams in the walk by periods: a period of a bias is a few KiB, and the next period's
+  // lines are the prefetches' ahead.
+  std::vector<mlir::Value> accs = accumulate_walked(ids, kept, i64(0), from, to, lanes, flat);
+  prefetch_ahead_ = false;
+  for (size_t q = 0; q < ids.size(); ++q) store_partial(ids[q], static_cast<int>(q), chunk, accs[q]);
+}
+
+// Elements [from, to) of the row (a split chunk's, or a row kernel's), walked one period
+// [r P, r P + P) of the trailing dims from period_walk_axis() at a time, clipped to [from, to),
+// each folded apart and combined in order (a periodic input's index restarts at each); `flat`
+// where there is no such axis, or where the period, known at run time only, is under
+// kMinSplitPeriod (periods of 1-8 elements, each folded apart, took 1.3-2.5x as long as the
+// flat walk: 1M f32, two threads).
+std::vector<mlir::Value> CpuKernelEmitter::accumulate_walked(const std::vector<NodeId>& ids,
+                                                             const std::vector<mlir::Value>& kept, mlir::Value row_base,
+                                                             mlir::Value from, mlir::Value to, int lanes,
+                                                             const std::function<std::vector<mlir::Value>()>& flat) {
+  int axis = period_walk_axis();
+  if (axis < 0) return flat();
   auto by_periods = [&](mlir::Value period) {
     mlir::Value first = div(from, period), last = div(add(to, sub(period, i64(1))), period);
     std::vector<mlir::Value> init;
@@ -92,7 +107,7 @@ void CpuKernelEmitter::emit_split_chunk(mlir::Value chunk) {
       segment_shift_[id] = b_.create<mlir::arith::RemUIOp>(loc_, segment_base_, max_i64(own_period, i64(1)));
     }
     mlir::Value lo = max_i64(from, segment_base_), hi = min_i64(to, add(segment_base_, period));
-    std::vector<mlir::Value> part = accumulate(ids, kept, i64(0), lo, hi, lanes);
+    std::vector<mlir::Value> part = accumulate(ids, kept, row_base, lo, hi, lanes);
     segment_base_ = {};
     segment_shift_.clear();
     std::vector<mlir::Value> next;
@@ -101,32 +116,20 @@ void CpuKernelEmitter::emit_split_chunk(mlir::Value chunk) {
     clear_caches();
     return std::vector<mlir::Value>(segments.getResults().begin(), segments.getResults().end());
   };
-  std::vector<mlir::Value> accs;
-  if (axis < 0) {
-    accs = flat();
-  } else {
-    ir::Dim period_dim = ir::num_elements(ir::Shape(k_.space.begin() + axis, k_.space.end()));
-    mlir::Value period = max_i64(dim(period_dim), i64(1));
-    if (period_dim.constant()) {
-      accs = by_periods(period);  // (at least kMinSplitPeriod: split_period_axis())
-    } else {
-      // A period known at run time only: below kMinSplitPeriod the flat walk, where periods of
-      // 1-8 elements, each folded apart, took 1.3-2.5x as long (1M f32, two threads).
-      mlir::Value long_period = cmpi(mlir::arith::CmpIPredicate::sge, period, i64(kMinSplitPeriod));
-      accs = if_yielding(long_period, [&](int k) {
-        if (k == 0) return by_periods(period);
-        // The flat walk reads the periodic inputs through their indices, as before.
-        split_period_axis_ = -1;
-        row_access_memo_.clear();
-        std::vector<mlir::Value> r = flat();
-        split_period_axis_ = axis;
-        row_access_memo_.clear();
-        return r;
-      }, "the split reduction's walks by periods and flat differ");
-    }
-  }
-  prefetch_ahead_ = false;
-  for (size_t q = 0; q < ids.size(); ++q) store_partial(ids[q], static_cast<int>(q), chunk, accs[q]);
+  ir::Dim period_dim = ir::num_elements(ir::Shape(k_.space.begin() + axis, k_.space.end()));
+  mlir::Value period = max_i64(dim(period_dim), i64(1));
+  if (period_dim.constant()) return by_periods(period);  // (at least kMinSplitPeriod: period_walk_axis())
+  mlir::Value long_period = cmpi(mlir::arith::CmpIPredicate::sge, period, i64(kMinSplitPeriod));
+  return if_yielding(long_period, [&](int k) {
+    if (k == 0) return by_periods(period);
+    // The flat walk reads the periodic inputs through their indices, as before.
+    period_walk_axis_ = -1;
+    row_access_memo_.clear();
+    std::vector<mlir::Value> r = flat();
+    period_walk_axis_ = axis;
+    row_access_memo_.clear();
+    return r;
+  }, "the walks by periods and flat differ");
 }
 
 // Reductions in groups that read the row once each: a group ends where a reduction needs an
@@ -251,8 +254,13 @@ std::vector<mlir::Value> CpuKernelEmitter::emit_reduction_row(mlir::Value row, c
     bool last = g + 1 == groups.size();
     if (last && stash.node >= 0) prefetch_next_row_ = next_row;
     bool stashes = last && stash.node >= 0;
-    std::vector<mlir::Value> accs = accumulate(groups[g], kept, row_base, i64(0), dim(row_length), lanes,
-                                               stashes ? &stash : nullptr, stashes ? ride : nullptr);
+    auto whole_row = [&] {
+      return accumulate(groups[g], kept, row_base, i64(0), dim(row_length), lanes, stashes ? &stash : nullptr,
+                        stashes ? ride : nullptr);
+    };
+    // (A stash reads full-space values: period_walk_axis() never walks such a kernel.)
+    std::vector<mlir::Value> accs =
+        stashes ? whole_row() : accumulate_walked(groups[g], kept, row_base, i64(0), dim(row_length), lanes, whole_row);
     prefetch_next_row_ = {};
     for (size_t q = 0; q < groups[g].size(); ++q) reduced_[groups[g][q]] = finish(groups[g][q], accs[q], row_length);
   }
@@ -806,9 +814,9 @@ CpuKernelEmitter::RowAccess CpuKernelEmitter::row_access(NodeId id) {
     OpKind leaf = k_.body.node(n.inputs[0]).kind;
     if (reduced_all_one) a = RowAccess::PerRow;
     else if (kept_each_one_or_full && reduced_full && (leaf == OpKind::Input || leaf == OpKind::Constant)) a = RowAccess::RowLocal;
-    else if (int period = period_axis(id); split_period_axis_.value_or(-1) >= 0 && period >= static_cast<int>(kept) &&
-                                           period <= *split_period_axis_)
-      a = RowAccess::RowLocal;  // within a period (emit_split_chunk)
+    else if (int period = period_axis(id); period_walk_axis_.value_or(-1) >= 0 && period >= static_cast<int>(kept) &&
+                                           period <= *period_walk_axis_)
+      a = RowAccess::RowLocal;  // within a period (accumulate_walked())
   }
   row_access_memo_[id] = a;
   return a;
@@ -839,18 +847,24 @@ int CpuKernelEmitter::period_axis(NodeId broadcast) const {
   if (leaf != OpKind::Input && leaf != OpKind::Constant) return -1;
   const ir::Shape& from = k_.body.node(n.inputs[0]).shape;
   int rank = static_cast<int>(k_.space.size()), offset = rank - static_cast<int>(from.size());
+  int kept = rank - static_cast<int>(k_.axes.size());
   int axis = rank;  // the operand's trailing dims that are the space's...
   while (axis - 1 >= offset && from[axis - 1 - offset] == k_.space[axis - 1]) --axis;
-  for (int d = offset; d < axis; ++d)  // ...and 1 before them
-    if (!(from[d - offset] == ir::Dim(1))) return -1;
+  // ...and 1 before them, or a kept dim's size (b[B, 1, N] in rows of [B, M, N] over M and N:
+  // where the row starts in it, row_local_base())
+  for (int d = offset; d < axis; ++d)
+    if (!(from[d - offset] == ir::Dim(1)) && !(d < kept && from[d - offset] == k_.space[d])) return -1;
   return axis;
 }
 
-int CpuKernelEmitter::split_period_axis() {
-  if (split_period_axis_) return *split_period_axis_;
+int CpuKernelEmitter::period_walk_axis() {
+  if (period_walk_axis_) return *period_walk_axis_;
   int found = -1;
   int rank = static_cast<int>(k_.space.size()), kept = rank - static_cast<int>(k_.axes.size());
-  if (k_.schedule.form == ir::LoopForm::SplitReduction && ir::trailing_axes(k_)) {
+  bool rows = k_.schedule.form == ir::LoopForm::ReductionRows && k_.schedule.cpu.vector_width > 1 &&
+              !ir::has_arg_reduction(k_);
+  for (const ir::GraphOutput& o : k_.body.outputs) rows = rows && !(k_.body.node(o.node).shape == k_.space);
+  if ((k_.schedule.form == ir::LoopForm::SplitReduction || rows) && ir::trailing_axes(k_)) {
     for (NodeId id = 0; id < static_cast<NodeId>(k_.body.nodes.size()); ++id) {
       int axis = period_axis(id);
       // (axis <= kept: it spans every reduced dim, RowLocal as it is; rank: one value, PerRow)
@@ -859,7 +873,7 @@ int CpuKernelEmitter::split_period_axis() {
       if (!period || *period >= kMinSplitPeriod) found = std::max(found, axis);
     }
   }
-  split_period_axis_ = found;
+  period_walk_axis_ = found;
   row_access_memo_.clear();  // (periodic operands are RowLocal from here on)
   return found;
 }
