@@ -45,6 +45,10 @@ struct CompiledKernel {
   CpuKernelFn scan_chunks = nullptr;
   int64_t scan_chunked_rows = 0;
   int64_t scan_chunked_length = 0;
+  // A column reduction of few columns (ir::column_reduction_splits() at run time) runs
+  // `column_rows` over [0, split_chunks) chunks of its rows, with a scratch buffer of
+  // scratch_bytes per column, then `finish` over its columns; else `fn` over its columns.
+  CpuKernelFn column_rows = nullptr;
 };
 
 /// A JIT-loaded Program. Owns the machine code: function pointers live as long as it does.

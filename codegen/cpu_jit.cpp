@@ -619,6 +619,7 @@ struct ModuleLoader {
         return f->toPtr<CpuKernelFn>();
       };
       module->kernels_[k].finish = lookup("_finish");
+      if (p.kernels[k].schedule.form == ir::LoopForm::ColumnReduction) module->kernels_[k].column_rows = lookup("_rows");
       if (p.kernels[k].schedule.form == ir::LoopForm::ScanRows) {  // np-scan: the chunked form
         module->kernels_[k].scan_totals = lookup("_totals");
         module->kernels_[k].scan_chunks = lookup("_chunks");

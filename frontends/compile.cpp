@@ -119,7 +119,7 @@ runtime::Executable load_cpu(Compilation c) {
   code.symbols = module->symbols();
   for (const codegen::CompiledKernel& k : module->kernels())
     code.kernels.push_back({k.fn, k.constants, k.finish, k.split_chunks, k.scratch_bytes, k.scan_totals, k.scan_chunks,
-                            k.scan_chunked_rows, k.scan_chunked_length});
+                            k.scan_chunked_rows, k.scan_chunked_length, k.column_rows});
   code.owner = module;
   return runtime::Executable(std::move(c.result.program), std::move(code));
 }

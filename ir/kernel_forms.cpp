@@ -280,6 +280,26 @@ Dim scatter_bins(const Kernel& k) {
   return k.body.node(id).shape.at(0);
 }
 
+static bool few_column_tasks(const Kernel& k, int64_t columns) {
+  int64_t grain = std::max<int64_t>(1, k.schedule.cpu.grain);
+  return (columns + grain - 1) / grain < kMinColumnTasks;
+}
+
+bool column_reduction_splits(const Kernel& k, int64_t rows, int64_t columns) {
+  return few_column_tasks(k, columns) && rows >= kColumnSplitChunks && rows * columns >= (int64_t{1} << 16);
+}
+
+bool column_reduction_may_split(const Kernel& k) {
+  if (k.schedule.form != LoopForm::ColumnReduction) return false;
+  Shape kept, reduced;
+  for (size_t d = 0; d < k.space.size(); ++d)
+    (std::find(k.axes.begin(), k.axes.end(), static_cast<int>(d)) != k.axes.end() ? reduced : kept).push_back(k.space[d]);
+  std::optional<int64_t> rows = num_elements(reduced).constant(), columns = num_elements(kept).constant();
+  if (rows && columns) return column_reduction_splits(k, *rows, *columns);
+  if (columns) return few_column_tasks(k, *columns);
+  return !rows || *rows >= kColumnSplitChunks;
+}
+
 int64_t scatter_chunks(int64_t bins) {
   return std::clamp<int64_t>((int64_t{1} << 22) / std::max<int64_t>(bins, 1), 1, 64);
 }

@@ -140,6 +140,20 @@ Dim scatter_bins(const Kernel& k);
 /// thread count, so every result (float sums too) is the same with any number of threads.
 int64_t scatter_chunks(int64_t bins);
 
+// ---- column reductions split over their rows ----
+/// A CPU ColumnReduction of few columns and many rows runs split over its rows instead of over
+/// its columns: kColumnSplitChunks chunks each fold a stretch of the rows of every column into
+/// partials, which a second function combines in chunk order. The chunks are the same whatever
+/// the thread count, so every result (float sums too) is the same with any number of threads.
+inline constexpr int64_t kColumnSplitChunks = 16;
+/// Whether a run of the ColumnReduction `k` over `rows` x `columns` (reduced x kept elements)
+/// takes the split form: its column tasks (the schedule's grain of columns each) would number
+/// under kMinColumnTasks, and there are at least kColumnSplitChunks rows and 2^16 elements.
+inline constexpr int64_t kMinColumnTasks = 8;
+bool column_reduction_splits(const Kernel& k, int64_t rows, int64_t columns);
+/// Whether `k` may take that form at some run (both sizes symbolic or allowing it).
+bool column_reduction_may_split(const Kernel& k);
+
 /// How a node's value varies along the innermost index of the space (worse is larger).
 enum class InnerAccess { Constant, Unit, Strided, Unsupported };
 

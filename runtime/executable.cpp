@@ -293,7 +293,28 @@ void Executable::launch(const ir::Kernel& k, const CpuKernelCode& code, std::vec
       code.finish(pointers.data(), symbol_sizes.data(), 0, 1);
       return;
     }
-    if (code.finish && !code.scan_chunks) {  // a split reduction
+    if (code.column_rows) {
+      // A column reduction of few columns: ir::kColumnSplitChunks chunks of its rows, each
+      // folding every column into its partials in the scratch, then the partials combined in
+      // chunk order (whatever the thread count) over the columns.
+      int64_t rows = 1, columns = 1;
+      for (size_t d = 0; d < k.space.size(); ++d)
+        (std::find(k.axes.begin(), k.axes.end(), static_cast<int>(d)) != k.axes.end() ? rows : columns) *=
+            ir::evaluate(k.space[d], symbols);
+      if (ir::column_reduction_splits(k, rows, columns)) {
+        std::vector<uint64_t>& scratch = workspace.scratch[kernel_index];
+        scratch.resize(static_cast<size_t>(std::max<int64_t>(1, code.scratch_bytes / 8 * columns)));  // each chunk writes its own
+        pointers.push_back(scratch.data());
+        if (error_record) pointers.push_back(error_record);
+        int64_t grain = std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(1, rows * columns / code.split_chunks));
+        ThreadPool::global().parallel_for(0, code.split_chunks, grain, [&](int64_t begin, int64_t end) {
+          code.column_rows(pointers.data(), symbol_sizes.data(), begin, end);
+        });
+        code.finish(pointers.data(), symbol_sizes.data(), 0, columns);
+        return;
+      }
+    }
+    if (code.finish && !code.scan_chunks && !code.column_rows) {  // a split reduction
       std::vector<uint64_t>& scratch = workspace.scratch[kernel_index];
       scratch.assign(static_cast<size_t>(code.scratch_bytes + 7) / 8, 0);  // no allocation after the first run
       pointers.push_back(scratch.data());

@@ -33,6 +33,10 @@ struct CpuKernelCode {
   CpuKernelFn scan_chunks = nullptr;
   int64_t scan_chunked_rows = 0;
   int64_t scan_chunked_length = 0;
+  // A column reduction of few columns (ir::column_reduction_splits()): column_rows over
+  // [0, split_chunks) chunks of its rows (scratch_bytes per column), then finish over its
+  // columns (codegen/cpu_codegen.h, CompiledKernel).
+  CpuKernelFn column_rows = nullptr;
 };
 
 /// Machine code for a Program's kernels, and whatever keeps it alive (a JIT, a shared object).

@@ -12,6 +12,7 @@
 
 #include "codegen/cpu_codegen.h"
 #include "frontends/compile.h"
+#include "ir/kernel_forms.h"
 #include "ir/printer.h"
 #include "cpu_targets.h"
 #include "random_graph.h"
@@ -860,6 +861,50 @@ TEST_CASE("row kernels read an operand varying along kept dims as vectors from w
                                 {{"B", 3}, {"M", 7}, {"N", 64}}, {{"B", 2}, {"M", 300}, {"N", 33}},
                                 {{"B", 2}, {"M", 4}, {"N", 1023}}, {{"B", 0}, {"M", 3}, {"N", 5}}},
                             1e-5, 1e-6);
+}
+
+// A column reduction of few columns and many rows runs split over its rows as well (its column
+// tasks would number under 8, ir::column_reduction_splits()): 16 chunks of rows fold every
+// column into partials in scratch (`_rows`), combined in chunk order over the columns
+// (`_finish`). Every kind and an epilogue, at sizes on both sides of the test (2^16 elements,
+// 16 rows, 8 tasks of 2 KiB of columns), with a NaN and an infinity in single columns, in one
+// and seven tasks; static shapes that can never split compile no such functions.
+TEST_CASE("column reductions of few columns split over their rows", "[cpu][reduce][threads]") {
+  for (DType t : {DType::F32, DType::F64, DType::I32}) {
+    Graph g;
+    Tensor x = g.input("x", t, {sym("M"), sym("N")});
+    Tensor w = g.input("w", t, {sym("N")});
+    g.output("sum", sum(x, 0));
+    g.output("max", max(x * w, 0, true));
+    g.output("min", min(x, 0));
+    g.output("any", any(x > w, 0));
+    if (t != DType::I32) g.output("mean_exp", sqrt(mean(exp(x), 0)) * 2.0);  // an epilogue
+    Tensor x3 = g.input("x3", t, {sym("M"), 3, sym("N")});
+    g.output("sum3", sum(x3, {0, 1}));
+    runtime::Executable exe = compile(g);
+    REQUIRE(exe.program().kernels.size() == 2);
+    for (const ir::Kernel& k : exe.program().kernels) CHECK(k.schedule.form == ir::LoopForm::ColumnReduction);
+    CHECK(testing::count_occurrences(codegen::emit_cpu_mlir(exe.program()), "_rows(") == 2);
+    const ir::Kernel& k = exe.program().kernels[0];
+    CHECK(ir::column_reduction_splits(k, 65536, 1));
+    CHECK(ir::column_reduction_splits(k, 64, 1024));
+    CHECK_FALSE(ir::column_reduction_splits(k, 15, 5000));      // too few rows
+    CHECK_FALSE(ir::column_reduction_splits(k, 4000, 16));      // too few elements
+    CHECK_FALSE(ir::column_reduction_splits(k, 100, 8 * 4096));  // enough column tasks
+    for (auto [m, n] : std::vector<std::pair<int64_t, int64_t>>{
+             {65536, 1}, {21846, 3}, {4099, 16}, {20000, 7}, {17, 3}, {4097, 17}, {70, 1023}, {64, 1024}, {5, 100}}) {
+      INFO(ir::dtype_name(t) << ", M = " << m << ", N = " << n);
+      ir::TensorMap inputs = inputs_of(g.ir(), {{"M", m}, {"N", n}}, 21);
+      if (t != DType::I32 && m > 3) {
+        inputs["x"].set_f64((m / 2) * n + n / 2, std::numeric_limits<double>::quiet_NaN());
+        inputs["x"].set_f64((m - 1) * n + n - 1, std::numeric_limits<double>::infinity());
+      }
+      CHECK(testing::compare_outputs(ir::interpret(g.ir(), inputs), exe.run(inputs), 1e-5, 1e-6) == "");
+    }
+  }
+  Graph fixed;  // 8 tasks of 2 KiB of f32 columns: never split
+  fixed.output("s", sum(fixed.input("x", DType::F32, {sym("M"), 8 * 512}), 0));
+  CHECK(testing::count_occurrences(codegen::emit_cpu_mlir(compile(fixed).program()), "_rows(") == 0);
 }
 
 TEST_CASE("column reductions over many columns walk the rows in order", "[cpu][reduce]") {

@@ -61,6 +61,12 @@ class CpuKernelEmitter : public KernelEmitterBase {
   // The second function of a histogram/bincount (codegen/cpu/scatter.cpp): for each bin, the
   // chunks' bins added in chunk order and stored in the result's dtype.
   void emit_scatter_finish(mlir::func::FuncOp func);
+  // A column reduction split over its rows, for few columns (ir::column_reduction_splits()):
+  // chunk s of ir::kColumnSplitChunks (`_rows`, over chunks) folds rows [s R / S, (s + 1) R / S)
+  // of every column into its accumulators in the scratch buffer; `_finish` (over columns)
+  // combines them in chunk order and writes the outputs, as the unsplit kernel would.
+  void emit_column_split_chunks(mlir::func::FuncOp func);
+  void emit_column_split_finish(mlir::func::FuncOp func);
  private:
   // Starts the body of `func` (buffers, symbols, begin, end) and loads the slots' addresses.
   void enter(mlir::func::FuncOp func);
@@ -443,6 +449,14 @@ class CpuKernelEmitter : public KernelEmitterBase {
                                              const std::vector<mlir::Value>& kept, mlir::Value from, mlir::Value to);
   static constexpr int kColumnVectors = 4;
   void emit_columns(mlir::Value begin, mlir::Value end, int lanes);
+  // The column walk's rows (null: all) and, where it leaves accumulators rather than outputs
+  // (emit_column_split_chunks()), the chunk whose partials it stores.
+  mlir::Value column_rows_from_, column_rows_to_, column_partials_chunk_;
+  bool column_split_ = false;  // a function of the split form: takes the scratch buffer
+  // Reduction q's partial of `chunk` for kept position `column`, in units of its accumulator
+  // type: the scratch holds, per reduction, kColumnSplitChunks rows of every column, each row
+  // starting on 8 bytes.
+  mlir::Value column_partial_offset(size_t q, mlir::Value chunk, mlir::Value column);
   // Outputs at kept positions [row_start + c, + lanes * vectors): every reduction down its
   // columns, `vectors` adjacent vectors at a time (a row then supplies whole cache lines).
   void emit_column_lanes(const std::vector<mlir::Value>& outer, mlir::Value row_start, mlir::Value c, int lanes,

@@ -114,6 +114,22 @@ mlir::OwningOpRef<mlir::ModuleOp> build_module(mlir::MLIRContext& context, const
       object.split_chunks[ki] = kSplitChunks;
       object.scratch_bytes[ki] = split_scratch_bytes(k);
     }
+    if (ir::column_reduction_may_split(k)) {  // the form split over rows, beside the columns'
+      auto add_function = [&](const std::string& suffix, void (CpuKernelEmitter::*emit)(mlir::func::FuncOp)) {
+        b.setInsertionPointToEnd(module->getBody());
+        auto f = b.create<mlir::func::FuncOp>(b.getUnknownLoc(), k.name + suffix,
+                                              b.getFunctionType({ptr, ptr, b.getI64Type(), b.getI64Type()}, {}));
+        std::vector<ir::HostArray> same_constants;
+        CpuKernelEmitter split(b, k, symbols, options, same_constants);
+        split.set_first_index_check(ir::first_index_check(p, static_cast<int>(ki)));
+        (split.*emit)(f);
+      };
+      add_function("_rows", &CpuKernelEmitter::emit_column_split_chunks);
+      add_function("_finish", &CpuKernelEmitter::emit_column_split_finish);
+      object.split_chunks[ki] = ir::kColumnSplitChunks;
+      // (per column: each reduction's chunks of 8-byte accumulators)
+      object.scratch_bytes[ki] = static_cast<int64_t>(ir::reduce_nodes(k).size()) * ir::kColumnSplitChunks * 8;
+    }
     if (k.schedule.form == ir::LoopForm::ScanRows) {  // np-scan: the chunked form beside the rows
       auto add_function = [&](const std::string& suffix, void (CpuKernelEmitter::*emit)(mlir::func::FuncOp)) {
         b.setInsertionPointToEnd(module->getBody());

@@ -1481,7 +1481,7 @@ void CpuKernelEmitter::emit_columns_by_rows(const std::vector<mlir::Value>& oute
       for (size_t q = 0; q < ids.size(); ++q)
         store(acc_slot, accumulator_type(ids[q]), acc_at(q, c), accumulator_identity(ids[q], lanes), lanes);
     });
-    loop(i64(0), dim(column_length), 1, [&](mlir::Value r) {
+    loop(column_rows_from_ ? column_rows_from_ : i64(0), column_rows_to_ ? column_rows_to_ : dim(column_length), 1, [&](mlir::Value r) {
       std::vector<mlir::Value> idx0 = full_index(kept0, delinearize(r, reduced_dims()));
       loop(i64(0), width, lanes, [&](mlir::Value c) {
         clear_caches();
@@ -1513,7 +1513,8 @@ void CpuKernelEmitter::emit_column_lanes(const std::vector<mlir::Value>& outer, 
   for (int v = 0; v < vectors; ++v)
     for (NodeId id : ids) init.push_back(accumulator_identity(id, lanes));
   ir::Dim column_length = ir::num_elements(reduced_dims());
-  auto down = b_.create<mlir::scf::ForOp>(loc_, i64(0), dim(column_length), i64(1), init);
+  auto down = b_.create<mlir::scf::ForOp>(loc_, column_rows_from_ ? column_rows_from_ : i64(0),
+                                          column_rows_to_ ? column_rows_to_ : dim(column_length), i64(1), init);
   {
     mlir::OpBuilder::InsertionGuard guard(b_);
     b_.setInsertionPointToStart(down.getBody());
@@ -1542,6 +1543,12 @@ void CpuKernelEmitter::emit_column_lanes(const std::vector<mlir::Value>& outer, 
 void CpuKernelEmitter::store_column_outputs(mlir::Value row_start, mlir::Value column, int lanes,
                                             const std::vector<mlir::Value>& accs) {
   std::vector<NodeId> ids = reduce_nodes();
+  if (column_partials_chunk_) {  // a chunk of the split form: its accumulators, for _finish
+    for (size_t q = 0; q < ids.size(); ++q)
+      store(slot_count_, accumulator_type(ids[q]), column_partial_offset(q, column_partials_chunk_, add(row_start, column)),
+            accs[q], lanes);
+    return;
+  }
   ir::Dim column_length = ir::num_elements(reduced_dims());
   std::map<NodeId, mlir::Value> values;
   for (size_t q = 0; q < ids.size(); ++q) {
@@ -1571,6 +1578,64 @@ void CpuKernelEmitter::store_column_outputs(mlir::Value row_start, mlir::Value c
     NodeId out = k_.body.outputs[o].node;
     store(output_slot_[o], k_.body.node(out).dtype, add(row_start, column), values.at(out), lanes);
   }
+}
+
+
+mlir::Value CpuKernelEmitter::column_partial_offset(size_t q, mlir::Value chunk, mlir::Value column) {
+  std::vector<NodeId> ids = reduce_nodes();
+  int64_t size = static_cast<int64_t>(ir::dtype_size(accumulator_type(ids[q])));
+  mlir::Value columns = dim(ir::num_elements(kept_dims()));
+  // Rows of 8-byte units: (q * S + chunk) * columns of them before this one.
+  mlir::Value row = add(i64(static_cast<int64_t>(q) * ir::kColumnSplitChunks), chunk);
+  return add(mul(mul(row, columns), i64(8 / size)), column);
+}
+
+void CpuKernelEmitter::emit_column_split_chunks(mlir::func::FuncOp func) {
+  column_split_ = true;
+  enter(func);
+  mlir::Value begin = entry_->getArgument(2), end = entry_->getArgument(3);
+  int lanes = std::max(1, k_.schedule.cpu.vector_width);
+  mlir::Value rows = dim(ir::num_elements(reduced_dims()));
+  loop(begin, end, 1, [&](mlir::Value chunk) {
+    column_partials_chunk_ = chunk;
+    column_rows_from_ = div(mul(chunk, rows), i64(ir::kColumnSplitChunks));
+    column_rows_to_ = div(mul(add(chunk, i64(1)), rows), i64(ir::kColumnSplitChunks));
+    emit_columns(i64(0), dim(ir::num_elements(kept_dims())), lanes);
+    column_partials_chunk_ = column_rows_from_ = column_rows_to_ = {};
+  });
+  b_.create<mlir::func::ReturnOp>(loc_);
+}
+
+void CpuKernelEmitter::emit_column_split_finish(mlir::func::FuncOp func) {
+  column_split_ = true;
+  enter(func);
+  mlir::Value begin = entry_->getArgument(2), end = entry_->getArgument(3);
+  int lanes = std::max(1, k_.schedule.cpu.vector_width);
+  std::vector<NodeId> ids = reduce_nodes();
+  // Kept positions [c, c + width): each reduction's chunks combined in order.
+  auto columns = [&](mlir::Value c, int width) {
+    std::vector<mlir::Value> init;
+    for (NodeId id : ids) init.push_back(accumulator_identity(id, width));
+    auto chunks = b_.create<mlir::scf::ForOp>(loc_, i64(0), i64(ir::kColumnSplitChunks), i64(1), init);
+    {
+      mlir::OpBuilder::InsertionGuard guard(b_);
+      b_.setInsertionPointToStart(chunks.getBody());
+      std::vector<mlir::Value> next;
+      for (size_t q = 0; q < ids.size(); ++q) {
+        mlir::Value partial = load(slot_count_, accumulator_type(ids[q]), column_partial_offset(q, chunks.getInductionVar(), c), width);
+        next.push_back(combine(ids[q], chunks.getRegionIterArgs()[q], partial));
+      }
+      b_.create<mlir::scf::YieldOp>(loc_, next);
+    }
+    clear_caches();
+    std::vector<mlir::Value> accs(chunks.getResults().begin(), chunks.getResults().end());
+    store_column_outputs(i64(0), c, width, accs);
+    clear_caches();
+  };
+  mlir::Value vector_end = lanes > 1 ? whole_steps_end(begin, end, lanes) : begin;
+  if (lanes > 1) loop(begin, vector_end, lanes, [&](mlir::Value c) { columns(c, lanes); });
+  loop(vector_end, end, 1, [&](mlir::Value c) { columns(c, 1); });
+  b_.create<mlir::func::ReturnOp>(loc_);
 }
 
 }  // namespace fuse::codegen

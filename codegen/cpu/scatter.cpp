@@ -30,7 +30,7 @@ DType bin_type(const ir::Graph& body, const Node& n) { return scatter_bin_type(b
 }  // namespace
 
 bool CpuKernelEmitter::takes_scratch() const {
-  return k_.schedule.form == ir::LoopForm::SplitReduction || ir::shares_packed_b(k_) ||
+  return k_.schedule.form == ir::LoopForm::SplitReduction || ir::shares_packed_b(k_) || column_split_ ||
          (k_.schedule.form == ir::LoopForm::Scatter && !(ir::scatter_bins(k_) == ir::Dim(0)));
 }
 
