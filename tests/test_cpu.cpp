@@ -863,6 +863,20 @@ TEST_CASE("row kernels read an operand varying along kept dims as vectors from w
                             1e-5, 1e-6);
 }
 
+namespace {
+// Column reductions of x[M, N] of every kind of `t` into `g`, one with its dims kept, one with
+// an epilogue; returns x.
+Tensor add_column_reductions(Graph& g, DType t) {
+  Tensor x = g.input("x", t, {sym("M"), sym("N")});
+  Tensor w = g.input("w", t, {sym("N")});
+  g.output("sum", sum(x, 0));
+  g.output("max", max(x * w, 0, true));
+  g.output("any", any(x > w, 0));
+  if (t != DType::I32) g.output("mean_exp", sqrt(mean(exp(x), 0)) * 2.0);  // an epilogue
+  return x;
+}
+}  // namespace
+
 // A column reduction of few columns and many rows runs split over its rows as well (its column
 // tasks would number under 8, ir::column_reduction_splits()): 16 chunks of rows fold every
 // column into partials in scratch (`_rows`), combined in chunk order over the columns
@@ -872,13 +886,8 @@ TEST_CASE("row kernels read an operand varying along kept dims as vectors from w
 TEST_CASE("column reductions of few columns split over their rows", "[cpu][reduce][threads]") {
   for (DType t : {DType::F32, DType::F64, DType::I32}) {
     Graph g;
-    Tensor x = g.input("x", t, {sym("M"), sym("N")});
-    Tensor w = g.input("w", t, {sym("N")});
-    g.output("sum", sum(x, 0));
-    g.output("max", max(x * w, 0, true));
+    Tensor x = add_column_reductions(g, t);
     g.output("min", min(x, 0));
-    g.output("any", any(x > w, 0));
-    if (t != DType::I32) g.output("mean_exp", sqrt(mean(exp(x), 0)) * 2.0);  // an epilogue
     Tensor x3 = g.input("x3", t, {sym("M"), 3, sym("N")});
     g.output("sum3", sum(x3, {0, 1}));
     runtime::Executable exe = compile(g);
@@ -913,12 +922,7 @@ TEST_CASE("column reductions over many columns walk the rows in order", "[cpu][r
   // (emit_columns_by_rows); fewer columns go down in registers; the last columns one at a time.
   for (DType t : {DType::F32, DType::F64, DType::I32}) {
     Graph g;
-    Tensor x = g.input("x", t, {sym("M"), sym("N")});
-    Tensor w = g.input("w", t, {sym("N")});
-    g.output("sum", sum(x, 0));
-    g.output("max", max(x * w, 0, true));
-    g.output("any", any(x > w, 0));
-    if (t != DType::I32) g.output("mean_exp", sqrt(mean(exp(x), 0)) * 2.0);  // an epilogue
+    add_column_reductions(g, t);
     Tensor x3 = g.input("x3", t, {2, sym("M"), sym("N")});
     g.output("min3", min(x3, {0, 1}));
     runtime::Executable exe = compile(g);

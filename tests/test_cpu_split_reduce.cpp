@@ -24,6 +24,14 @@ void check(const Graph& g, const ir::SymbolBindings& sizes, double rtol) {
   CHECK(testing::compare_outputs(ir::interpret(g.ir(), inputs), exe.run(inputs), rtol, 1e-6) == "");
 }
 
+// `g`, over x[B, M, N] of `dt`, at sizes of 1 and odd ones, with periods N on both sides of 16.
+void check_periods(const Graph& g, DType dt) {
+  for (auto [nb, nm, nn] : std::vector<std::array<int64_t, 3>>{{1, 1, 1}, {2, 3, 5}, {3, 7, 17}, {5, 1, 1023}, {2, 33, 16}, {4, 100, 300}}) {
+    INFO(ir::dtype_name(dt) << " B = " << nb << ", M = " << nm << ", N = " << nn);
+    check(g, {{"B", nb}, {"M", nm}, {"N", nn}}, dt == DType::F32 ? 1e-5 : 1e-9);
+  }
+}
+
 }  // namespace
 
 TEST_CASE("full reductions of every kind and dtype, split over chunks", "[cpu][reduce][split]") {
@@ -181,10 +189,7 @@ TEST_CASE("full reductions of inputs broadcast along leading dims walk one perio
     g.output("mn", min(b * x, {0, 1, 2}, true));
     if (dt != DType::I32) g.output("mean", mean(x + b));
     CHECK(compile(g).program().kernels.size() == 1);
-    for (auto [nb, nm, nn] : std::vector<std::array<int64_t, 3>>{{1, 1, 1}, {2, 3, 5}, {3, 7, 17}, {5, 1, 1023}, {2, 33, 16}, {4, 100, 300}}) {
-      INFO(ir::dtype_name(dt) << " B = " << nb << ", M = " << nm << ", N = " << nn);
-      check(g, {{"B", nb}, {"M", nm}, {"N", nn}}, dt == DType::F32 ? 1e-5 : 1e-9);
-    }
+    check_periods(g, dt);
   }
   // Static periods: 20 walks periods, 3 stays flat (the reductions reading b stay scalar).
   for (int64_t n : {20, 3}) {
@@ -265,10 +270,7 @@ TEST_CASE("row reductions over several trailing axes walk inputs broadcast along
     g.output("mn", min(c * x, {1, 2}, true));
     if (dt != DType::I32) g.output("mean", mean(x + d, {1, 2}));
     CHECK(compile(g).program().kernels.size() == 1);
-    for (auto [nb, nm, nn] : std::vector<std::array<int64_t, 3>>{{1, 1, 1}, {2, 3, 5}, {3, 7, 17}, {5, 1, 1023}, {2, 33, 16}, {4, 100, 300}}) {
-      INFO(ir::dtype_name(dt) << " B = " << nb << ", M = " << nm << ", N = " << nn);
-      check(g, {{"B", nb}, {"M", nm}, {"N", nn}}, dt == DType::F32 ? 1e-5 : 1e-9);
-    }
+    check_periods(g, dt);
   }
   // Static periods: 20 walks periods, 3 stays flat (the reduction reading b stays scalar).
   for (int64_t n : {20, 3}) {

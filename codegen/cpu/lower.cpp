@@ -114,16 +114,18 @@ mlir::OwningOpRef<mlir::ModuleOp> build_module(mlir::MLIRContext& context, const
       object.split_chunks[ki] = kSplitChunks;
       object.scratch_bytes[ki] = split_scratch_bytes(k);
     }
+    // A further function of the kernel, `name` + suffix, with the kernel's ABI (and its index
+    // checks: a take in the prologue).
+    auto add_function = [&](const std::string& suffix, void (CpuKernelEmitter::*emit)(mlir::func::FuncOp)) {
+      b.setInsertionPointToEnd(module->getBody());
+      auto f = b.create<mlir::func::FuncOp>(b.getUnknownLoc(), k.name + suffix,
+                                            b.getFunctionType({ptr, ptr, b.getI64Type(), b.getI64Type()}, {}));
+      std::vector<ir::HostArray> same_constants;
+      CpuKernelEmitter emitter(b, k, symbols, options, same_constants);
+      emitter.set_first_index_check(ir::first_index_check(p, static_cast<int>(ki)));
+      (emitter.*emit)(f);
+    };
     if (ir::column_reduction_may_split(k)) {  // the form split over rows, beside the columns'
-      auto add_function = [&](const std::string& suffix, void (CpuKernelEmitter::*emit)(mlir::func::FuncOp)) {
-        b.setInsertionPointToEnd(module->getBody());
-        auto f = b.create<mlir::func::FuncOp>(b.getUnknownLoc(), k.name + suffix,
-                                              b.getFunctionType({ptr, ptr, b.getI64Type(), b.getI64Type()}, {}));
-        std::vector<ir::HostArray> same_constants;
-        CpuKernelEmitter split(b, k, symbols, options, same_constants);
-        split.set_first_index_check(ir::first_index_check(p, static_cast<int>(ki)));
-        (split.*emit)(f);
-      };
       add_function("_rows", &CpuKernelEmitter::emit_column_split_chunks);
       add_function("_finish", &CpuKernelEmitter::emit_column_split_finish);
       object.split_chunks[ki] = ir::kColumnSplitChunks;
@@ -131,15 +133,6 @@ mlir::OwningOpRef<mlir::ModuleOp> build_module(mlir::MLIRContext& context, const
       object.scratch_bytes[ki] = static_cast<int64_t>(ir::reduce_nodes(k).size()) * ir::kColumnSplitChunks * 8;
     }
     if (k.schedule.form == ir::LoopForm::ScanRows) {  // np-scan: the chunked form beside the rows
-      auto add_function = [&](const std::string& suffix, void (CpuKernelEmitter::*emit)(mlir::func::FuncOp)) {
-        b.setInsertionPointToEnd(module->getBody());
-        auto f = b.create<mlir::func::FuncOp>(b.getUnknownLoc(), k.name + suffix,
-                                              b.getFunctionType({ptr, ptr, b.getI64Type(), b.getI64Type()}, {}));
-        std::vector<ir::HostArray> same_constants;
-        CpuKernelEmitter chunked(b, k, symbols, options, same_constants);
-        chunked.set_first_index_check(ir::first_index_check(p, static_cast<int>(ki)));  // a take in the prologue
-        (chunked.*emit)(f);
-      };
       add_function("_totals", &CpuKernelEmitter::emit_scan_totals);
       add_function("_finish", &CpuKernelEmitter::emit_scan_carries);
       add_function("_chunks", &CpuKernelEmitter::emit_scan_chunks);
