@@ -291,6 +291,9 @@ bool column_reduction_splits(const Kernel& k, int64_t rows, int64_t columns) {
 
 bool column_reduction_may_split(const Kernel& k) {
   if (k.schedule.form != LoopForm::ColumnReduction) return false;
+  // A user combiner folds elements into an accumulator; two chunks' accumulators need not fold.
+  for (NodeId id : reduce_nodes(k))
+    if (k.body.node(id).as<ReduceAttrs>().kind == ReduceKind::Custom) return false;
   Shape kept, reduced;
   for (size_t d = 0; d < k.space.size(); ++d)
     (std::find(k.axes.begin(), k.axes.end(), static_cast<int>(d)) != k.axes.end() ? reduced : kept).push_back(k.space[d]);

@@ -151,7 +151,8 @@ inline constexpr int64_t kColumnSplitChunks = 16;
 /// under kMinColumnTasks, and there are at least kColumnSplitChunks rows and 2^16 elements.
 inline constexpr int64_t kMinColumnTasks = 8;
 bool column_reduction_splits(const Kernel& k, int64_t rows, int64_t columns);
-/// Whether `k` may take that form at some run (both sizes symbolic or allowing it).
+/// Whether `k` may take that form at some run (its sizes symbolic or allowing it, and no user
+/// combiner: one folds elements into an accumulator, not two chunks' accumulators together).
 bool column_reduction_may_split(const Kernel& k);
 
 /// How a node's value varies along the innermost index of the space (worse is larger).

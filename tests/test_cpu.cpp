@@ -911,6 +911,16 @@ TEST_CASE("column reductions of few columns split over their rows", "[cpu][reduc
       CHECK(testing::compare_outputs(ir::interpret(g.ir(), inputs), exe.run(inputs), 1e-5, 1e-6) == "");
     }
   }
+  {  // a user combiner folds elements into its accumulator, never two accumulators: never split
+    Graph g;
+    Tensor x = g.input("x", DType::F32, {sym("M"), sym("N")});
+    g.output("squares", reduce([](Scalar acc, Scalar v) { return acc + v * v; }, x, 0.0, {0}));
+    runtime::Executable exe = compile(g);
+    REQUIRE(exe.program().kernels.size() == 1);
+    CHECK_FALSE(ir::column_reduction_may_split(exe.program().kernels[0]));
+    ir::TensorMap inputs = inputs_of(g.ir(), {{"M", 30000}, {"N", 3}}, 5);
+    CHECK(testing::compare_outputs(ir::interpret(g.ir(), inputs), exe.run(inputs), 1e-5, 1e-6) == "");
+  }
   Graph fixed;  // 8 tasks of 2 KiB of f32 columns: never split
   fixed.output("s", sum(fixed.input("x", DType::F32, {sym("M"), 8 * 512}), 0));
   CHECK(testing::count_occurrences(codegen::emit_cpu_mlir(compile(fixed).program()), "_rows(") == 0);
