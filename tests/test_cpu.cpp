@@ -926,6 +926,43 @@ TEST_CASE("column reductions of few columns split over their rows", "[cpu][reduc
   CHECK(testing::count_occurrences(codegen::emit_cpu_mlir(compile(fixed).program()), "_rows(") == 0);
 }
 
+// Fewer columns than a vector (points[M, 3], up to 8, known at compile time) read the rows as
+// one flat stretch of whole vectors, each lane's column fixed within a period of lcm(columns,
+// lanes) elements, the lanes of a column folded after the loop and the rows past the last
+// period one element at a time (emit_narrow_columns), split over rows or not. Every kind and
+// dtype, elementwise inputs, an epilogue, a NaN and an infinity, at rows of 1, odd ones, and
+// over the split's thresholds.
+TEST_CASE("column reductions of fewer columns than a vector read the rows as one stretch", "[cpu][reduce][threads]") {
+  auto lane_folds = [](const Graph& g) {
+    return testing::count_occurrences(codegen::emit_cpu_mlir(compile(g).program()), "vector.extractelement");
+  };
+  for (int64_t columns : {2, 3, 5, 7, 8, 9}) {
+    for (DType t : {DType::F32, DType::F64, DType::I32}) {
+      Graph g;
+      Tensor x = g.input("x", t, {sym("M"), columns});
+      Tensor y = g.input("y", t, {sym("M"), columns});
+      g.output("sum", sum(x * y + x, 0));
+      g.output("max", max(x, 0, true));
+      g.output("min", min(y - x, 0));
+      g.output("any", any(x > y, 0));
+      if (t != DType::I32) g.output("rms", sqrt(mean(x * x, 0)));
+      runtime::Executable exe = compile(g);
+      REQUIRE(exe.program().kernels.size() == 1);
+      CHECK(exe.program().kernels[0].schedule.form == ir::LoopForm::ColumnReduction);
+      if (t == DType::F32) CHECK((lane_folds(g) > 0) == (columns <= 8));  // 16 lanes
+      for (int64_t m : {1, 7, 33, 1000, 70001}) {
+        INFO(ir::dtype_name(t) << ", columns " << columns << ", M = " << m);
+        ir::TensorMap inputs = inputs_of(g.ir(), {{"M", m}}, 23);
+        if (t != DType::I32 && m > 7) {
+          inputs["x"].set_f64(5 * columns + 1, std::numeric_limits<double>::quiet_NaN());
+          inputs["x"].set_f64((m - 1) * columns, std::numeric_limits<double>::infinity());
+        }
+        CHECK(testing::compare_outputs(ir::interpret(g.ir(), inputs), exe.run(inputs), 1e-5, 1e-6) == "");
+      }
+    }
+  }
+}
+
 TEST_CASE("column reductions over many columns walk the rows in order", "[cpu][reduce]") {
   // Over more than 4 vectors of columns a task reads each row's stretch in order into
   // accumulators in scratch (64 vectors of columns at a time), then stores the outputs

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <numeric>
 #include <set>
 
 #include "mlir/Dialect/Math/IR/Math.h"
@@ -1425,6 +1426,10 @@ std::vector<mlir::Value> CpuKernelEmitter::accumulate_scalar(const std::vector<N
 }
 
 void CpuKernelEmitter::emit_columns(mlir::Value begin, mlir::Value end, int lanes) {
+  if (int64_t columns = narrow_columns(lanes); columns > 0) {
+    emit_narrow_columns(columns, lanes);  // (every column: one task has them all)
+    return;
+  }
   ir::Shape kept = kept_dims();
   ir::Shape outer_shape(kept.begin(), kept.end() - 1);
   // The accumulators of emit_columns_by_rows(), acquired once per task.
@@ -1636,6 +1641,97 @@ void CpuKernelEmitter::emit_column_split_finish(mlir::func::FuncOp func) {
   if (lanes > 1) loop(begin, vector_end, lanes, [&](mlir::Value c) { columns(c, lanes); });
   loop(vector_end, end, 1, [&](mlir::Value c) { columns(c, 1); });
   b_.create<mlir::func::ReturnOp>(loc_);
+}
+
+int64_t CpuKernelEmitter::narrow_columns(int lanes) {
+  ir::Shape kept = kept_dims();
+  if (lanes <= 1 || kept.size() != 1) return 0;
+  std::optional<int64_t> columns = kept[0].constant();
+  // (A task takes at least the schedule's grain of columns: one task has them all.)
+  if (!columns || *columns < 2 || *columns >= lanes || *columns > kMaxNarrowColumns || *columns > k_.schedule.cpu.grain)
+    return 0;
+  // Each reduction reads, through elementwise ops, inputs laid out like the space only.
+  std::vector<NodeId> pending;
+  for (NodeId id : reduce_nodes()) pending.push_back(k_.body.node(id).inputs[0]);
+  while (!pending.empty()) {
+    const Node& n = k_.body.node(pending.back());
+    pending.pop_back();
+    if (!(n.shape == k_.space)) return 0;
+    if (n.kind == OpKind::Elementwise) pending.insert(pending.end(), n.inputs.begin(), n.inputs.end());
+    else if (n.kind != OpKind::Input && n.kind != OpKind::Constant) return 0;
+  }
+  return *columns;
+}
+
+// The value of `id` (narrow_columns(): an input laid out like the space, or elementwise ops of
+// such) at flat elements [element, element + lanes).
+mlir::Value CpuKernelEmitter::flat_value(NodeId id, mlir::Value element, int lanes) {
+  const Node& n = k_.body.node(id);
+  if (n.kind != OpKind::Elementwise) return load(input_slot_.at(id), n.dtype, element, lanes);
+  std::vector<mlir::Value> args;
+  for (NodeId in : n.inputs) args.push_back(flat_value(in, element, lanes));
+  return scalar_fn(n.as<ir::ElementwiseAttrs>().body, args, lanes);
+}
+
+void CpuKernelEmitter::emit_narrow_columns(int64_t columns, int lanes) {
+  std::vector<NodeId> ids = reduce_nodes();
+  size_t reductions = ids.size();
+  mlir::Value rows_from = column_rows_from_ ? column_rows_from_ : i64(0);
+  mlir::Value rows_to = column_rows_to_ ? column_rows_to_ : dim(ir::num_elements(reduced_dims()));
+  // A period: whole rows and whole vectors.
+  int64_t period = std::lcm(columns, static_cast<int64_t>(lanes));
+  int vectors = static_cast<int>(period / lanes);
+  int64_t period_rows = period / columns;
+  mlir::Value whole_to = add(rows_from, mul(div(sub(rows_to, rows_from), i64(period_rows)), i64(period_rows)));
+  std::vector<mlir::Value> init;
+  for (NodeId id : ids) init.insert(init.end(), vectors, accumulator_identity(id, lanes));
+  auto periods = b_.create<mlir::scf::ForOp>(loc_, mul(rows_from, i64(columns)), mul(whole_to, i64(columns)), i64(period), init);
+  {
+    mlir::OpBuilder::InsertionGuard guard(b_);
+    b_.setInsertionPointToStart(periods.getBody());
+    std::vector<mlir::Value> next;
+    for (size_t q = 0; q < reductions; ++q)
+      for (int v = 0; v < vectors; ++v) {
+        mlir::Value e = add(periods.getInductionVar(), i64(static_cast<int64_t>(v) * lanes));
+        mlir::Value x = to_accumulator(ids[q], flat_value(k_.body.node(ids[q]).inputs[0], e, lanes), lanes);
+        next.push_back(combine(ids[q], periods.getRegionIterArgs()[q * vectors + v], x));
+      }
+    b_.create<mlir::scf::YieldOp>(loc_, next);
+  }
+  // Each column's lanes folded, in order of their elements within the period.
+  std::vector<mlir::Value> accs;  // [column * reductions + q]
+  for (int64_t c = 0; c < columns; ++c)
+    for (size_t q = 0; q < reductions; ++q) {
+      mlir::Value acc = accumulator_identity(ids[q], 1);
+      for (int64_t at = c; at < period; at += columns) {
+        mlir::Value lane = b_.create<mlir::vector::ExtractElementOp>(
+            loc_, periods.getResult(q * vectors + static_cast<size_t>(at / lanes)), i64(at % lanes));
+        acc = combine(ids[q], acc, lane);
+      }
+      accs.push_back(acc);
+    }
+  // The rows past the whole periods, one element at a time.
+  auto tail = b_.create<mlir::scf::ForOp>(loc_, whole_to, rows_to, i64(1), accs);
+  {
+    mlir::OpBuilder::InsertionGuard guard(b_);
+    b_.setInsertionPointToStart(tail.getBody());
+    std::vector<mlir::Value> next;
+    for (int64_t c = 0; c < columns; ++c) {
+      mlir::Value e = add(mul(tail.getInductionVar(), i64(columns)), i64(c));
+      for (size_t q = 0; q < reductions; ++q) {
+        mlir::Value x = to_accumulator(ids[q], flat_value(k_.body.node(ids[q]).inputs[0], e, 1), 1);
+        next.push_back(combine(ids[q], tail.getRegionIterArgs()[static_cast<size_t>(c) * reductions + q], x));
+      }
+    }
+    b_.create<mlir::scf::YieldOp>(loc_, next);
+  }
+  for (int64_t c = 0; c < columns; ++c) {
+    clear_caches();
+    std::vector<mlir::Value> column_accs;
+    for (size_t q = 0; q < reductions; ++q) column_accs.push_back(tail.getResult(static_cast<size_t>(c) * reductions + q));
+    store_column_outputs(i64(0), i64(c), 1, column_accs);
+  }
+  clear_caches();
 }
 
 }  // namespace fuse::codegen
