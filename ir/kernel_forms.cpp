@@ -294,10 +294,7 @@ bool column_reduction_may_split(const Kernel& k) {
   // A user combiner folds elements into an accumulator; two chunks' accumulators need not fold.
   for (NodeId id : reduce_nodes(k))
     if (k.body.node(id).as<ReduceAttrs>().kind == ReduceKind::Custom) return false;
-  Shape kept, reduced;
-  for (size_t d = 0; d < k.space.size(); ++d)
-    (std::find(k.axes.begin(), k.axes.end(), static_cast<int>(d)) != k.axes.end() ? reduced : kept).push_back(k.space[d]);
-  std::optional<int64_t> rows = num_elements(reduced).constant(), columns = num_elements(kept).constant();
+  std::optional<int64_t> rows = num_elements(reduced_dims(k)).constant(), columns = num_elements(kept_dims(k)).constant();
   if (rows && columns) return column_reduction_splits(k, *rows, *columns);
   if (columns) return few_column_tasks(k, *columns);
   return !rows || *rows >= kColumnSplitChunks;

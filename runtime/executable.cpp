@@ -297,10 +297,8 @@ void Executable::launch(const ir::Kernel& k, const CpuKernelCode& code, std::vec
       // A column reduction of few columns: ir::kColumnSplitChunks chunks of its rows, each
       // folding every column into its partials in the scratch, then the partials combined in
       // chunk order (whatever the thread count) over the columns.
-      int64_t rows = 1, columns = 1;
-      for (size_t d = 0; d < k.space.size(); ++d)
-        (std::find(k.axes.begin(), k.axes.end(), static_cast<int>(d)) != k.axes.end() ? rows : columns) *=
-            ir::evaluate(k.space[d], symbols);
+      int64_t rows = ir::evaluate(ir::num_elements(ir::reduced_dims(k)), symbols);
+      int64_t columns = ir::evaluate(ir::num_elements(ir::kept_dims(k)), symbols);
       if (ir::column_reduction_splits(k, rows, columns)) {
         std::vector<uint64_t>& scratch = workspace.scratch[kernel_index];
         scratch.resize(static_cast<size_t>(std::max<int64_t>(1, code.scratch_bytes / 8 * columns)));  // each chunk writes its own

@@ -457,10 +457,10 @@ class CpuKernelEmitter : public KernelEmitterBase {
   static constexpr int64_t kMaxNarrowColumns = 8;
   int64_t narrow_columns(int lanes);
   void emit_narrow_columns(int64_t columns, int lanes);
-  mlir::Value flat_value(NodeId id, mlir::Value element, int lanes);
   // The column walk's rows (null: all) and, where it leaves accumulators rather than outputs
   // (emit_column_split_chunks()), the chunk whose partials it stores.
   mlir::Value column_rows_from_, column_rows_to_, column_partials_chunk_;
+  std::pair<mlir::Value, mlir::Value> column_rows();  // [from, to): the chunk's, or all
   bool column_split_ = false;  // a function of the split form: takes the scratch buffer
   // Reduction q's partial of `chunk` for kept position `column`, in units of its accumulator
   // type: the scratch holds, per reduction, kColumnSplitChunks rows of every column, each row

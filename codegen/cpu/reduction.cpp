@@ -1477,7 +1477,6 @@ void CpuKernelEmitter::emit_columns_by_rows(const std::vector<mlir::Value>& oute
     int64_t size = static_cast<int64_t>(ir::dtype_size(accumulator_type(ids[q])));
     return add(i64(static_cast<int64_t>(q) * chunk * unit / size), c);
   };
-  ir::Dim column_length = ir::num_elements(reduced_dims());
   std::vector<mlir::Value> kept0 = outer;
   kept0.push_back(i64(0));
   loop(from, to, chunk, [&](mlir::Value c0) {
@@ -1486,7 +1485,8 @@ void CpuKernelEmitter::emit_columns_by_rows(const std::vector<mlir::Value>& oute
       for (size_t q = 0; q < ids.size(); ++q)
         store(acc_slot, accumulator_type(ids[q]), acc_at(q, c), accumulator_identity(ids[q], lanes), lanes);
     });
-    loop(column_rows_from_ ? column_rows_from_ : i64(0), column_rows_to_ ? column_rows_to_ : dim(column_length), 1, [&](mlir::Value r) {
+    auto [rows_from, rows_to] = column_rows();
+    loop(rows_from, rows_to, 1, [&](mlir::Value r) {
       std::vector<mlir::Value> idx0 = full_index(kept0, delinearize(r, reduced_dims()));
       loop(i64(0), width, lanes, [&](mlir::Value c) {
         clear_caches();
@@ -1517,9 +1517,8 @@ void CpuKernelEmitter::emit_column_lanes(const std::vector<mlir::Value>& outer, 
   std::vector<mlir::Value> init;
   for (int v = 0; v < vectors; ++v)
     for (NodeId id : ids) init.push_back(accumulator_identity(id, lanes));
-  ir::Dim column_length = ir::num_elements(reduced_dims());
-  auto down = b_.create<mlir::scf::ForOp>(loc_, column_rows_from_ ? column_rows_from_ : i64(0),
-                                          column_rows_to_ ? column_rows_to_ : dim(column_length), i64(1), init);
+  auto [rows_from, rows_to] = column_rows();
+  auto down = b_.create<mlir::scf::ForOp>(loc_, rows_from, rows_to, i64(1), init);
   {
     mlir::OpBuilder::InsertionGuard guard(b_);
     b_.setInsertionPointToStart(down.getBody());
@@ -1585,6 +1584,10 @@ void CpuKernelEmitter::store_column_outputs(mlir::Value row_start, mlir::Value c
   }
 }
 
+std::pair<mlir::Value, mlir::Value> CpuKernelEmitter::column_rows() {
+  if (column_rows_from_) return {column_rows_from_, column_rows_to_};
+  return {i64(0), dim(ir::num_elements(reduced_dims()))};
+}
 
 mlir::Value CpuKernelEmitter::column_partial_offset(size_t q, mlir::Value chunk, mlir::Value column) {
   std::vector<NodeId> ids = reduce_nodes();
@@ -1663,21 +1666,10 @@ int64_t CpuKernelEmitter::narrow_columns(int lanes) {
   return *columns;
 }
 
-// The value of `id` (narrow_columns(): an input laid out like the space, or elementwise ops of
-// such) at flat elements [element, element + lanes).
-mlir::Value CpuKernelEmitter::flat_value(NodeId id, mlir::Value element, int lanes) {
-  const Node& n = k_.body.node(id);
-  if (n.kind != OpKind::Elementwise) return load(input_slot_.at(id), n.dtype, element, lanes);
-  std::vector<mlir::Value> args;
-  for (NodeId in : n.inputs) args.push_back(flat_value(in, element, lanes));
-  return scalar_fn(n.as<ir::ElementwiseAttrs>().body, args, lanes);
-}
-
 void CpuKernelEmitter::emit_narrow_columns(int64_t columns, int lanes) {
   std::vector<NodeId> ids = reduce_nodes();
   size_t reductions = ids.size();
-  mlir::Value rows_from = column_rows_from_ ? column_rows_from_ : i64(0);
-  mlir::Value rows_to = column_rows_to_ ? column_rows_to_ : dim(ir::num_elements(reduced_dims()));
+  auto [rows_from, rows_to] = column_rows();
   // A period: whole rows and whole vectors.
   int64_t period = std::lcm(columns, static_cast<int64_t>(lanes));
   int vectors = static_cast<int>(period / lanes);
@@ -1689,13 +1681,17 @@ void CpuKernelEmitter::emit_narrow_columns(int64_t columns, int lanes) {
   {
     mlir::OpBuilder::InsertionGuard guard(b_);
     b_.setInsertionPointToStart(periods.getBody());
-    std::vector<mlir::Value> next;
-    for (size_t q = 0; q < reductions; ++q)
-      for (int v = 0; v < vectors; ++v) {
-        mlir::Value e = add(periods.getInductionVar(), i64(static_cast<int64_t>(v) * lanes));
-        mlir::Value x = to_accumulator(ids[q], flat_value(k_.body.node(ids[q]).inputs[0], e, lanes), lanes);
-        next.push_back(combine(ids[q], periods.getRegionIterArgs()[q * vectors + v], x));
+    // (The inputs are laid out like the space: row_value() of flat element e, one row of all.)
+    std::vector<mlir::Value> next(reductions * vectors);
+    for (int v = 0; v < vectors; ++v) {
+      clear_caches();
+      mlir::Value e = add(periods.getInductionVar(), i64(static_cast<int64_t>(v) * lanes));
+      for (size_t q = 0; q < reductions; ++q) {
+        mlir::Value x = to_accumulator(ids[q], row_value(k_.body.node(ids[q]).inputs[0], {}, i64(0), e, lanes), lanes);
+        next[q * vectors + v] = combine(ids[q], periods.getRegionIterArgs()[q * vectors + v], x);
       }
+    }
+    clear_caches();
     b_.create<mlir::scf::YieldOp>(loc_, next);
   }
   // Each column's lanes folded, in order of their elements within the period.
@@ -1717,9 +1713,10 @@ void CpuKernelEmitter::emit_narrow_columns(int64_t columns, int lanes) {
     b_.setInsertionPointToStart(tail.getBody());
     std::vector<mlir::Value> next;
     for (int64_t c = 0; c < columns; ++c) {
+      clear_caches();
       mlir::Value e = add(mul(tail.getInductionVar(), i64(columns)), i64(c));
       for (size_t q = 0; q < reductions; ++q) {
-        mlir::Value x = to_accumulator(ids[q], flat_value(k_.body.node(ids[q]).inputs[0], e, 1), 1);
+        mlir::Value x = to_accumulator(ids[q], row_value(k_.body.node(ids[q]).inputs[0], {}, i64(0), e, 1), 1);
         next.push_back(combine(ids[q], tail.getRegionIterArgs()[static_cast<size_t>(c) * reductions + q], x));
       }
     }
