@@ -155,6 +155,23 @@ std::vector<mlir::Value> KernelEmitterBase::full_index(const std::vector<mlir::V
   return full;
 }
 
+std::vector<std::pair<int, int>> KernelEmitterBase::ordered_inputs(NodeId id) const {
+  std::vector<std::pair<int, int>> pairs;
+  const Node& n = k_.body.node(id);
+  for (size_t j = 0; j < n.inputs.size(); ++j) {
+    const Node& b = k_.body.node(n.inputs[j]);
+    if (b.kind != OpKind::BroadcastTo) continue;
+    const Node& r = k_.body.node(b.inputs[0]);
+    if (r.kind != OpKind::Reduce) continue;
+    const ir::ReduceAttrs& attrs = r.as<ir::ReduceAttrs>();
+    // Kept dims line the broadcast up with x: each element meets the max of its own set.
+    if (attrs.kind != ir::ReduceKind::Max || !attrs.keepdims || b.shape != k_.body.node(r.inputs[0]).shape) continue;
+    for (size_t i = 0; i < n.inputs.size(); ++i)
+      if (n.inputs[i] == r.inputs[0]) pairs.emplace_back(static_cast<int>(i), static_cast<int>(j));
+  }
+  return pairs;
+}
+
 mlir::Value KernelEmitterBase::general_value(NodeId id, const std::vector<mlir::Value>& idx) {
   std::vector<const void*> key{reinterpret_cast<const void*>(static_cast<intptr_t>(id))};
   for (mlir::Value v : idx) key.push_back(v.getAsOpaquePointer());
@@ -168,7 +185,7 @@ mlir::Value KernelEmitterBase::general_value(NodeId id, const std::vector<mlir::
     case OpKind::Elementwise: {
       std::vector<mlir::Value> args;
       for (NodeId in : n.inputs) args.push_back(general_value(in, idx));
-      v = scalar_fn(n.as<ir::ElementwiseAttrs>().body, args, 1);
+      v = elementwise(id, args, 1);
       break;
     }
     case OpKind::BroadcastTo:

@@ -83,6 +83,13 @@ class KernelEmitterBase {
   mlir::Value scalar_fn(const ir::ScalarFn& fn, const std::vector<mlir::Value>& params, int lanes) {
     return scalar_.scalar_fn(fn, params, lanes);
   }
+  // Elementwise node `id` from its inputs' values (in the order of its inputs).
+  mlir::Value elementwise(NodeId id, const std::vector<mlir::Value>& args, int lanes) {
+    return scalar_.scalar_fn(k_.body.node(id).as<ir::ElementwiseAttrs>().body, args, lanes, ordered_inputs(id));
+  }
+  // Pairs (i, j) of node `id`'s inputs where input j is the max of a set holding each element of
+  // input i: broadcast_to(max(x, axes, keepdims)) back to x's shape.
+  std::vector<std::pair<int, int>> ordered_inputs(NodeId id) const;
   mlir::Value cmpf(mlir::arith::CmpFPredicate p, mlir::Value a, mlir::Value c) { return scalar_.cmpf(p, a, c); }
   mlir::Value cmpi(mlir::arith::CmpIPredicate p, mlir::Value a, mlir::Value c) { return scalar_.cmpi(p, a, c); }
   mlir::Value select(mlir::Value c, mlir::Value a, mlir::Value d) { return scalar_.select(c, a, d); }

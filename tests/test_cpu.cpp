@@ -695,6 +695,51 @@ TEST_CASE("short softmax rows take their max one row ahead", "[cpu][reduce][thre
   }
 }
 
+// exp(x - max(x)) needs no clamp from above (codegen's ordered_inputs, ScalarLowering's
+// at_most_zero): where the exp is SLEEF's inlined one with vscalefps (AVX-512), its kernel
+// compares against 104 once fewer than exp(x - max(z)) of another array's max; without vscalefps
+// the counts are equal. Either way results are the interpreter's, for x - max(x) down to -inf and
+// for max(x) - x up to +inf (no fact: the clamp stays; without it exp(112180544) came out -inf).
+TEST_CASE("exp of x minus its own max drops the clamp from above", "[cpu][reduce]") {
+  constexpr double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
+  auto upper_clamps = [](bool own_max) {
+    Graph g;
+    Tensor x = g.input("x", DType::F32, {sym("R"), sym("C")});
+    Tensor z = g.input("z", DType::F32, {sym("R"), sym("C")});
+    g.output("y", exp(x - max(own_max ? x : z, 1, true)));
+    std::string mlir = codegen::emit_cpu_mlir(compile(g).program());
+    return std::pair{testing::count_occurrences(mlir, "arith.cmpf ogt"), mlir.find("avx512.mask.scalef") != std::string::npos};
+  };
+  auto [own, scalef] = upper_clamps(true);
+  auto [other, scalef_too] = upper_clamps(false);
+  CHECK(scalef == scalef_too);
+  if (scalef) CHECK(own < other);
+  else CHECK(own == other);
+  for (int reversed = 0; reversed < 2; ++reversed)
+    for (int axis : {0, 1}) {
+      Graph g;
+      Tensor x = g.input("x", DType::F32, {sym("R"), sym("C")});
+      Tensor m = max(x, axis, true);
+      g.output("y", reversed ? exp(m - x) : exp(x - m));
+      runtime::Executable exe = compile(g);
+      for (int64_t c : {1, 17, 64, 300}) {
+        INFO((reversed ? "exp(max - x)" : "exp(x - max)") << ", axis " << axis << ", C = " << c);
+        ir::TensorMap inputs = inputs_of(g.ir(), {{"R", 9}, {"C", c}}, 5);
+        ir::HostArray& in = inputs["x"];
+        for (int64_t i = 0; i < c; ++i) {
+          in.set_f64(0 * c + i, i % 2 ? 1e30 : -1e30);
+          in.set_f64(1 * c + i, i % 3 ? 3.4e38 : -3.4e38);
+          in.set_f64(2 * c + i, i % 2 ? 50.0 : -60.0);
+          in.set_f64(6 * c + i, i % 2 ? 0.0 : -112180544.0);  // exp(112180544) unclamped: -inf
+        }
+        in.set_f64(3 * c, -inf);
+        in.set_f64(4 * c + c / 2, inf);
+        in.set_f64(5 * c + c - 1, nan);
+        CHECK(testing::compare_outputs(ir::interpret(g.ir(), inputs), exe.run(inputs), 1e-5, 1e-6) == "");
+      }
+    }
+}
+
 // The contiguous loop runs whole vectors in blocks that defer their fix-ups and run the block
 // again with them when a lane needed one (on CPUs without vscalefps, f32 exp's short form defers
 // lanes with |x| > 87, ScalarLowering::exp_f32_inline): exp and a

@@ -178,7 +178,7 @@ mlir::Value CpuKernelEmitter::contiguous_value(NodeId id, mlir::Value base, int 
   } else if (n.kind == OpKind::Elementwise) {
     std::vector<mlir::Value> args;
     for (NodeId in : n.inputs) args.push_back(contiguous_value(in, base, lanes));
-    v = scalar_fn(n.as<ir::ElementwiseAttrs>().body, args, lanes);
+    v = elementwise(id, args, lanes);
   } else {
     v = load(input_slot_.at(id), n.dtype, base, lanes);
   }
@@ -216,7 +216,7 @@ mlir::Value CpuKernelEmitter::lane_value(NodeId id, const std::vector<mlir::Valu
   } else if (n.kind == OpKind::Elementwise) {
     std::vector<mlir::Value> args;
     for (NodeId in : n.inputs) args.push_back(lane_value(in, idx0, axis, c, lanes));
-    v = scalar_fn(n.as<ir::ElementwiseAttrs>().body, args, lanes);
+    v = elementwise(id, args, lanes);
   } else {  // a view
     v = lane_value(n.inputs[0], operand_index(n, idx0), ir::view_operand_axis(k_.body, n, axis), c, lanes);
   }
@@ -406,7 +406,7 @@ mlir::Value CpuKernelEmitter::tile_row(NodeId id, RegisterTile& t, int row) {
       for (int i = 0; i < t.lanes; ++i) {
         std::vector<mlir::Value> args;
         for (NodeId in : n.inputs) args.push_back(tile_row(in, t, i));
-        rows.push_back(scalar_fn(n.as<ir::ElementwiseAttrs>().body, args, t.lanes));
+        rows.push_back(elementwise(id, args, t.lanes));
       }
       break;
     case TileRead::Unsupported: throw ir::Error(fail_text("register tile of a node it cannot read (" + k_.name + ")"));

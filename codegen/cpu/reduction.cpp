@@ -898,7 +898,7 @@ mlir::Value CpuKernelEmitter::row_value(NodeId id, const std::vector<mlir::Value
   } else if (n.kind == OpKind::Elementwise) {
     std::vector<mlir::Value> args;
     for (NodeId in : n.inputs) args.push_back(row_value(in, kept, row_base, j, lanes));
-    v = scalar_fn(n.as<ir::ElementwiseAttrs>().body, args, lanes);
+    v = elementwise(id, args, lanes);
   } else if (row_access(id) == RowAccess::RowLocal) {
     NodeId leaf = n.inputs[0];
     // j within the row, or within the split reduction's period (plus where that starts in this
@@ -1576,7 +1576,7 @@ void CpuKernelEmitter::store_column_outputs(mlir::Value row_start, mlir::Value c
       if (!values.count(in)) break;
       args.push_back(values.at(in));
     }
-    if (args.size() == n.inputs.size()) values[id] = scalar_fn(n.as<ir::ElementwiseAttrs>().body, args, lanes);
+    if (args.size() == n.inputs.size()) values[id] = elementwise(id, args, lanes);
   }
   for (size_t o = 0; o < k_.body.outputs.size(); ++o) {
     NodeId out = k_.body.outputs[o].node;
