@@ -695,6 +695,66 @@ TEST_CASE("short softmax rows take their max one row ahead", "[cpu][reduce][thre
   }
 }
 
+// A stash pass's sum of costly values over rows of one block (codegen's accumulate_vectors with
+// folds_blocked_sums: up to kF32BlockSteps vectors) folds its lanes in f32 rather than widening
+// them; rows of more blocks fold their f64 chains. A row whose f32 lanes are finite but whose f32
+// fold overflows (a in lanes 0 and 2, which meet before the -b = -0.75 a of lanes 1 and 3;
+// a = exp(88.5) = 2.7e38, over half FLT_MAX; the rest zeros, which nothing absorbs) must run
+// again unblocked, as must rows with an inf or NaN; each row's quotients must be the
+// interpreter's. Rows of 1 to 1000 (one block, a block and a tail, several blocks), symbolic and
+// static, and enough rows for the riding form (8 MiB of output).
+TEST_CASE("sums of costly values over one block fold in f32 and rerun when the fold overflows", "[cpu][reduce][threads]") {
+  constexpr double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
+  auto build = [](Graph& g, ir::Dim rows, ir::Dim columns) {
+    Tensor x = g.input("x", DType::F32, {rows, columns});
+    Tensor sign = g.input("sign", DType::F32, {rows, columns});
+    Tensor v = exp(x) * sign;
+    g.output("y", v / sum(v, 1, true));
+  };
+  {
+    Graph g;
+    build(g, sym("R"), sym("C"));
+    std::string mlir = codegen::emit_cpu_mlir(compile(g).program());
+    CHECK(testing::count_occurrences(mlir, "xf32> into f32") > 0);  // the f32 fold of one block
+    CHECK(testing::count_occurrences(mlir, "xf64> into f64") > 0);  // and of f64 chains
+  }
+  struct Case {
+    bool symbolic;
+    int64_t rows, columns;
+  };
+  std::vector<Case> cases;
+  for (int64_t c : {1, 5, 7, 16, 64, 100, 127, 128, 129, 200, 256, 1000}) cases.push_back({true, 37, c});
+  cases.push_back({false, 37, 64});
+  cases.push_back({true, (8 << 20) / (4 * 64) + 3, 64});
+  cases.push_back({false, (8 << 20) / (4 * 100) + 3, 100});
+  for (Case c : cases) {
+    Graph g;
+    build(g, c.symbolic ? sym("R") : ir::Dim(c.rows), c.symbolic ? sym("C") : ir::Dim(c.columns));
+    runtime::Executable exe = compile(g);
+    INFO((c.symbolic ? "symbolic" : "static") << ", R = " << c.rows << ", C = " << c.columns);
+    REQUIRE(exe.program().kernels.size() == 1);
+    ir::TensorMap inputs = inputs_of(g.ir(), {{"R", c.rows}, {"C", c.columns}}, 23);
+    ir::HostArray& x = inputs["x"];
+    ir::HostArray& sign = inputs["sign"];
+    for (int64_t at = 0; at < c.rows * c.columns; ++at) sign.set_f64(at, 1.0);
+    for (int64_t row = 0; row < c.rows; row += 5) {
+      int64_t at = row * c.columns;
+      if (c.columns > 4) {  // +a, -b, +a, -b, then zeros: the sum 2 (a - b) = a / 2
+        for (int64_t i = 0; i < c.columns; ++i) x.set_f64(at + i, -inf);
+        for (int64_t i : {0, 2}) x.set_f64(at + i, 88.5);
+        for (int64_t i : {1, 3}) {
+          x.set_f64(at + i, 88.5 + std::log(0.75));
+          sign.set_f64(at + i, -1.0);
+        }
+      }
+    }
+    x.set_f64(1 * c.columns, inf);
+    x.set_f64(2 * c.columns + c.columns / 2, nan);
+    for (int64_t i = 0; i < c.columns; ++i) x.set_f64(3 * c.columns + i, -inf);
+    CHECK(testing::compare_outputs(ir::interpret(g.ir(), inputs), exe.run(inputs), 1e-5, 1e-6) == "");
+  }
+}
+
 // exp(x - max(x)) needs no clamp from above (codegen's ordered_inputs, ScalarLowering's
 // at_most_zero): where the exp is SLEEF's inlined one with vscalefps (AVX-512), its kernel
 // compares against 104 once fewer than exp(x - max(z)) of another array's max; without vscalefps

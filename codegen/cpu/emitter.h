@@ -326,7 +326,9 @@ class CpuKernelEmitter : public KernelEmitterBase {
                                       RowStash* stash = nullptr, const RowRide* ride = nullptr);
   // The SIMD loop of accumulate(): the loop's results, each reduction's `chains` accumulators
   // (then NaN trackers, see ordered_max_min). With `deferred`, f32 fix-ups in the body are deferred
-  // (ScalarLowering::defer_patches): *needs_patch becomes whether any lane wanted one.
+  // (ScalarLowering::defer_patches): *needs_patch becomes whether any lane wanted one. With
+  // `folds_blocked_sums`, each sums_in_f32_blocks() reduction comes out folded to its scalar, in
+  // every one of its chain slots (a row of one block folds in f32).
   // `seen` ORed with the deferred fix-up masks of a loop body (defer_patches): a mask of another
   // width counts as all of `seen`'s lanes when any of its lanes is set. `seen` holds i32 lanes,
   // all ones where a mask was set (no_patch_mask() to start, any_patch() at the end): that is how
@@ -338,7 +340,7 @@ class CpuKernelEmitter : public KernelEmitterBase {
   std::vector<mlir::Value> accumulate_vectors(const std::vector<NodeId>& vectorized, const std::vector<mlir::Value>& kept,
                                               mlir::Value row_base, mlir::Value from, mlir::Value vector_end, int lanes,
                                               int chains, RowStash* stash, bool deferred, mlir::Value* needs_patch,
-                                              const RowRide* ride = nullptr);
+                                              const RowRide* ride = nullptr, bool folds_blocked_sums = false);
   bool sums_in_f32_blocks(NodeId id);
   int input_cost(NodeId id);
   int vector_chains(const std::vector<NodeId>& vectorized, bool stashes);

@@ -1053,11 +1053,15 @@ std::vector<mlir::Value> CpuKernelEmitter::accumulate(const std::vector<NodeId>&
       tail_from = add(from, mul(stream_length, i64(chains)));
     }
     if (stash) stash->end = vector_end;
+    // Whole vectors past the last whole step of several chains are one more chain (below); else
+    // accumulate_vectors() folds the sums_in_f32_blocks() reductions itself.
+    const bool joins_one_more = chains > 1 && !stash && !ride && !chain_stride_;
+    const bool folds = !joins_one_more;
     mlir::Value needs_patch;
     std::vector<mlir::Value> results;
     if (!ride) {
       results = accumulate_vectors(vectorized, kept, row_base, from, vector_end, lanes, chains, stash, /*deferred=*/true,
-                                   &needs_patch);
+                                   &needs_patch, nullptr, folds);
     } else {
       // Two loops behind the run-time test: with the row before's output riding, and without
       // (the stash then in this row's own output row). Both have the same fix-ups: the ride
@@ -1066,7 +1070,7 @@ std::vector<mlir::Value> CpuKernelEmitter::accumulate(const std::vector<NodeId>&
       results = if_yielding(ride->streams, [&](int k) {
         mlir::Value patch;
         std::vector<mlir::Value> r = accumulate_vectors(vectorized, kept, row_base, from, vector_end, lanes, chains, stash,
-                                                        /*deferred=*/true, &patch, k == 0 ? ride : nullptr);
+                                                        /*deferred=*/true, &patch, k == 0 ? ride : nullptr, folds);
         if (k == 0) patched = static_cast<bool>(patch);
         if (patch) r.push_back(patch);
         return r;
@@ -1089,7 +1093,8 @@ std::vector<mlir::Value> CpuKernelEmitter::accumulate(const std::vector<NodeId>&
         mlir::OpBuilder::InsertionGuard guard(b_);
         b_.setInsertionPointToStart(&again.getThenRegion().front());
         b_.create<mlir::scf::YieldOp>(loc_, accumulate_vectors(vectorized, kept, row_base, loop_from, loop_end, lanes,
-                                                               loop_chains, loop_stash, /*deferred=*/false, nullptr));
+                                                               loop_chains, loop_stash, /*deferred=*/false, nullptr,
+                                                               nullptr, folds));
         b_.setInsertionPointToStart(&again.getElseRegion().front());
         b_.create<mlir::scf::YieldOp>(loc_, loop_results);
       }
@@ -1100,7 +1105,7 @@ std::vector<mlir::Value> CpuKernelEmitter::accumulate(const std::vector<NodeId>&
     // accumulators join the others as one more chain. Else a row of 16 or 48 f32 on AVX-512 (two
     // chains of 16 lanes) left 16 elements to the scalar tail: one at a time, an exp a call each
     // (softmax over rows of 16, symbolic shapes: 17 ms where rows of 32 took 4).
-    if (chains > 1 && !stash && !ride && !chain_stride_) {
+    if (joins_one_more) {
       mlir::Value vectors_end = whole_steps_end(vector_end, to, lanes);
       mlir::Value patch;
       std::vector<mlir::Value> more =
@@ -1128,6 +1133,10 @@ std::vector<mlir::Value> CpuKernelEmitter::accumulate(const std::vector<NodeId>&
     for (size_t q = 0; q < vectorized.size(); ++q) {
       NodeId id = vectorized[q];
       mlir::Value all = results[chains * q];
+      if (folds && sums_in_f32_blocks(id)) {  // folded by accumulate_vectors()
+        partial.push_back(all);
+        continue;
+      }
       if (!ordered_max_min(id)) {
         for (int c = 1; c < chains; ++c) all = combine(id, all, results[chains * q + c]);
         partial.push_back(fold_lanes(id, all));
@@ -1171,7 +1180,8 @@ std::vector<mlir::Value> CpuKernelEmitter::accumulate_vectors(const std::vector<
                                                              const std::vector<mlir::Value>& kept, mlir::Value row_base,
                                                              mlir::Value from, mlir::Value vector_end, int lanes,
                                                              int chains, RowStash* stash, bool deferred,
-                                                             mlir::Value* needs_patch, const RowRide* ride) {
+                                                             mlir::Value* needs_patch, const RowRide* ride,
+                                                             bool folds_blocked_sums) {
   // `chains` independent accumulators per reduction (vector_chains()): that many dependency
   // chains in flight, combined in order after the loop. Iteration arguments: each reduction's
   // chains, then a NaN tracker per chain of each ordered_max_min() one, then (deferred) the
@@ -1241,33 +1251,112 @@ std::vector<mlir::Value> CpuKernelEmitter::accumulate_vectors(const std::vector<
     return std::vector<mlir::Value>(vector_loop.getResults().begin(), vector_loop.getResults().end());
   };
   std::vector<mlir::Value> results;
+  std::vector<mlir::Value> last_block;  // folds_blocked_sums: the last block's f32 sums, not yet widened
   if (blocks == 0) {
     results = loop_of(from, vector_end, init);
   } else {
     int64_t block = step * kF32BlockSteps;
-    auto block_loop = b_.create<mlir::scf::ForOp>(loc_, from, vector_end, i64(block), init);
+    std::vector<mlir::Value> block_init = init;
+    if (folds_blocked_sums) block_init.insert(block_init.end(), static_cast<size_t>(blocks * chains), constant(DType::F32, 0, 0, lanes));
+    auto block_loop = b_.create<mlir::scf::ForOp>(loc_, from, vector_end, i64(block), block_init);
     {
       mlir::OpBuilder::InsertionGuard guard(b_);
       b_.setInsertionPointToStart(block_loop.getBody());
       mlir::Value begin = block_loop.getInductionVar();
-      std::vector<mlir::Value> start(block_loop.getRegionIterArgs().begin(), block_loop.getRegionIterArgs().end());
+      std::vector<mlir::Value> start(block_loop.getRegionIterArgs().begin(), block_loop.getRegionIterArgs().begin() + f32_at);
       start.insert(start.end(), static_cast<size_t>(blocks * chains), constant(DType::F32, 0, 0, lanes));
       std::vector<mlir::Value> inner = loop_of(begin, min_i64(add(begin, i64(block)), vector_end), start);
-      for (size_t q = 0; q < vectorized.size(); ++q)
-        for (int c = 0; c < chains && block_of[q] >= 0; ++c) {
-          size_t a = chains * q + c;
-          mlir::Value block_sum = inner[f32_at + static_cast<size_t>(block_of[q] * chains + c)];
-          inner[a] = combine(vectorized[q], inner[a], to_accumulator(vectorized[q], block_sum, lanes));
-        }
+      std::vector<mlir::Value> sums(inner.begin() + f32_at, inner.end());
       inner.resize(f32_at);
+      auto widen_into_chains = [&](std::vector<mlir::Value> chained) {
+        for (size_t q = 0; q < vectorized.size(); ++q)
+          for (int c = 0; c < chains && block_of[q] >= 0; ++c) {
+            size_t a = chains * q + c;
+            mlir::Value block_sum = sums[static_cast<size_t>(block_of[q] * chains + c)];
+            chained[a] = combine(vectorized[q], chained[a], to_accumulator(vectorized[q], block_sum, lanes));
+          }
+        return chained;
+      };
+      if (!folds_blocked_sums) {
+        inner = widen_into_chains(inner);
+      } else {
+        // The last block's sums stay f32 until after the loop: a row of one block folds them in
+        // f32 there (see below), and longer rows widen them then.
+        mlir::Value more_follow = cmpi(mlir::arith::CmpIPredicate::slt, add(begin, i64(block)), vector_end);
+        inner = if_yielding(more_follow, [&](int k) { return k == 0 ? widen_into_chains(inner) : inner; },
+                            "a block's widened sums differ from the last block's");
+        inner.insert(inner.end(), sums.begin(), sums.end());
+      }
       b_.create<mlir::scf::YieldOp>(loc_, inner);
     }
     results.assign(block_loop.getResults().begin(), block_loop.getResults().end());
+    if (folds_blocked_sums) {
+      last_block.assign(results.begin() + f32_at, results.end());
+      results.resize(f32_at);
+    }
   }
   if (deferred) {
     if (!masks.empty())
       *needs_patch = any_patch(results[patch_at]);
     results.pop_back();
+  }
+  if (folds_blocked_sums) {
+    // Each sums_in_f32_blocks() reduction folded to its scalar (in every one of its chain slots).
+    // A row of one block (rows up to 128 f32 on AVX-512: softmax's over 64) adds its block's
+    // lanes as a tree in f32: eight instructions where widening the block, adding it to the f64
+    // chains, testing them and folding 2 x 8 f64 lanes took some twenty (a fifth of a row of
+    // 64's work besides the exps). It adds log2(lanes) roundings to the block's
+    // kF32BlockSteps, still within the n 2^-24 the rounding model grants a sum of n elements.
+    // Longer rows widen the last block and fold their f64 chains as before.
+    std::vector<size_t> folded;
+    for (size_t q = 0; q < vectorized.size(); ++q)
+      if (sums_in_f32_blocks(vectorized[q])) folded.push_back(q);
+    auto fold_f64 = [&](size_t q, bool widen_last) {
+      NodeId id = vectorized[q];
+      mlir::Value all;
+      for (int c = 0; c < chains; ++c) {
+        mlir::Value chain = results[chains * q + c];
+        if (widen_last) chain = combine(id, chain, to_accumulator(id, last_block[static_cast<size_t>(block_of[q] * chains + c)], lanes));
+        all = c == 0 ? chain : combine(id, all, chain);
+      }
+      return fold_lanes(id, all);
+    };
+    std::vector<mlir::Value> scalars;
+    if (blocks == 0) {
+      for (size_t q : folded) scalars.push_back(fold_f64(q, false));
+    } else {
+      mlir::Value one_block = cmpi(mlir::arith::CmpIPredicate::sle, sub(vector_end, from), i64(step * kF32BlockSteps));
+      scalars = if_yielding(one_block, [&](int k) {
+        std::vector<mlir::Value> r;
+        for (size_t q : folded) {
+          if (k == 1) {
+            r.push_back(fold_f64(q, true));
+            continue;
+          }
+          NodeId id = vectorized[q];
+          mlir::Value all;
+          for (int c = 0; c < chains; ++c) {
+            mlir::Value chain = last_block[static_cast<size_t>(block_of[q] * chains + c)];
+            all = c == 0 ? chain : combine(id, all, chain);
+          }
+          r.push_back(to_accumulator(id, fold_lanes(id, all)));
+        }
+        return r;
+      }, "a row of one block folds its sums as longer rows do");
+      // A block's f32 sum can overflow where the f64 one would not (or meet a NaN or inf of the
+      // input), and so can the f32 fold: a row whose sum is not finite runs the pass again,
+      // unblocked. NaN and inf in any lane reach the folded sum (inf + x = inf, inf - inf = NaN).
+      mlir::Value infinity = constant(DType::F64, std::numeric_limits<double>::infinity(), 0, 1);
+      mlir::Value not_finite;
+      for (mlir::Value scalar : scalars) {
+        mlir::Value out = cmpf(mlir::arith::CmpFPredicate::UGE, b_.create<mlir::math::AbsFOp>(loc_, scalar), infinity);
+        not_finite = not_finite ? b_.create<mlir::arith::OrIOp>(loc_, not_finite, out).getResult() : out;
+      }
+      *needs_patch = *needs_patch ? b_.create<mlir::arith::OrIOp>(loc_, *needs_patch, not_finite).getResult() : not_finite;
+    }
+    for (size_t f = 0; f < folded.size(); ++f)
+      for (int c = 0; c < chains; ++c) results[chains * folded[f] + c] = scalars[f];
+    return results;
   }
   if (blocks > 0) {
     // A block's f32 sum can overflow where the f64 one would not (or meet a NaN or inf of the
