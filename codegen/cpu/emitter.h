@@ -342,6 +342,7 @@ class CpuKernelEmitter : public KernelEmitterBase {
                                               int chains, RowStash* stash, bool deferred, mlir::Value* needs_patch,
                                               const RowRide* ride = nullptr, bool folds_blocked_sums = false);
   bool sums_in_f32_blocks(NodeId id);
+  void computed_here(const std::vector<mlir::Value>& values);  // LLVM may not sink their computation past here
   int input_cost(NodeId id);
   int vector_chains(const std::vector<NodeId>& vectorized, bool stashes);
   static constexpr int64_t kF32BlockSteps = 8;

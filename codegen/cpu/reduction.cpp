@@ -693,8 +693,10 @@ void CpuKernelEmitter::emit_riding_rows(mlir::Value begin, mlir::Value end, cons
       }, "the first group's results of the row");
       for (size_t q = 0; q < first_group.size(); ++q) ride.ahead[first_group[q]] = current[q];
       following = if_yielding(ahead, [&](int k) {
-        if (k == 0) return first_group_of_row(plan, min_i64(add(row, i64(1)), sub(end, i64(1))));
-        return std::vector<mlir::Value>(carried.begin(), carried.end());  // (unused)
+        if (k == 1) return std::vector<mlir::Value>(carried.begin(), carried.end());  // (unused)
+        std::vector<mlir::Value> next_row = first_group_of_row(plan, min_i64(add(row, i64(1)), sub(end, i64(1))));
+        computed_here(next_row);
+        return next_row;
       }, "the first group's results of the next row");
     }
     std::vector<mlir::Value> next = emit_reduction_row(row, plan, &ride);
@@ -757,6 +759,25 @@ mlir::Value CpuKernelEmitter::first_group_ahead(const RowPlan& plan) {
   if (std::optional<int64_t> n = row_length.constant())
     return *n * element_bytes <= kAheadRowBytes ? constant(DType::Bool, 1, 1, 1) : mlir::Value();
   return cmpi(mlir::arith::CmpIPredicate::sle, mul(dim(row_length), i64(element_bytes)), i64(kAheadRowBytes));
+}
+
+// An empty asm with side effects that reads `values`: LLVM can no longer sink their computation
+// below this point. Values used only by the next iteration (the next row's max) were sunk to
+// the loop's latch, after the row's exp pass, so the core dispatched the max's loads early but
+// its fold only at the end of the iteration, and the next row's exps waited on it.
+void CpuKernelEmitter::computed_here(const std::vector<mlir::Value>& values) {
+  std::vector<mlir::Value> inputs;
+  std::string constraints;
+  for (mlir::Value v : values) {
+    mlir::Type t = v.getType();
+    bool floating = mlir::isa<mlir::FloatType>(t);
+    if (!floating && !(t.isInteger(32) || t.isInteger(64))) continue;
+    constraints += std::string(constraints.empty() ? "" : ",") + (floating ? "v" : "r");
+    inputs.push_back(v);
+  }
+  if (inputs.empty()) return;
+  b_.create<mlir::LLVM::InlineAsmOp>(loc_, mlir::Type(), inputs, "", constraints, /*has_side_effects=*/true,
+                                     /*is_align_stack=*/false, mlir::LLVM::AsmDialectAttr(), mlir::ArrayAttr());
 }
 
 std::vector<mlir::Value> CpuKernelEmitter::first_group_of_row(const RowPlan& plan, mlir::Value row) {
