@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ir/program.h"
@@ -25,6 +26,10 @@ struct CpuOptions {
   bool fast_math = false;
   /// Look compiled code up in (and add it to) the in-memory and on-disk caches.
   bool use_cache = true;
+  /// Symbols whose sizes are fixed in the code (sorted by name): the kernels fold them in as
+  /// constants, so that loops over them unroll, and ignore what the ABI passes for them. The
+  /// runtime's short-row specializations (runtime::CpuCode::specialize) ask for these.
+  std::vector<std::pair<std::string, int64_t>> bound_symbols;
 };
 
 struct CompiledKernel {

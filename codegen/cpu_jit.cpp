@@ -239,6 +239,7 @@ std::string cache_key(const ir::Program& p, const CpuOptions& options) {
   key += codegen_build_stamp();
   key += " llvm " LLVM_VERSION_STRING "\n" + host_description() + "\n";
   key += "fast_math=" + std::to_string(options.fast_math) + "\n";
+  for (const auto& [name, size] : options.bound_symbols) key += "bound " + name + "=" + std::to_string(size) + "\n";
   key += ir::print_program(p);
   key += literal_bits(p);
   return key;

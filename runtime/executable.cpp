@@ -2,8 +2,12 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <set>
+#include <string_view>
 
 #include "ir/kernel_forms.h"
 #include "runtime/thread_pool.h"
@@ -92,6 +96,41 @@ struct Executable::WorkspacePool {
   }
 };
 
+// The specializations of kernels over short symbolic rows (CpuKernelCode::row_length). Runs
+// look them up without a lock: an entry, once published, is never changed or freed before the
+// Executable. Making one takes the mutex (a run that asks for an unmade one waits for it).
+struct Executable::Specializations {
+  struct Entry {
+    std::vector<int64_t> key;  // per symbols[i]: its size, or -1 where not bound
+    CpuCode code;              // no kernels: the generic code (the compile failed)
+  };
+  std::vector<size_t> kernels;       // those with a row_length
+  std::vector<std::string> symbols;  // the symbols their row lengths mention, sorted
+  std::array<std::atomic<const Entry*>, kMaxSpecializations> published{};
+  std::atomic<int> count{0};
+  std::mutex mutex;
+  std::vector<std::vector<int64_t>> seen_once;  // keys run once, with the generic code
+  std::vector<std::unique_ptr<Entry>> owned;
+
+  const Entry* find(const std::vector<int64_t>& key) const {
+    int n = count.load(std::memory_order_acquire);
+    for (int i = 0; i < n; ++i) {
+      const Entry* e = published[static_cast<size_t>(i)].load(std::memory_order_acquire);
+      if (e->key == key) return e;
+    }
+    return nullptr;
+  }
+};
+
+namespace {
+
+bool specializing_allowed() {
+  const char* env = std::getenv("FUSE_SPECIALIZE");
+  return !env || std::string_view(env) != "0";
+}
+
+}  // namespace
+
 Executable::Executable(ir::Program program, CpuCode code)
     : program_(std::move(program)), code_(std::move(code)), workspaces_(std::make_unique<WorkspacePool>()) {
   if (code_.kernels.size() != program_.kernels.size())
@@ -108,6 +147,76 @@ Executable::Executable(ir::Program program, CpuCode code)
   index_checks_ = ir::index_checks(program_);
   for (size_t ki = 0; ki < program_.kernels.size(); ++ki)
     reports_errors_.push_back(code_.kernels[ki].fn && !ir::checked_nodes(program_.kernels[ki].body).empty());
+  if (code_.specialize && specializing_allowed()) {
+    auto s = std::make_unique<Specializations>();
+    std::set<std::string> names;
+    for (size_t ki = 0; ki < code_.kernels.size(); ++ki) {
+      if (!code_.kernels[ki].fn || !code_.kernels[ki].row_length) continue;
+      s->kernels.push_back(ki);
+      for (const std::string& name : code_.kernels[ki].row_length->symbol_names()) names.insert(name);
+    }
+    s->symbols.assign(names.begin(), names.end());
+    if (!s->kernels.empty()) specializations_ = std::move(s);
+  }
+}
+
+int Executable::specialization_count() const {
+  if (!specializations_) return 0;
+  int made = 0;
+  int n = specializations_->count.load(std::memory_order_acquire);
+  for (int i = 0; i < n; ++i)
+    made += !specializations_->published[static_cast<size_t>(i)].load(std::memory_order_acquire)->code.kernels.empty();
+  return made;
+}
+
+const CpuCode* Executable::specialized_code(const ir::SymbolBindings& symbols) {
+  if (!specializations_) return nullptr;
+  Specializations& s = *specializations_;
+  std::vector<int64_t> key(s.symbols.size(), -1);
+  bool any = false;
+  for (size_t ki : s.kernels) {
+    const ir::Dim& row = *code_.kernels[ki].row_length;
+    int64_t length = ir::evaluate(row, symbols);
+    if (length <= 0 || length > kSpecializedRowElements) continue;
+    for (const std::string& name : row.symbol_names()) {
+      size_t at = static_cast<size_t>(std::lower_bound(s.symbols.begin(), s.symbols.end(), name) - s.symbols.begin());
+      key[at] = symbols.at(name);
+      any = true;
+    }
+  }
+  if (!any) return nullptr;
+  auto usable = [](const Specializations::Entry* e) { return e->code.kernels.empty() ? nullptr : &e->code; };
+  if (const Specializations::Entry* e = s.find(key)) return usable(e);
+  std::lock_guard lock(s.mutex);
+  if (const Specializations::Entry* e = s.find(key)) return usable(e);
+  int n = s.count.load(std::memory_order_relaxed);
+  if (n >= kMaxSpecializations) return nullptr;
+  // The first run with these lengths takes the generic code: a length that runs once is not
+  // worth a compile.
+  auto seen = std::find(s.seen_once.begin(), s.seen_once.end(), key);
+  if (seen == s.seen_once.end()) {
+    if (s.seen_once.size() < 64) s.seen_once.push_back(key);
+    return nullptr;
+  }
+  s.seen_once.erase(seen);
+  auto entry = std::make_unique<Specializations::Entry>();
+  entry->key = key;
+  BoundSymbols bound;
+  for (size_t i = 0; i < key.size(); ++i)
+    if (key[i] >= 0) bound.emplace_back(s.symbols[i], key[i]);
+  try {
+    entry->code = code_.specialize(bound);
+    // Kernels receive the symbols in the generic code's order: a module that orders them
+    // otherwise (it never should) is not used.
+    if (entry->code.kernels.size() != code_.kernels.size() || entry->code.symbols != code_.symbols) entry->code = {};
+  } catch (const std::exception&) {
+    entry->code = {};  // the generic code serves these lengths
+  }
+  const Specializations::Entry* made = entry.get();
+  s.owned.push_back(std::move(entry));
+  s.published[static_cast<size_t>(n)].store(made, std::memory_order_release);
+  s.count.store(n + 1, std::memory_order_release);
+  return usable(made);
 }
 
 Executable::~Executable() = default;
@@ -247,13 +356,15 @@ void Executable::run_bound(const ir::SymbolBindings& symbols, const std::vector<
     auto it = symbols.find(s);
     symbol_sizes.push_back(it == symbols.end() ? 0 : it->second);
   }
+  const CpuCode* special = specialized_code(symbols);
   for (int ki : program_.launch_order) {
     const ir::Kernel& k = program_.kernels[ki];
     std::vector<void*>& pointers = workspace.pointers;
     pointers.clear();
     for (ir::BufferId b : k.inputs) pointers.push_back(storage(b, symbols, outputs, inputs, workspace));
     for (ir::BufferId b : k.outputs) pointers.push_back(storage(b, symbols, outputs, inputs, workspace));
-    launch(k, code_.kernels[ki], pointers, symbols, symbol_sizes, workspace, static_cast<size_t>(ki));
+    const CpuKernelCode& code = special && special->kernels[ki].fn ? special->kernels[ki] : code_.kernels[ki];
+    launch(k, code, pointers, symbols, symbol_sizes, workspace, static_cast<size_t>(ki));
     // A compiled kernel that found a bad index said so in the record: stop before the next.
     if (reports_errors_[ki] && workspace.error_record[ir::kErrorCheck] != 0)
       throw ir::index_check_error(index_checks_, workspace.error_record[ir::kErrorCheck],

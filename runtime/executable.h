@@ -2,8 +2,11 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ir/index_check.h"
@@ -37,13 +40,28 @@ struct CpuKernelCode {
   // [0, split_chunks) chunks of its rows (scratch_bytes per column), then finish over its
   // columns (codegen/cpu_codegen.h, CompiledKernel).
   CpuKernelFn column_rows = nullptr;
+  // A row kernel over rows whose length (in elements) is symbolic: the length. Where a run's rows
+  // are short (at most kSpecializedRowElements), the runtime specializes the kernel to their
+  // length (CpuCode::specialize).
+  std::optional<ir::Dim> row_length;
 };
+
+/// Row kernels over rows of at most this many elements run code specialized to the row length
+/// (from the second run with that length on): with the length a constant, LLVM unrolls each
+/// row's loops, which took a fifth of a softmax row of 64 f32 in symbolic code.
+inline constexpr int64_t kSpecializedRowElements = 512;
+
+/// Symbol sizes a specialization fixes, sorted by name.
+using BoundSymbols = std::vector<std::pair<std::string, int64_t>>;
 
 /// Machine code for a Program's kernels, and whatever keeps it alive (a JIT, a shared object).
 struct CpuCode {
   std::shared_ptr<const void> owner;
   std::vector<std::string> symbols;     // the order of the symbol sizes kernels receive
   std::vector<CpuKernelCode> kernels;   // as Program::kernels
+  // Compiles the kernels whose row_length mentions a bound symbol again, with those sizes fixed
+  // (the others come back without code: fn null). Empty: the Executable never specializes.
+  std::function<CpuCode(const BoundSymbols&)> specialize;
 };
 
 /// A compiled CPU program, ready to run.
@@ -92,10 +110,18 @@ class Executable {
   int compiled_kernel_count() const;
   /// Workspaces made so far: the most runs that were ever in flight at once.
   int workspace_count() const;
+  /// Specializations made so far (CpuKernelCode::row_length): one per distinct set of short row
+  /// lengths that ran twice, at most kMaxSpecializations. FUSE_SPECIALIZE=0 turns them off.
+  int specialization_count() const;
+  static constexpr int kMaxSpecializations = 8;
 
  private:
   struct Workspace;
   struct WorkspacePool;
+  struct Specializations;
+  // The code for a run with `symbols`: a specialization's (made here on the second run that
+  // asks for it), else null (the generic code_).
+  const CpuCode* specialized_code(const ir::SymbolBindings& symbols);
 
   // The launches of one run, inputs and outputs by their index in program().inputs/outputs.
   void run_bound(const ir::SymbolBindings& symbols, const std::vector<const void*>& inputs,
@@ -109,6 +135,7 @@ class Executable {
   ir::Program program_;
   CpuCode code_;
   std::unique_ptr<WorkspacePool> workspaces_;
+  std::unique_ptr<Specializations> specializations_;  // null: nothing to specialize
   // Per buffer: its index in program().inputs (inputs) or the first of program().outputs naming
   // it (outputs); -1 for intermediates.
   std::vector<int> io_index_;

@@ -9,6 +9,8 @@
 #include <iostream>
 #include <limits>
 #include <sstream>
+#include <thread>
+#include <vector>
 
 #include "codegen/cpu_codegen.h"
 #include "frontends/compile.h"
@@ -808,6 +810,85 @@ TEST_CASE("exp of x minus its own max drops the clamp from above", "[cpu][reduce
         CHECK(testing::compare_outputs(ir::interpret(g.ir(), inputs), exe.run(inputs), 1e-5, 1e-6) == "");
       }
     }
+}
+
+// A row kernel over symbolic rows of at most runtime::kSpecializedRowElements runs code compiled
+// for its row length from the second run with that length on (runtime::CpuCode::specialize):
+// one specialization per distinct length (not per row count), none for longer rows or when
+// FUSE_SPECIALIZE=0, at most Executable::kMaxSpecializations, each compiled once. Every run,
+// generic or specialized, must equal the interpreter, also from several threads at once and in
+// a program whose other kernels keep their generic code (a matmul before the softmax).
+TEST_CASE("short symbolic rows run code specialized to their length", "[cpu][reduce][threads]") {
+  auto softmax = [](Graph& g, Tensor x) {
+    Tensor e = exp(x - max(x, 1, true));
+    g.output("y", e / sum(e, 1, true));
+  };
+  auto check_runs = [](runtime::Executable& exe, const Graph& g, int64_t r, int64_t c, int runs) {
+    INFO("R = " << r << ", C = " << c);
+    ir::TensorMap inputs = inputs_of(g.ir(), {{"R", r}, {"C", c}, {"K", 24}}, static_cast<uint64_t>(c));
+    ir::TensorMap expected = ir::interpret(g.ir(), inputs);
+    for (int run = 0; run < runs; ++run) CHECK(testing::compare_outputs(expected, exe.run(inputs), 1e-5, 1e-6) == "");
+  };
+  {
+    Graph g;
+    softmax(g, g.input("x", DType::F32, {sym("R"), sym("C")}));
+    runtime::Executable exe = compile(g);
+    codegen::CacheStats before = codegen::cache_stats();
+    check_runs(exe, g, 33, 64, 1);
+    CHECK(exe.specialization_count() == 0);  // one run: the generic code
+    check_runs(exe, g, 33, 64, 3);
+    CHECK(exe.specialization_count() == 1);
+    codegen::CacheStats after = codegen::cache_stats();
+    CHECK(after.compilations + after.disk_hits + after.memory_hits ==
+          before.compilations + before.disk_hits + before.memory_hits + 1);
+    check_runs(exe, g, 1000, 64, 2);  // another row count, the same length
+    CHECK(exe.specialization_count() == 1);
+    for (int64_t c : {1, 7, 100, 512}) check_runs(exe, g, 17, c, 2);
+    CHECK(exe.specialization_count() == 5);
+    for (int64_t c : {513, 4096}) check_runs(exe, g, 5, c, 2);  // too long: generic
+    CHECK(exe.specialization_count() == 5);
+    for (int64_t c : {2, 3, 4, 5, 6, 8}) check_runs(exe, g, 9, c, 2);
+    CHECK(exe.specialization_count() == runtime::Executable::kMaxSpecializations);
+    check_runs(exe, g, 9, 6, 2);  // past the limit: the generic code, still right
+  }
+  {  // several threads, each its lengths, twice each
+    Graph g;
+    softmax(g, g.input("x", DType::F32, {sym("R"), sym("C")}));
+    runtime::Executable exe = compile(g);
+    std::vector<std::string> failures(4);
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 4; ++t)
+      threads.emplace_back([&, t] {
+        for (int repeat = 0; repeat < 3; ++repeat)
+          for (int64_t c : {16 + t, 64, 100 + t}) {
+            ir::TensorMap inputs = inputs_of(g.ir(), {{"R", 40}, {"C", c}}, static_cast<uint64_t>(c));
+            std::string d = testing::compare_outputs(ir::interpret(g.ir(), inputs), exe.run(inputs), 1e-5, 1e-6);
+            if (!d.empty() && failures[static_cast<size_t>(t)].empty()) failures[static_cast<size_t>(t)] = d;
+          }
+      });
+    for (std::thread& t : threads) t.join();
+    for (const std::string& f : failures) CHECK(f == "");
+    CHECK(exe.specialization_count() == runtime::Executable::kMaxSpecializations);  // 9 lengths
+  }
+  {  // a matmul, then the softmax rows: only the row kernel is specialized
+    Graph g;
+    Tensor a = g.input("a", DType::F32, {sym("R"), sym("K")});
+    Tensor w = g.input("w", DType::F32, {sym("K"), sym("C")});
+    softmax(g, matmul(a, w));
+    runtime::Executable exe = compile(g);
+    REQUIRE(exe.program().kernels.size() == 2);
+    check_runs(exe, g, 70, 48, 3);
+    CHECK(exe.specialization_count() == 1);
+  }
+  {
+    ::setenv("FUSE_SPECIALIZE", "0", 1);
+    Graph g;
+    softmax(g, g.input("x", DType::F32, {sym("R"), sym("C")}));
+    runtime::Executable exe = compile(g);
+    ::unsetenv("FUSE_SPECIALIZE");
+    check_runs(exe, g, 33, 64, 3);
+    CHECK(exe.specialization_count() == 0);
+  }
 }
 
 // The contiguous loop runs whole vectors in blocks that defer their fix-ups and run the block

@@ -120,6 +120,8 @@ void CpuKernelEmitter::load_bases() {
 }
 
 mlir::Value CpuKernelEmitter::symbol_value(const std::string& name) {
+  for (const auto& [bound, size] : options_.bound_symbols)
+    if (bound == name) return i64(size);
   mlir::Value address = b_.create<mlir::LLVM::GEPOp>(loc_, ptr_type(), i64_type(), symbols_arg_,
                                                      mlir::ArrayRef<mlir::LLVM::GEPArg>{symbols_.at(name)});
   return b_.create<mlir::LLVM::LoadOp>(loc_, i64_type(), address);
