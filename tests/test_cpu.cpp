@@ -661,24 +661,21 @@ TEST_CASE("short softmax rows take their max one row ahead", "[cpu][reduce][thre
     Tensor e = exp(x - max(x, 1, true));
     g.output("y", e / sum(e, 1, true));
   };
-  auto max_passes = [&](ir::Dim rows, ir::Dim columns) {
+  auto in_mlir = [&](ir::Dim rows, ir::Dim columns, const std::string& what) {
     Graph g;
     softmax(g, DType::F32, rows, columns);
-    return testing::count_occurrences(codegen::emit_cpu_mlir(compile(g).program()), "vector.reduction <max");
+    return testing::count_occurrences(codegen::emit_cpu_mlir(compile(g).program()), what);
   };
-  CHECK(max_passes(sym("R"), sym("C")) == 2);
-  CHECK(max_passes(5, 64) == 2);
-  CHECK(max_passes(5, 4096) == 1);
+  const std::string max_pass = "vector.reduction <max";
+  CHECK(in_mlir(sym("R"), sym("C"), max_pass) == 2);
+  CHECK(in_mlir(5, 64, max_pass) == 2);
+  CHECK(in_mlir(5, 4096, max_pass) == 1);
   // The next row's max is pinned where it is computed, before the row's exp pass (else LLVM sank
   // its fold to the loop's latch): an empty asm reading it, only where rows go ahead.
-  auto pins = [&](ir::Dim rows, ir::Dim columns) {
-    Graph g;
-    softmax(g, DType::F32, rows, columns);
-    return testing::count_occurrences(codegen::emit_cpu_mlir(compile(g).program()), "llvm.inline_asm has_side_effects");
-  };
-  CHECK(pins(sym("R"), sym("C")) == 1);
-  CHECK(pins(5, 64) == 1);
-  CHECK(pins(5, 4096) == 0);
+  const std::string pin = "llvm.inline_asm has_side_effects";
+  CHECK(in_mlir(sym("R"), sym("C"), pin) == 1);
+  CHECK(in_mlir(5, 64, pin) == 1);
+  CHECK(in_mlir(5, 4096, pin) == 0);
   struct Case {
     DType t;
     bool symbolic;
