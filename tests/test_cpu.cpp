@@ -840,9 +840,9 @@ TEST_CASE("short symbolic rows run code specialized to their length", "[cpu][red
           before.compilations + before.disk_hits + before.memory_hits + 1);
     check_runs(exe, g, 1000, 64, 2);  // another row count, the same length
     CHECK(exe.specialization_count() == 1);
-    for (int64_t c : {1, 7, 100, 512}) check_runs(exe, g, 17, c, 2);
+    for (int64_t c : {1, 7, 100, 256}) check_runs(exe, g, 17, c, 2);
     CHECK(exe.specialization_count() == 5);
-    for (int64_t c : {513, 4096}) check_runs(exe, g, 5, c, 2);  // too long: generic
+    for (int64_t c : {257, 4096}) check_runs(exe, g, 5, c, 2);  // too long: generic
     CHECK(exe.specialization_count() == 5);
     for (int64_t c : {2, 3, 4, 5, 6, 8}) check_runs(exe, g, 9, c, 2);
     CHECK(exe.specialization_count() == runtime::Executable::kMaxSpecializations);
