@@ -1272,7 +1272,7 @@ std::vector<mlir::Value> CpuKernelEmitter::accumulate_vectors(const std::vector<
     return std::vector<mlir::Value>(vector_loop.getResults().begin(), vector_loop.getResults().end());
   };
   std::vector<mlir::Value> results;
-  std::vector<mlir::Value> last_block;  // folds_blocked_sums: the last block's f32 sums, not yet widened
+  std::vector<mlir::Value> last_block;  // folds_blocked_sums: the last block's f32 sums
   if (blocks == 0) {
     results = loop_of(from, vector_end, init);
   } else {
@@ -1289,25 +1289,14 @@ std::vector<mlir::Value> CpuKernelEmitter::accumulate_vectors(const std::vector<
       std::vector<mlir::Value> inner = loop_of(begin, min_i64(add(begin, i64(block)), vector_end), start);
       std::vector<mlir::Value> sums(inner.begin() + f32_at, inner.end());
       inner.resize(f32_at);
-      auto widen_into_chains = [&](std::vector<mlir::Value> chained) {
-        for (size_t q = 0; q < vectorized.size(); ++q)
-          for (int c = 0; c < chains && block_of[q] >= 0; ++c) {
-            size_t a = chains * q + c;
-            mlir::Value block_sum = sums[static_cast<size_t>(block_of[q] * chains + c)];
-            chained[a] = combine(vectorized[q], chained[a], to_accumulator(vectorized[q], block_sum, lanes));
-          }
-        return chained;
-      };
-      if (!folds_blocked_sums) {
-        inner = widen_into_chains(inner);
-      } else {
-        // The last block's sums stay f32 until after the loop: a row of one block folds them in
-        // f32 there (see below), and longer rows widen them then.
-        mlir::Value more_follow = cmpi(mlir::arith::CmpIPredicate::slt, add(begin, i64(block)), vector_end);
-        inner = if_yielding(more_follow, [&](int k) { return k == 0 ? widen_into_chains(inner) : inner; },
-                            "a block's widened sums differ from the last block's");
-        inner.insert(inner.end(), sums.begin(), sums.end());
-      }
+      for (size_t q = 0; q < vectorized.size(); ++q)
+        for (int c = 0; c < chains && block_of[q] >= 0; ++c) {
+          size_t a = chains * q + c;
+          mlir::Value block_sum = sums[static_cast<size_t>(block_of[q] * chains + c)];
+          inner[a] = combine(vectorized[q], inner[a], to_accumulator(vectorized[q], block_sum, lanes));
+        }
+      // The block's f32 sums also leave the loop as they are: a row of one block folds them (below).
+      if (folds_blocked_sums) inner.insert(inner.end(), sums.begin(), sums.end());
       b_.create<mlir::scf::YieldOp>(loc_, inner);
     }
     results.assign(block_loop.getResults().begin(), block_loop.getResults().end());
@@ -1328,40 +1317,31 @@ std::vector<mlir::Value> CpuKernelEmitter::accumulate_vectors(const std::vector<
     // chains, testing them and folding 2 x 8 f64 lanes took some twenty (a fifth of a row of
     // 64's work besides the exps). It adds log2(lanes) roundings to the block's
     // kF32BlockSteps, still within the n 2^-24 the rounding model grants a sum of n elements.
-    // Longer rows widen the last block and fold their f64 chains as before.
+    // Longer rows fold their f64 chains as before.
     std::vector<size_t> folded;
     for (size_t q = 0; q < vectorized.size(); ++q)
       if (sums_in_f32_blocks(vectorized[q])) folded.push_back(q);
-    auto fold_f64 = [&](size_t q, bool widen_last) {
+    // Reduction q's chains from values[first] on combined in order, then its lanes: f64 chains,
+    // or the last block's f32 sums (then widened once folded).
+    auto fold = [&](size_t q, const std::vector<mlir::Value>& values, size_t first, bool f32_block) {
       NodeId id = vectorized[q];
-      mlir::Value all;
-      for (int c = 0; c < chains; ++c) {
-        mlir::Value chain = results[chains * q + c];
-        if (widen_last) chain = combine(id, chain, to_accumulator(id, last_block[static_cast<size_t>(block_of[q] * chains + c)], lanes));
-        all = c == 0 ? chain : combine(id, all, chain);
-      }
-      return fold_lanes(id, all);
+      mlir::Value all = values[first];
+      for (int c = 1; c < chains; ++c) all = combine(id, all, values[first + static_cast<size_t>(c)]);
+      mlir::Value folded_lanes = fold_lanes(id, all);
+      return f32_block ? to_accumulator(id, folded_lanes) : folded_lanes;
     };
     std::vector<mlir::Value> scalars;
     if (blocks == 0) {
-      for (size_t q : folded) scalars.push_back(fold_f64(q, false));
+      for (size_t q : folded) scalars.push_back(fold(q, results, chains * q, false));
     } else {
+      // (The f64 chains hold every block, the last one too: a branch around its widening
+      // measured nothing, LLVM computed it anyway.)
       mlir::Value one_block = cmpi(mlir::arith::CmpIPredicate::sle, sub(vector_end, from), i64(step * kF32BlockSteps));
       scalars = if_yielding(one_block, [&](int k) {
         std::vector<mlir::Value> r;
-        for (size_t q : folded) {
-          if (k == 1) {
-            r.push_back(fold_f64(q, true));
-            continue;
-          }
-          NodeId id = vectorized[q];
-          mlir::Value all;
-          for (int c = 0; c < chains; ++c) {
-            mlir::Value chain = last_block[static_cast<size_t>(block_of[q] * chains + c)];
-            all = c == 0 ? chain : combine(id, all, chain);
-          }
-          r.push_back(to_accumulator(id, fold_lanes(id, all)));
-        }
+        for (size_t q : folded)
+          r.push_back(k == 0 ? fold(q, last_block, static_cast<size_t>(block_of[q] * chains), true)
+                             : fold(q, results, chains * q, false));
         return r;
       }, "a row of one block folds its sums as longer rows do");
       // A block's f32 sum can overflow where the f64 one would not (or meet a NaN or inf of the
