@@ -242,7 +242,7 @@ class ScalarLowering {
   mlir::Value sleef_op(ScalarOp op, DType t, const std::vector<mlir::Value>& a, int lanes);
   mlir::Value exp(mlir::Value x, DType t, int lanes);  // through SLEEF when on
   mlir::Value exp_f32_inline(mlir::Value x, int lanes);  // SLEEF's expf inlined
-  // sin and cos of f32 vectors as SLEEF's u10 sincos, inlined (see the definition).
+  // sin and cos of f32 values, SLEEF's u10 sincos with cheaper sums, inlined (see the definition).
   std::pair<mlir::Value, mlir::Value> sin_cos_f32_inline(mlir::Value x, int lanes);
   std::vector<std::pair<mlir::Value, std::pair<mlir::Value, mlir::Value>>> sin_cos_made_;  // by x, until forget_made_values()
   // Whether `v` was made in the current block before the insertion point, so usable there (the
@@ -252,13 +252,13 @@ class ScalarLowering {
     return def && def->getBlock() == b_.getInsertionBlock() &&
            (b_.getInsertionPoint() == b_.getInsertionBlock()->end() || def->isBeforeInBlock(&*b_.getInsertionPoint()));
   }
-  // Whether f32 sin and cos of `lanes` lanes are inlined: where a SLEEF vector build takes them
-  // (its call is the fallback), which has FMA, and in a loop: the masked vectors before and after
-  // a contiguous loop call SLEEF (three inlined copies doubled polar_distance's compile time).
-  bool inlines_sincos(int lanes) {
-    mlir::Operation* around = b_.getInsertionBlock()->getParentOp();
-    return sleef_width(DType::F32, lanes) != 0 && (mlir::isa<mlir::scf::ForOp>(around) || around->getParentOfType<mlir::scf::ForOp>());
-  }
+  // Whether f32 sin and cos of `lanes` lanes take sin_cos_f32: wherever a SLEEF vector build
+  // takes them (its call is the fallback), and one lane at a time where FMA is (the algorithm
+  // relies on it). Every path of a kernel then gives a value the same sin and cos: the masked
+  // vectors before and after a loop, the element-by-element ones, the loops.
+  bool inlines_sincos(int lanes) const { return lanes == 1 ? sleef_.fma : sleef_width(DType::F32, lanes) != 0; }
+  // sin_cos_f32_inline in a loop; elsewhere a call of one copy of it per module and width.
+  std::pair<mlir::Value, mlir::Value> sin_cos_f32(mlir::Value x, int lanes);
   // u * 2^q (q integral, |q| <= 150) rounded once, as SLEEF's vldexp2 (vscalefps on AVX-512).
   mlir::Value scale_by_power_of_two(mlir::Value u, mlir::Value q, int lanes);
   // The same for |q| <= 126, where 2^q is a normal float: one product (exp's short form).

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <map>
 #include <numbers>
 #include <sstream>
 #include <string>
@@ -544,11 +545,11 @@ TEST_CASE("SLEEF: vector bodies call its vector builds and sin and cos of one va
   CHECK(has(llvm_ir(g, Target::host()), "Sleef_expf"));
 }
 
-// f32 sin and cos vectors inline SLEEF's sincos (u10), exact in its reduction for |x| < 125; a
-// vector with any lane at or beyond, inf or NaN calls SLEEF instead. Vectors all in range, and
-// vectors mixing such lanes at every position, against the interpreter: 1 ulp, NaN for NaN and
-// the infinities, sin(-0) = -0, on both vector widths.
-TEST_CASE("f32 sin and cos vectors: SLEEF's sincos inlined below |x| = 125, its call for the rest", "[cpu][accuracy]") {
+// f32 sin and cos vectors compute SLEEF's u10 sincos with cheaper sums, inlined, exact in its
+// reduction for |x| < 125; a vector with any lane at or beyond, inf or NaN calls SLEEF for those
+// lanes. Vectors all in range, and vectors mixing such lanes at every position, against the
+// interpreter: 1 ulp, NaN for NaN and the infinities, sin(-0) = -0, on both vector widths.
+TEST_CASE("f32 sin and cos vectors: inlined below |x| = 125, SLEEF's call for the rest", "[cpu][accuracy]") {
   Graph g;
   Tensor x = g.input("x", DType::F32, {sym("N")});
   g.output("s", sin(x));
@@ -590,6 +591,81 @@ TEST_CASE("f32 sin and cos vectors: SLEEF's sincos inlined below |x| = 125, its 
   std::string ir = llvm_ir(g, Target::host());
   CHECK(calls(ir, "Sleef_sincos" + sleef_suffix(DType::F32, "u10")));
   CHECK_FALSE(calls(ir, "Sleef_sin" + sleef_suffix(DType::F32, "u10")));
+}
+
+// Where fuse's f32 sincos and SLEEF's differ by an ulp (one result in 2000), a value's sin and
+// cos must not depend on where it sits: in a loop's vectors, the masked vector after the loop (a
+// call of the module's one copy), a vector with a lane beyond 125 (SLEEF's call for that lane
+// only), one element at a time (a transposed input), 8-lane vectors. Each of `differ` comes out
+// otherwise from SLEEF's sincos; the last three are the sweep's worst cases (every float in
+// (-125, 125): at most 0.888 ulp for sin, 0.886 for cos), checked against the interpreter too.
+// SLEEF's scalar FMA build of sincos (libsleef, linked through fuse_codegen; sleef.h declares it
+// only for code compiled with FMA). Sleef_float_2's layout.
+struct SleefFloatPair {
+  float x, y;
+};
+extern "C" SleefFloatPair Sleef_sincosf1_u10purecfma(float);
+
+TEST_CASE("f32 sin and cos give a value the same bits wherever it sits in a kernel", "[cpu][accuracy]") {
+  const std::vector<float> differ = {0x1.92ca4ep-1f, 0x1.93082p-1f,   0x1.9345dap-1f, 0x1.93c1aep-1f, 0x1.943d64p-1f,
+                                     0x1.94b908p-1f, 0x1.2da032p+1f, 0x1.2da03ep+1f, 0x1.2e59d8p+1f, 0x1.2e97dap+1f,
+                                     0x1.2f13b4p+1f, 0x1.300b02p+1f, -0x1.92ca4ep-1f, -0x1.2da032p+1f};
+  std::vector<float> values = differ;
+  for (float v : {104.457458f, 0.778917551f, 2.35594869f, 1e4f}) values.push_back(v);  // 1e4: beyond, SLEEF's lane
+  const int64_t period = static_cast<int64_t>(values.size());  // 18: every value lands on every lane
+  // Every input's (sin, cos) bits as first seen; each later sighting must agree.
+  std::map<uint32_t, std::pair<uint32_t, uint32_t>> seen;
+  auto record = [&](float x, float sine, float cosine, const std::string& where) {
+    auto [it, first] = seen.emplace(std::bit_cast<uint32_t>(x), std::pair{std::bit_cast<uint32_t>(sine), std::bit_cast<uint32_t>(cosine)});
+    INFO(where << ": x = " << x << " sin " << sine << " cos " << cosine);
+    CHECK(it->second.first == std::bit_cast<uint32_t>(sine));
+    CHECK(it->second.second == std::bit_cast<uint32_t>(cosine));
+  };
+  Graph flat;
+  Tensor x = flat.input("x", DType::F32, {sym("N")});
+  flat.output("s", sin(x));
+  flat.output("c", cos(x));
+  for (const Target& target : {Target::host(), Target::cpu("avx2")}) {
+    runtime::Executable exe = compile(flat, target);
+    for (int64_t n : {int64_t{7}, period, int64_t{1023}}) {  // 7: the masked vector alone; 18: a loop step and a tail
+      std::vector<float> in;
+      for (int64_t i = 0; i < n; ++i) in.push_back(values[static_cast<size_t>((i + n) % period)]);
+      ir::TensorMap inputs{{"x", ir::HostArray::from<float>({n}, in)}};
+      ir::TensorMap expected = ir::interpret(flat.ir(), inputs), actual = exe.run(inputs);
+      for (int64_t i = 0; i < n; ++i) {
+        float sine = actual.at("s").as<float>()[i], cosine = actual.at("c").as<float>()[i];
+        record(in[static_cast<size_t>(i)], sine, cosine, "vector bits " + std::to_string(target.vector_bits) + ", N = " + std::to_string(n) +
+                                                             " at " + std::to_string(i));
+        CHECK(ulp_distance(sine, expected.at("s").as<float>()[i]) <= 1);
+        CHECK(ulp_distance(cosine, expected.at("c").as<float>()[i]) <= 1);
+      }
+    }
+  }
+  // One element at a time: the values down the columns of a transposed input.
+  Graph walked;
+  Tensor m = walked.input("m", DType::F32, {sym("R"), sym("C")});
+  walked.output("s", sin(transpose(m)));
+  walked.output("c", cos(transpose(m)));
+  std::vector<float> grid;
+  for (int64_t i = 0; i < 3 * period; ++i) grid.push_back(values[static_cast<size_t>(i % period)]);
+  ir::TensorMap inputs{{"m", ir::HostArray::from<float>({3, period}, grid)}};
+  ir::TensorMap actual = compile(walked, Target::host()).run(inputs);
+  for (int64_t c = 0; c < period; ++c)
+    for (int64_t r = 0; r < 3; ++r)
+      record(grid[static_cast<size_t>(r * period + c)], actual.at("s").as<float>()[c * 3 + r], actual.at("c").as<float>()[c * 3 + r],
+             "transposed");
+  CHECK(seen.size() == values.size());
+  // Each of `differ` is a value where SLEEF's own sincos gives other bits, else the comparisons
+  // above could not catch a path calling it: SLEEF's scalar FMA build (the vector builds' bits).
+  if (__builtin_cpu_supports("fma")) {
+    int differing = 0;
+    for (float v : differ) {
+      SleefFloatPair library = Sleef_sincosf1_u10purecfma(v);
+      auto [sine, cosine] = seen.at(std::bit_cast<uint32_t>(v));
+      differing += std::bit_cast<uint32_t>(library.x) != sine || std::bit_cast<uint32_t>(library.y) != cosine;
+    }
+    CHECK(differing == static_cast<int>(differ.size()));
+  }
 }
 
 // exp(x) and exp(-x) in one kernel share exp_f32_inline's range reduction and polynomial halves
