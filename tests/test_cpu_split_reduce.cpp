@@ -326,3 +326,32 @@ TEST_CASE("row reductions over several trailing axes walk inputs broadcast along
     }
   }
 }
+
+// A period walk folds each period from the reduction's init and combines the partials; a user
+// combiner that does not regroup (acc * 0.5 + v: the fuse_soak seed 8001357 graph, which came
+// out 2.10 for 1.27) must walk flat, in order, as the interpreter folds. One that regroups
+// (maximum(acc, abs(v)) from 0) keeps the walk.
+TEST_CASE("user combiners that do not regroup fold in order over inputs broadcast along leading dims", "[cpu][reduce]") {
+  auto vector_loads = [](const Graph& g) {
+    return testing::count_occurrences(codegen::emit_cpu_mlir(compile(g).program()), "-> vector<");
+  };
+  for (bool keepdims : {true, false}) {
+    Graph g;
+    Tensor x = g.input("x", DType::F32, {7, sym("M"), 5});
+    Tensor b = g.input("b", DType::F32, {sym("M"), 5});
+    Tensor e = where(x > 0.5, b, x);
+    g.output("halves", reduce([](Scalar acc, Scalar v) { return acc * 0.5 + v; }, e, 0.0, {0, 1, 2}, keepdims));
+    g.output("rows", reduce([](Scalar acc, Scalar v) { return acc * 0.5 + v; }, x + b, 0.0, {1, 2}));
+    for (int64_t m : {1, 4, 7, 300}) {
+      INFO("keepdims " << keepdims << ", M = " << m);
+      check(g, {{"M", m}}, 1e-6);
+    }
+  }
+  Graph g;
+  Tensor x = g.input("x", DType::F32, {sym("B"), sym("M"), sym("N")});
+  Tensor b = g.input("b", DType::F32, {sym("N")});
+  g.output("absmax", reduce([](Scalar acc, Scalar v) { return maximum(acc, abs(v)); }, x - b, 0.0, {1, 2}));
+  g.output("s", sum((x - b) * (x - b), {1, 2}));
+  CHECK(vector_loads(g) >= 2);  // the sum still walks periods with vectors
+  check_periods(g, DType::F32);
+}

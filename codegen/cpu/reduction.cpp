@@ -886,7 +886,13 @@ int CpuKernelEmitter::period_walk_axis() {
   bool rows = k_.schedule.form == ir::LoopForm::ReductionRows && k_.schedule.cpu.vector_width > 1 &&
               !ir::has_arg_reduction(k_);
   for (const ir::GraphOutput& o : k_.body.outputs) rows = rows && !(k_.body.node(o.node).shape == k_.space);
-  if ((k_.schedule.form == ir::LoopForm::SplitReduction || rows) && ir::trailing_axes(k_)) {
+  // Each period folds from the reduction's init and is combined into the running value, which
+  // a user combiner that does not regroup (acc * 0.5 + v) would not give: those walk flat.
+  bool regroups = true;
+  for (const Node& n : k_.body.nodes)
+    if (n.kind == OpKind::Reduce && n.as<ir::ReduceAttrs>().kind == ir::ReduceKind::Custom)
+      regroups = regroups && ir::combiner_regroups(n.as<ir::ReduceAttrs>(), n.dtype);
+  if ((k_.schedule.form == ir::LoopForm::SplitReduction || rows) && regroups && ir::trailing_axes(k_)) {
     for (NodeId id = 0; id < static_cast<NodeId>(k_.body.nodes.size()); ++id) {
       int axis = period_axis(id);
       // (axis <= kept: it spans every reduced dim, RowLocal as it is; rank: one value, PerRow)
