@@ -243,6 +243,8 @@ class ScalarLowering {
   mlir::Value exp(mlir::Value x, DType t, int lanes);  // through SLEEF when on
   mlir::Value exp_f32_inline(mlir::Value x, int lanes);  // SLEEF's expf inlined
   // sin and cos of f32 values, SLEEF's u10 sincos with cheaper sums, inlined (see the definition).
+  // tanh of f32 values, at most 0.77 ulp, inlined (see the definition).
+  mlir::Value tanh_f32_inline(mlir::Value x, int lanes);
   std::pair<mlir::Value, mlir::Value> sin_cos_f32_inline(mlir::Value x, int lanes);
   std::vector<std::pair<mlir::Value, std::pair<mlir::Value, mlir::Value>>> sin_cos_made_;  // by x, until forget_made_values()
   // Whether `v` was made in the current block before the insertion point, so usable there (the
@@ -252,11 +254,12 @@ class ScalarLowering {
     return def && def->getBlock() == b_.getInsertionBlock() &&
            (b_.getInsertionPoint() == b_.getInsertionBlock()->end() || def->isBeforeInBlock(&*b_.getInsertionPoint()));
   }
-  // Whether f32 sin and cos of `lanes` lanes take sin_cos_f32: wherever a SLEEF vector build
-  // takes them (its call is the fallback), and one lane at a time where FMA is (the algorithm
-  // relies on it). Every path of a kernel then gives a value the same sin and cos: the masked
-  // vectors before and after a loop, the element-by-element ones, the loops.
-  bool inlines_sincos(int lanes) const { return lanes == 1 ? sleef_.fma : sleef_width(DType::F32, lanes) != 0; }
+  // Whether f32 sin, cos and tanh of `lanes` lanes take fuse's own inlined algorithms
+  // (sin_cos_f32, tanh_f32_inline): wherever a SLEEF vector build takes them (its call is
+  // sincos's fallback), and one lane at a time where FMA is (the algorithms rely on it). Every
+  // path of a kernel then gives a value the same bits: the masked vectors before and after a
+  // loop, the element-by-element ones, the loops.
+  bool inlines_f32(int lanes) const { return lanes == 1 ? sleef_.fma : sleef_width(DType::F32, lanes) != 0; }
   // sin_cos_f32_inline in a loop; elsewhere a call of one copy of it per module and width.
   std::pair<mlir::Value, mlir::Value> sin_cos_f32(mlir::Value x, int lanes);
   // u * 2^q (q integral, |q| <= 150) rounded once, as SLEEF's vldexp2 (vscalefps on AVX-512).
