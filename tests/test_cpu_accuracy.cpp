@@ -593,12 +593,59 @@ TEST_CASE("f32 sin and cos vectors: inlined below |x| = 125, SLEEF's call for th
   CHECK_FALSE(calls(ir, "Sleef_sin" + sleef_suffix(DType::F32, "u10")));
 }
 
-// Where fuse's f32 sincos and SLEEF's differ by an ulp (one result in 2000), a value's sin and
-// cos must not depend on where it sits: in a loop's vectors, the masked vector after the loop (a
-// call of the module's one copy), a vector with a lane beyond 125 (SLEEF's call for that lane
-// only), one element at a time (a transposed input), 8-lane vectors. Each of `differ` comes out
-// otherwise from SLEEF's sincos; the last three are the sweep's worst cases (every float in
-// (-125, 125): at most 0.888 ulp for sin, 0.886 for cos), checked against the interpreter too.
+namespace {
+
+using UnaryOp = Tensor (*)(const Tensor&);
+
+/// Runs each of `ops` (named by its output) over `values` at every position of a loop, its masked
+/// tail and 8-lane vectors (x[N]: N = 7, the values' count, 1023), and element by element (down
+/// the columns of a transposed input). Each input must give the same bits everywhere, within 1 ulp
+/// of the interpreter and with its zero's sign. Returns the bits seen, by output and input bits.
+std::map<std::string, std::map<uint32_t, uint32_t>> same_bits_everywhere(const std::vector<std::pair<std::string, UnaryOp>>& ops,
+                                                                         const std::vector<float>& values) {
+  std::map<std::string, std::map<uint32_t, uint32_t>> seen;
+  auto record = [&](const std::string& name, float x, float y, const std::string& where) {
+    auto [it, first] = seen[name].emplace(std::bit_cast<uint32_t>(x), std::bit_cast<uint32_t>(y));
+    INFO(where << ": " << name << "(" << x << ") = " << y);
+    CHECK(it->second == std::bit_cast<uint32_t>(y));
+  };
+  const int64_t period = static_cast<int64_t>(values.size());
+  Graph flat, walked;
+  Tensor x = flat.input("x", DType::F32, {sym("N")});
+  Tensor m = walked.input("m", DType::F32, {sym("R"), sym("C")});
+  for (const auto& [name, op] : ops) {
+    flat.output(name, op(x));
+    walked.output(name, op(transpose(m)));
+  }
+  for (const Target& target : {Target::host(), Target::cpu("avx2")}) {
+    runtime::Executable exe = compile(flat, target);
+    for (int64_t n : {int64_t{7}, period, int64_t{1023}}) {
+      std::vector<float> in;
+      for (int64_t i = 0; i < n; ++i) in.push_back(values[static_cast<size_t>((i + n) % period)]);
+      ir::TensorMap inputs{{"x", ir::HostArray::from<float>({n}, in)}};
+      ir::TensorMap expected = ir::interpret(flat.ir(), inputs), actual = exe.run(inputs);
+      for (const auto& [name, op] : ops)
+        for (int64_t i = 0; i < n; ++i) {
+          float e = expected.at(name).as<float>()[i], a = actual.at(name).as<float>()[i];
+          std::string where = "vector bits " + std::to_string(target.vector_bits) + ", N = " + std::to_string(n) + " at " + std::to_string(i);
+          record(name, in[static_cast<size_t>(i)], a, where);
+          INFO(where << ": " << name << "(" << in[static_cast<size_t>(i)] << ") = " << a << ", interpreter " << e);
+          CHECK(ulp_distance(a, e) <= 1);
+          if (e == 0) CHECK(std::signbit(a) == std::signbit(e));
+        }
+    }
+  }
+  std::vector<float> grid;
+  for (int64_t i = 0; i < 3 * period; ++i) grid.push_back(values[static_cast<size_t>(i % period)]);
+  ir::TensorMap actual = compile(walked, Target::host()).run({{"m", ir::HostArray::from<float>({3, period}, grid)}});
+  for (const auto& [name, op] : ops)
+    for (int64_t c = 0; c < period; ++c)
+      for (int64_t r = 0; r < 3; ++r)
+        record(name, grid[static_cast<size_t>(r * period + c)], actual.at(name).as<float>()[c * 3 + r], "transposed");
+  for (const auto& [name, op] : ops) CHECK(seen[name].size() == values.size());
+  return seen;
+}
+
 // SLEEF's scalar FMA build of sincos (libsleef, linked through fuse_codegen; sleef.h declares it
 // only for code compiled with FMA). Sleef_float_2's layout.
 struct SleefFloatPair {
@@ -606,63 +653,30 @@ struct SleefFloatPair {
 };
 extern "C" SleefFloatPair Sleef_sincosf1_u10purecfma(float);
 
+}  // namespace
+
+// Where fuse's f32 sincos and SLEEF's differ by an ulp (one result in 2000), a value's sin and
+// cos must not depend on where it sits: in a loop's vectors, the masked vector after the loop (a
+// call of the module's one copy), a vector with a lane beyond 125 (SLEEF's call for that lane
+// only), one element at a time, 8-lane vectors. Each of `differ` comes out otherwise from
+// SLEEF's sincos; the sweep's worst cases (tests/f32_sweep.py, every float in (-125, 125): at
+// most 0.888 ulp for sin, 0.886 for cos) are checked against the interpreter too.
 TEST_CASE("f32 sin and cos give a value the same bits wherever it sits in a kernel", "[cpu][accuracy]") {
   const std::vector<float> differ = {0x1.92ca4ep-1f, 0x1.93082p-1f,   0x1.9345dap-1f, 0x1.93c1aep-1f, 0x1.943d64p-1f,
                                      0x1.94b908p-1f, 0x1.2da032p+1f, 0x1.2da03ep+1f, 0x1.2e59d8p+1f, 0x1.2e97dap+1f,
                                      0x1.2f13b4p+1f, 0x1.300b02p+1f, -0x1.92ca4ep-1f, -0x1.2da032p+1f};
   std::vector<float> values = differ;
   for (float v : {104.457458f, 0.778917551f, 2.35594869f, 1e4f}) values.push_back(v);  // 1e4: beyond, SLEEF's lane
-  const int64_t period = static_cast<int64_t>(values.size());  // 18: every value lands on every lane
-  // Every input's (sin, cos) bits as first seen; each later sighting must agree.
-  std::map<uint32_t, std::pair<uint32_t, uint32_t>> seen;
-  auto record = [&](float x, float sine, float cosine, const std::string& where) {
-    auto [it, first] = seen.emplace(std::bit_cast<uint32_t>(x), std::pair{std::bit_cast<uint32_t>(sine), std::bit_cast<uint32_t>(cosine)});
-    INFO(where << ": x = " << x << " sin " << sine << " cos " << cosine);
-    CHECK(it->second.first == std::bit_cast<uint32_t>(sine));
-    CHECK(it->second.second == std::bit_cast<uint32_t>(cosine));
-  };
-  Graph flat;
-  Tensor x = flat.input("x", DType::F32, {sym("N")});
-  flat.output("s", sin(x));
-  flat.output("c", cos(x));
-  for (const Target& target : {Target::host(), Target::cpu("avx2")}) {
-    runtime::Executable exe = compile(flat, target);
-    for (int64_t n : {int64_t{7}, period, int64_t{1023}}) {  // 7: the masked vector alone; 18: a loop step and a tail
-      std::vector<float> in;
-      for (int64_t i = 0; i < n; ++i) in.push_back(values[static_cast<size_t>((i + n) % period)]);
-      ir::TensorMap inputs{{"x", ir::HostArray::from<float>({n}, in)}};
-      ir::TensorMap expected = ir::interpret(flat.ir(), inputs), actual = exe.run(inputs);
-      for (int64_t i = 0; i < n; ++i) {
-        float sine = actual.at("s").as<float>()[i], cosine = actual.at("c").as<float>()[i];
-        record(in[static_cast<size_t>(i)], sine, cosine, "vector bits " + std::to_string(target.vector_bits) + ", N = " + std::to_string(n) +
-                                                             " at " + std::to_string(i));
-        CHECK(ulp_distance(sine, expected.at("s").as<float>()[i]) <= 1);
-        CHECK(ulp_distance(cosine, expected.at("c").as<float>()[i]) <= 1);
-      }
-    }
-  }
-  // One element at a time: the values down the columns of a transposed input.
-  Graph walked;
-  Tensor m = walked.input("m", DType::F32, {sym("R"), sym("C")});
-  walked.output("s", sin(transpose(m)));
-  walked.output("c", cos(transpose(m)));
-  std::vector<float> grid;
-  for (int64_t i = 0; i < 3 * period; ++i) grid.push_back(values[static_cast<size_t>(i % period)]);
-  ir::TensorMap inputs{{"m", ir::HostArray::from<float>({3, period}, grid)}};
-  ir::TensorMap actual = compile(walked, Target::host()).run(inputs);
-  for (int64_t c = 0; c < period; ++c)
-    for (int64_t r = 0; r < 3; ++r)
-      record(grid[static_cast<size_t>(r * period + c)], actual.at("s").as<float>()[c * 3 + r], actual.at("c").as<float>()[c * 3 + r],
-             "transposed");
-  CHECK(seen.size() == values.size());
+  auto seen = same_bits_everywhere({{"sin", [](const Tensor& t) { return sin(t); }}, {"cos", [](const Tensor& t) { return cos(t); }}},
+                                   values);
   // Each of `differ` is a value where SLEEF's own sincos gives other bits, else the comparisons
-  // above could not catch a path calling it: SLEEF's scalar FMA build (the vector builds' bits).
+  // could not catch a path calling it: SLEEF's scalar FMA build (the vector builds' bits).
   if (__builtin_cpu_supports("fma")) {
     int differing = 0;
     for (float v : differ) {
       SleefFloatPair library = Sleef_sincosf1_u10purecfma(v);
-      auto [sine, cosine] = seen.at(std::bit_cast<uint32_t>(v));
-      differing += std::bit_cast<uint32_t>(library.x) != sine || std::bit_cast<uint32_t>(library.y) != cosine;
+      uint32_t bits = std::bit_cast<uint32_t>(v);
+      differing += std::bit_cast<uint32_t>(library.x) != seen["sin"].at(bits) || std::bit_cast<uint32_t>(library.y) != seen["cos"].at(bits);
     }
     CHECK(differing == static_cast<int>(differ.size()));
   }
@@ -675,50 +689,16 @@ TEST_CASE("f32 sin and cos give a value the same bits wherever it sits in a kern
 // worst case, subnormals, +-0, +-inf and NaN.
 TEST_CASE("f32 tanh within 1 ulp and the same bits wherever a value sits in a kernel", "[cpu][accuracy]") {
   constexpr float kInf = std::numeric_limits<float>::infinity();
-  std::vector<float> values = {0.f, -0.f, 1e-45f, -1e-38f, 1e-4f, 0.1f, 0.5314555168151855f, std::nextafter(0.55f, 0.f), 0.55f,
-                               std::nextafter(0.55f, 1.f), -0.55f, 1.f, 2.f, 4.5f, 8.664339742f, 8.7f, 9.f,
-                               std::nextafter(9.5f, 0.f), 9.5f, 9.75f, -20.f, 88.f, 1e30f, kInf, -kInf,
-                               std::numeric_limits<float>::quiet_NaN()};
-  const int64_t period = static_cast<int64_t>(values.size());
-  std::map<uint32_t, uint32_t> seen;  // input bits -> tanh bits, as first seen
-  auto record = [&](float x, float y, const std::string& where) {
-    auto [it, first] = seen.emplace(std::bit_cast<uint32_t>(x), std::bit_cast<uint32_t>(y));
-    INFO(where << ": tanh(" << x << ") = " << y);
-    CHECK(it->second == std::bit_cast<uint32_t>(y));
-  };
-  Graph flat;
-  Tensor x = flat.input("x", DType::F32, {sym("N")});
-  flat.output("y", tanh(x));
-  for (const Target& target : {Target::host(), Target::cpu("avx2")}) {
-    runtime::Executable exe = compile(flat, target);
-    for (int64_t n : {int64_t{7}, period, int64_t{1023}}) {
-      std::vector<float> in;
-      for (int64_t i = 0; i < n; ++i) in.push_back(values[static_cast<size_t>((i + n) % period)]);
-      ir::TensorMap inputs{{"x", ir::HostArray::from<float>({n}, in)}};
-      ir::TensorMap expected = ir::interpret(flat.ir(), inputs), actual = exe.run(inputs);
-      for (int64_t i = 0; i < n; ++i) {
-        float e = expected.at("y").as<float>()[i], a = actual.at("y").as<float>()[i];
-        std::string where = "vector bits " + std::to_string(target.vector_bits) + ", N = " + std::to_string(n) + " at " + std::to_string(i);
-        record(in[static_cast<size_t>(i)], a, where);
-        INFO(where << ": tanh(" << in[static_cast<size_t>(i)] << ") = " << a << ", interpreter " << e);
-        CHECK(ulp_distance(a, e) <= 1);
-        CHECK(std::signbit(a) == std::signbit(e));
-      }
-    }
-  }
-  Graph walked;
-  Tensor m = walked.input("m", DType::F32, {sym("R"), sym("C")});
-  walked.output("y", tanh(transpose(m)));
-  std::vector<float> grid;
-  for (int64_t i = 0; i < 3 * period; ++i) grid.push_back(values[static_cast<size_t>(i % period)]);
-  ir::TensorMap actual = compile(walked, Target::host()).run({{"m", ir::HostArray::from<float>({3, period}, grid)}});
-  for (int64_t c = 0; c < period; ++c)
-    for (int64_t r = 0; r < 3; ++r) record(grid[static_cast<size_t>(r * period + c)], actual.at("y").as<float>()[c * 3 + r], "transposed");
-  CHECK(seen.size() == values.size());
+  same_bits_everywhere({{"tanh", [](const Tensor& t) { return tanh(t); }}},
+                       {0.f, -0.f, 1e-45f, -1e-38f, 1e-4f, 0.1f, 0.5314555168151855f, std::nextafter(0.55f, 0.f), 0.55f,
+                        std::nextafter(0.55f, 1.f), -0.55f, 1.f, 2.f, 4.5f, 8.664339742f, 8.7f, 9.f, std::nextafter(9.5f, 0.f), 9.5f,
+                        9.75f, -20.f, 88.f, 1e30f, kInf, -kInf, std::numeric_limits<float>::quiet_NaN()});
   // --fast-math keeps MLIR's rational polynomial (4 ulp, about half the instructions): no clamp
   // at 9.5 there.
-  CHECK(has(llvm_ir(flat, Target::host()), "9.500000e+00"));
-  CHECK_FALSE(has(llvm_ir(flat, Target::host(), true), "9.500000e+00"));
+  Graph g;
+  g.output("y", tanh(g.input("x", DType::F32, {sym("N")})));
+  CHECK(has(llvm_ir(g, Target::host()), "9.500000e+00"));
+  CHECK_FALSE(has(llvm_ir(g, Target::host(), true), "9.500000e+00"));
 }
 
 // exp(x) and exp(-x) in one kernel share exp_f32_inline's range reduction and polynomial halves
