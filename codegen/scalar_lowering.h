@@ -46,10 +46,11 @@ class ScalarLowering {
   /// f32 and f64 transcendentals call SLEEF: its u10 functions (<= 1 ulp; NaN, infinities and -0
   /// exact), or under fast math its u35 ones where SLEEF has them. Vectors go to the widest build
   /// whose width divides their lanes (16 f32 / 8 f64 on AVX-512, 8 / 4 on AVX2, in chunks);
-  /// single lanes to the scalar build. Vectors no build fits keep the lowering below, and so do
-  /// f32 exp and tanh vectors, inlined (calls measured slower: bench/README.md): exp as SLEEF's
-  /// own algorithm (exp_f32_inline), tanh as MLIR's polynomial; f32 sin and cos vectors in loops
-  /// inline SLEEF's sincos (sin_cos_f32_inline), calling it for vectors it does not cover.
+  /// single lanes to the scalar build. Vectors no build fits keep the lowering below. Inlined
+  /// instead (calls measured slower: bench/README.md): f32 exp vectors as SLEEF's own algorithm
+  /// (exp_f32_inline); f32 sin and cos as SLEEF's sincos with cheaper sums (sin_cos_f32_inline,
+  /// calling SLEEF for lanes it does not cover) and f32 tanh as fuse's own (tanh_f32_inline), on
+  /// every path; under fast math f32 tanh vectors keep MLIR's polynomial.
   struct SleefIsa {
     bool avx512f = false;  // Sleef_<fn>f16_u10avx512f, Sleef_<fn>d8_u10avx512f
     bool avx2 = false;     // Sleef_<fn>f8_u10avx2, Sleef_<fn>d4_u10avx2 (AVX2 with FMA)
@@ -243,10 +244,10 @@ class ScalarLowering {
   mlir::Value exp(mlir::Value x, DType t, int lanes);  // through SLEEF when on
   mlir::Value exp_f32_inline(mlir::Value x, int lanes);  // SLEEF's expf inlined
   // sin and cos of f32 values, SLEEF's u10 sincos with cheaper sums, inlined (see the definition).
-  // tanh of f32 values, at most 0.77 ulp, inlined (see the definition).
-  mlir::Value tanh_f32_inline(mlir::Value x, int lanes);
   std::pair<mlir::Value, mlir::Value> sin_cos_f32_inline(mlir::Value x, int lanes);
   std::vector<std::pair<mlir::Value, std::pair<mlir::Value, mlir::Value>>> sin_cos_made_;  // by x, until forget_made_values()
+  // tanh of f32 values, at most 0.77 ulp, inlined (see the definition).
+  mlir::Value tanh_f32_inline(mlir::Value x, int lanes);
   // Whether `v` was made in the current block before the insertion point, so usable there (the
   // emitter may insert above what it emitted last, e.g. hoisting before a loop).
   bool made_before_here(mlir::Value v) const {
