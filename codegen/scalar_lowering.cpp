@@ -708,6 +708,20 @@ mlir::Value ScalarLowering::constant_table() {
 // so that exp(-x) is the same halves put together with -s and scaled by 2^-q: every step above
 // is odd in x (the clamp is symmetric, rint rounds half to even, an FMA of negated operands
 // rounds to the negated result), so the pair's exp(-x) is bit for bit exp_f32_inline(-x).
+ScalarLowering::ExpReduction ScalarLowering::exp_steps(mlir::Value x, int lanes) {
+  auto c = [&](float v) { return exp_constant(v, lanes); };
+  auto fma = [&](mlir::Value a, mlir::Value m, mlir::Value d) { return b_.create<mlir::math::FmaOp>(loc_, a, m, d).getResult(); };
+  ExpReduction r;
+  r.q = b_.create<mlir::math::RoundEvenOp>(loc_, b_.create<mlir::arith::MulFOp>(loc_, x, c(1.442695040888963407359924681001892137f)));
+  r.s = fma(r.q, c(-0.693145751953125f), x);           // -L2Uf
+  r.s = fma(r.q, c(-1.428606765330187045e-06f), r.s);  // -L2Lf
+  r.t = b_.create<mlir::arith::MulFOp>(loc_, r.s, r.s);
+  // SLEEF's coefficients from s^5 down to s^0, taken two apart.
+  r.even = fma(fma(c(0.00139304355252534151077271f), r.t, c(0.0416664853692054748535156f)), r.t, c(0.5f));
+  r.odd = fma(fma(c(0.000198527617612853646278381f), r.t, c(0.00833336077630519866943359f)), r.t, c(0.166666671633720397949219f));
+  return r;
+}
+
 mlir::Value ScalarLowering::exp_f32_inline(mlir::Value x, int lanes) {
   using mlir::arith::CmpFPredicate;
   auto c = [&](float v) { return exp_constant(v, lanes); };
@@ -732,7 +746,6 @@ mlir::Value ScalarLowering::exp_f32_inline(mlir::Value x, int lanes) {
   ExpReduction made;
   if (!reduction) {
     mlir::Value key = x;
-    made.short_form = short_form;
     if (short_form) {
       // Symmetric in x, so a paired exp(-x) needs no mask of its own.
       mlir::Value large = cmpf(CmpFPredicate::OGT, b_.create<mlir::math::AbsFOp>(loc_, x), c(87.f));
@@ -745,14 +758,8 @@ mlir::Value ScalarLowering::exp_f32_inline(mlir::Value x, int lanes) {
       x = select(cmpf(CmpFPredicate::OLT, x, c(-104.f)), c(-104.f), x);
       if (!at_most_zero_x) x = select(cmpf(CmpFPredicate::OGT, x, c(104.f)), c(104.f), x);
     }
-    made.q = b_.create<mlir::math::RoundEvenOp>(loc_, b_.create<mlir::arith::MulFOp>(loc_, x, c(1.442695040888963407359924681001892137f)));
-    made.s = fma(made.q, c(-0.693145751953125f), x);              // -L2Uf
-    made.s = fma(made.q, c(-1.428606765330187045e-06f), made.s);  // -L2Lf
-    made.t = b_.create<mlir::arith::MulFOp>(loc_, made.s, made.s);
-    // SLEEF's coefficients from s^5 down to s^0, taken two apart.
-    made.even = fma(fma(c(0.00139304355252534151077271f), made.t, c(0.0416664853692054748535156f)), made.t, c(0.5f));
-    made.odd = fma(fma(c(0.000198527617612853646278381f), made.t, c(0.00833336077630519866943359f)), made.t,
-                   c(0.166666671633720397949219f));
+    made = exp_steps(x, lanes);
+    made.short_form = short_form;
     exp_reductions_.emplace_back(key, made);
     reduction = &made;
   }
@@ -850,6 +857,8 @@ std::pair<mlir::Value, mlir::Value> ScalarLowering::sin_cos_f32_inline(mlir::Val
 std::pair<mlir::Value, mlir::Value> ScalarLowering::sin_cos_f32(mlir::Value d, int lanes) {
   mlir::Operation* around = b_.getInsertionBlock()->getParentOp();
   if (mlir::isa<mlir::scf::ForOp>(around) || around->getParentOfType<mlir::scf::ForOp>()) return sin_cos_f32_inline(d, lanes);
+  for (const auto& [x, pair] : sin_cos_made_)  // sin and cos of one x: one call
+    if (x == d && made_before_here(pair.first)) return pair;
   mlir::Operation* module = mlir::SymbolTable::getNearestSymbolTable(around);
   std::string name = "fuse_sincosf" + std::to_string(lanes);
   mlir::Type type = d.getType();
@@ -866,7 +875,8 @@ std::pair<mlir::Value, mlir::Value> ScalarLowering::sin_cos_f32(mlir::Value d, i
     b_.create<mlir::func::ReturnOp>(loc_, mlir::ValueRange{sine, cosine});
   }
   auto call = b_.create<mlir::func::CallOp>(loc_, fn, mlir::ValueRange{d});
-  return {call.getResult(0), call.getResult(1)};
+  sin_cos_made_.emplace_back(d, std::pair{call.getResult(0), call.getResult(1)});
+  return sin_cos_made_.back().second;
 }
 
 // f32 tanh, inlined (every path: loops, masked vectors, single elements, so a value's tanh is
@@ -898,13 +908,9 @@ mlir::Value ScalarLowering::tanh_f32_inline(mlir::Value x, int lanes) {
   mlir::Value clamped = select(cmpf(CmpFPredicate::OGT, a, c(9.5f)), c(9.5f), a);
   mlir::Value twice = add(clamped, clamped);
   // e^{2|x|} = (1 + v) 2^q as SLEEF's expf computes it (exp_f32_inline), 1 + v kept whole.
-  mlir::Value q = b_.create<mlir::math::RoundEvenOp>(loc_, mulf(twice, c(1.442695040888963407359924681001892137f)));
-  mlir::Value s = fma(q, c(-0.693145751953125f), twice);
-  s = fma(q, c(-1.428606765330187045e-06f), s);
-  mlir::Value t = mulf(s, s);
-  mlir::Value even = fma(fma(c(0.00139304355252534151077271f), t, c(0.0416664853692054748535156f)), t, c(0.5f));
-  mlir::Value odd = fma(fma(c(0.000198527617612853646278381f), t, c(0.00833336077630519866943359f)), t, c(0.166666671633720397949219f));
-  mlir::Value v = fma(t, fma(s, odd, even), s);
+  ExpReduction steps = exp_steps(twice, lanes);
+  mlir::Value q = steps.q;
+  mlir::Value v = fma(steps.t, fma(steps.s, steps.odd, steps.even), steps.s);
   mlir::Value power_high = add(c(1.f), v);
   mlir::Value power_low = add(sub(c(1.f), power_high), v);
   power_high = scale_by_normal_power_of_two(power_high, q, lanes);  // (q <= 28: exact)

@@ -288,6 +288,9 @@ class ScalarLowering {
     bool short_form = false;         // x not clamped: lanes with |x| > 87 are deferred patches
   };
   std::vector<std::pair<mlir::Value, ExpReduction>> exp_reductions_;  // by the x they were made for
+  // SLEEF's expf steps for x (not clamped): q, s, t and the polynomial's halves (exp_f32_inline,
+  // tanh_f32_inline).
+  ExpReduction exp_steps(mlir::Value x, int lanes);
   // Values known to be at most zero or NaN (scalar_fn's `ordered`), until forget_made_values().
   std::vector<mlir::Value> at_most_zero_;
   static constexpr double kInf = std::numeric_limits<double>::infinity();
