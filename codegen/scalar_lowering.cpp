@@ -143,14 +143,24 @@ mlir::Value ScalarLowering::scalar_op(ScalarOp op, DType operand, DType result, 
       case ScalarOp::Tan: return b_.create<mlir::math::TanOp>(loc_, x);
       case ScalarOp::Tanh: return b_.create<mlir::math::TanhOp>(loc_, x);
       case ScalarOp::Sigmoid: {
-        auto sigmoid = [&](mlir::Value v, DType t, int n) -> mlir::Value {
+        // 1 / (1 + exp(-x)): three roundings around exp's own error (f32 2 ulp, f64 4), left for
+        // --fast-math; else sigmoid_inline (1 ulp), which needs nothing of SLEEF.
+        auto quick = [&](mlir::Value v, DType t, int n) -> mlir::Value {
           mlir::Value e = exp(b_.create<mlir::arith::NegFOp>(loc_, v), t, n);
           mlir::Value one_t = constant(t, 1, 1, n);
           return b_.create<mlir::arith::DivFOp>(loc_, one_t, b_.create<mlir::arith::AddFOp>(loc_, one_t, e));
         };
-        // In f32, exp(-x) overflows below x = -88.7 while the result is still a subnormal.
-        return patch_f32(operand, x, sigmoid(x, operand, lanes), CmpFPredicate::OLT, -87.0,
-                         [&](mlir::Value x64) { return sigmoid(x64, DType::F64, 1); }, lanes);
+        bool own = !fast_math_;
+        if (operand == DType::F64) {
+          if (!own) return quick(x, operand, lanes);
+          // Beyond x = -708 e^{-x} overflows where the result is e^x (subnormal from -708.4).
+          mlir::Value far = cmpf(CmpFPredicate::OLT, x, constant(DType::F64, -708, 0, lanes));
+          return patch_lanes(DType::F64, far, sigmoid_inline(x, DType::F64, lanes), {x},
+                             [&](const std::vector<mlir::Value>& v) { return b_.create<mlir::math::ExpOp>(loc_, v[0]); }, lanes);
+        }
+        // In f32, e^{-x} overflows below x = -88.7 while the result is still a subnormal.
+        return patch_f32(operand, x, own ? sigmoid_inline(x, DType::F32, lanes) : quick(x, operand, lanes), CmpFPredicate::OLT,
+                         -87.0, [&](mlir::Value x64) { return quick(x64, DType::F64, 1); }, lanes);
       }
       case ScalarOp::Relu: return b_.create<mlir::arith::MaximumFOp>(loc_, x, zero(operand));
       case ScalarOp::Floor: return b_.create<mlir::math::FloorOp>(loc_, x);
@@ -470,7 +480,20 @@ mlir::Value ScalarLowering::sleef_op(ScalarOp op, DType t, const std::vector<mli
       mlir::Value near_overflow = cmpf(CmpFPredicate::OGT, b_.create<mlir::math::AbsFOp>(loc_, a[0]),
                                        constant(t, t == DType::F32 ? 88.0 : 709.0, 0, lanes));
       return patch_lanes(t, near_overflow, r, a, [&](const std::vector<mlir::Value>& v) {
-        return sinh ? mlir::Value(b_.create<mlir::math::SinhOp>(loc_, v[0])) : mlir::Value(b_.create<mlir::math::CoshOp>(loc_, v[0]));
+        if (!sinh) return mlir::Value(b_.create<mlir::math::CoshOp>(loc_, v[0]));
+        // glibc's sinh is 2 ulp off near overflow. Here e^|x| / 2 (e^-|x| is below its last bit),
+        // as e^{|x| - 1} (the subtraction exact from |x| = 2) times e / 2 as a double-float:
+        // libm's exp (0.52 ulp) and one rounding.
+        auto c = [&](double k) { return constant(DType::F64, k, 0, 1); };
+        mlir::Value magnitude = b_.create<mlir::math::AbsFOp>(loc_, v[0]);
+        mlir::Value power = b_.create<mlir::math::ExpOp>(loc_, b_.create<mlir::arith::SubFOp>(loc_, magnitude, c(1)));
+        mlir::Value high = b_.create<mlir::arith::MulFOp>(loc_, power, c(1.3591409142295225));
+        mlir::Value low = b_.create<mlir::math::FmaOp>(loc_, power, c(7.228234458646251e-17),
+                                                       b_.create<mlir::math::FmaOp>(loc_, power, c(1.3591409142295225),
+                                                                                    b_.create<mlir::arith::NegFOp>(loc_, high)));
+        // (An infinite product would make the correction NaN.)
+        mlir::Value sum = select(cmpf(CmpFPredicate::OEQ, high, c(kInf)), high, b_.create<mlir::arith::AddFOp>(loc_, high, low));
+        return mlir::Value(b_.create<mlir::math::CopySignOp>(loc_, sum, v[0]));
       }, lanes);
     }
     case ScalarOp::Pow: {
@@ -713,8 +736,8 @@ ScalarLowering::ExpReduction ScalarLowering::exp_steps(mlir::Value x, int lanes)
   auto fma = [&](mlir::Value a, mlir::Value m, mlir::Value d) { return b_.create<mlir::math::FmaOp>(loc_, a, m, d).getResult(); };
   ExpReduction r;
   r.q = b_.create<mlir::math::RoundEvenOp>(loc_, b_.create<mlir::arith::MulFOp>(loc_, x, c(1.442695040888963407359924681001892137f)));
-  r.s = fma(r.q, c(-0.693145751953125f), x);           // -L2Uf
-  r.s = fma(r.q, c(-1.428606765330187045e-06f), r.s);  // -L2Lf
+  r.s_high = fma(r.q, c(-0.693145751953125f), x);       // -L2Uf (exact)
+  r.s = fma(r.q, c(-1.428606765330187045e-06f), r.s_high);  // -L2Lf
   r.t = b_.create<mlir::arith::MulFOp>(loc_, r.s, r.s);
   // SLEEF's coefficients from s^5 down to s^0, taken two apart.
   r.even = fma(fma(c(0.00139304355252534151077271f), r.t, c(0.0416664853692054748535156f)), r.t, c(0.5f));
@@ -926,6 +949,75 @@ mlir::Value ScalarLowering::tanh_f32_inline(mlir::Value x, int lanes) {
   mlir::Value away = add(one_minus, fma(r, mulf(q0, c(-0.5f)), one_minus_low));
   mlir::Value magnitude = select(cmpf(CmpFPredicate::OLT, a, c(0.55f)), near_zero, away);
   return b_.create<mlir::math::CopySignOp>(loc_, magnitude, x);
+}
+
+// sigmoid, inlined for f32 and f64 on every path (CUDA's too), within 1 ulp where 1 / (1 +
+// exp(-x)) is 2 (f32) and 4 (f64) off: exp's error and two more roundings. Here with a = |x|
+// (clamped: 87 for f32, 708 for f64; the lanes beyond on the negative side are patched by the
+// caller), e^a = (1 + v) 2^q from SLEEF's exp steps with 1 + v kept as a double-float, d = e^a +
+// 1 by Fast2Sum (e^a >= 1), and 1 / d from one division corrected by its residual: for x < 0
+// that is the result, for x >= 0 the result is 1 - 1 / d, subtracted as a double-float (as
+// tanh_f32_inline does). NaN goes through (the comparisons fail); -0 gives 0.5.
+mlir::Value ScalarLowering::sigmoid_inline(mlir::Value x, DType t, int lanes) {
+  using mlir::arith::CmpFPredicate;
+  auto c = [&](double v) { return constant(t, v, 0, lanes); };
+  auto fma = [&](mlir::Value a, mlir::Value m, mlir::Value s) { return b_.create<mlir::math::FmaOp>(loc_, a, m, s).getResult(); };
+  auto add = [&](mlir::Value a, mlir::Value s) { return b_.create<mlir::arith::AddFOp>(loc_, a, s).getResult(); };
+  auto sub = [&](mlir::Value a, mlir::Value s) { return b_.create<mlir::arith::SubFOp>(loc_, a, s).getResult(); };
+  auto neg = [&](mlir::Value v) { return b_.create<mlir::arith::NegFOp>(loc_, v).getResult(); };
+  bool single = t == DType::F32;
+  double limit = single ? 87 : 708;  // e^a and 2^q stay normal
+  mlir::Value a = b_.create<mlir::math::AbsFOp>(loc_, x);
+  a = select(cmpf(CmpFPredicate::OGT, a, c(limit)), c(limit), a);
+  // e^a = (1 + v) 2^q; power_high + power_low = 1 + v exactly.
+  mlir::Value q, power_high, power_low;
+  if (single) {
+    ExpReduction steps = exp_steps(a, lanes);
+    q = steps.q;
+    mlir::Value v = fma(steps.t, fma(steps.s, steps.odd, steps.even), steps.s);
+    // s's rounding, s_err = (s_high - q L2L) - s, is up to a third of an ulp of e^s where the
+    // result is about e^x (x < 0): e^{s + s_err} = (1 + v)(1 + s_err) to 2^-40.
+    mlir::Value s_err = fma(q, c(-1.428606765330187045e-06f), sub(steps.s_high, steps.s));
+    power_high = add(c(1), v);
+    power_low = add(add(sub(c(1), power_high), v), fma(s_err, v, s_err));
+    power_high = scale_by_normal_power_of_two(power_high, q, lanes);
+    power_low = scale_by_normal_power_of_two(power_low, q, lanes);
+  } else {
+    // SLEEF's f64 exp (xexp in sleefsimddp.c, its FMA form): the reduction by ln 2 in two parts
+    // and its polynomial, here by Horner's rule; its last step 1 + s w split exactly (1 - hi is
+    // exact for hi in [0.7, 1.5], and the FMA rounds the rest once).
+    q = b_.create<mlir::math::RoundEvenOp>(loc_, b_.create<mlir::arith::MulFOp>(loc_, a, c(1.442695040888963407359924681001892137)));
+    mlir::Value s = fma(q, c(-.69314718055966295651160180568695068359375), a);
+    s = fma(q, c(-.28235290563031577122588448175013436025525412068e-12), s);
+    mlir::Value w = c(0.2081276378237164457e-8);
+    for (double k : {0.2511210703042288022e-7, 0.2755762628169491192e-6, 0.2755723402025388239e-5, 0.2480158687479686264e-4,
+                     0.1984126989855865850e-3, 0.1388888888914497797e-2, 0.8333333333314938210e-2, 0.4166666666666602598e-1,
+                     0.1666666666666669072e+0, 0.5, 1.0})
+      w = fma(w, s, c(k));
+    power_high = fma(w, s, c(1));
+    power_low = fma(w, s, sub(c(1), power_high));
+    power_high = scale_f64_by_normal_power_of_two(power_high, q, lanes);
+    power_low = scale_f64_by_normal_power_of_two(power_low, q, lanes);
+  }
+  mlir::Value d_high = add(power_high, c(1));
+  mlir::Value d_low = add(sub(c(1), sub(d_high, power_high)), power_low);
+  // 1 / d = q0 (1 + r) with r = 1 - q0 d.
+  mlir::Value q0 = b_.create<mlir::arith::DivFOp>(loc_, c(1), d_high);
+  mlir::Value r = fma(neg(q0), d_low, fma(neg(q0), d_high, c(1)));
+  mlir::Value below = fma(r, q0, q0);
+  mlir::Value one_minus = sub(c(1), q0);
+  mlir::Value one_minus_low = sub(sub(c(1), one_minus), q0);
+  mlir::Value above = add(one_minus, fma(r, neg(q0), one_minus_low));
+  return select(cmpf(CmpFPredicate::OLT, x, c(0)), below, above);
+}
+
+mlir::Value ScalarLowering::scale_f64_by_normal_power_of_two(mlir::Value u, mlir::Value q, int lanes) {
+  // As the f32 form: the bits of q + 1.5 * 2^52 + 1023 shifted left by 52 are q + 1023, the
+  // exponent field (|q| <= 1022).
+  mlir::Value biased = b_.create<mlir::arith::BitcastOp>(
+      loc_, lane_type(b_.getI64Type(), lanes), b_.create<mlir::arith::AddFOp>(loc_, q, constant(DType::F64, 0x1.8p52 + 1023, 0, lanes)));
+  mlir::Value field = b_.create<mlir::arith::ShLIOp>(loc_, biased, constant(DType::I64, 0, 52, lanes));
+  return b_.create<mlir::arith::MulFOp>(loc_, u, b_.create<mlir::arith::BitcastOp>(loc_, u.getType(), field));
 }
 
 mlir::Value ScalarLowering::scale_by_normal_power_of_two(mlir::Value u, mlir::Value q, int lanes) {

@@ -248,6 +248,10 @@ class ScalarLowering {
   std::vector<std::pair<mlir::Value, std::pair<mlir::Value, mlir::Value>>> sin_cos_made_;  // by x, until forget_made_values()
   // tanh of f32 values, at most 0.77 ulp, inlined (see the definition).
   mlir::Value tanh_f32_inline(mlir::Value x, int lanes);
+  // sigmoid of f32 or f64 values within 1 ulp, inlined (see the definition).
+  mlir::Value sigmoid_inline(mlir::Value x, DType t, int lanes);
+  // u * 2^q for f64 u, |q| <= 1022 (2^q normal): one product.
+  mlir::Value scale_f64_by_normal_power_of_two(mlir::Value u, mlir::Value q, int lanes);
   // Whether `v` was made in the current block before the insertion point, so usable there (the
   // emitter may insert above what it emitted last, e.g. hoisting before a loop).
   bool made_before_here(mlir::Value v) const {
@@ -285,6 +289,7 @@ class ScalarLowering {
   // and exp(-v) (sinh, cosh, tanh written out) computes the second for a quarter of the first.
   struct ExpReduction {
     mlir::Value q, s, t, even, odd;  // s = x - q ln 2 (x clamped), t = s * s
+    mlir::Value s_high;              // x - q L2U, exact (s is s_high - q L2L rounded)
     bool short_form = false;         // x not clamped: lanes with |x| > 87 are deferred patches
   };
   std::vector<std::pair<mlir::Value, ExpReduction>> exp_reductions_;  // by the x they were made for

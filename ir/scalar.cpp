@@ -93,8 +93,14 @@ static ScalarValue eval_float(ScalarOp op, DType result, const ScalarValue* a) {
     case ScalarOp::Sin: r = std::sin(x); break;
     case ScalarOp::Cos: r = std::cos(x); break;
     case ScalarOp::Tan: r = std::tan(x); break;
-    case ScalarOp::Tanh: r = std::tanh(x); break;
-    case ScalarOp::Sigmoid: r = 1.0 / (1.0 + std::exp(-x)); break;
+    // tanh, sinh and sigmoid in long double for f64 results: glibc's tanh and sinh are up to 2
+    // ulp off, 1 / (1 + exp(-x)) in double up to 3; the reference should be the exact value
+    // rounded (the long double results are within 2^-60 or so of it).
+    case ScalarOp::Tanh: r = result == DType::F64 ? static_cast<double>(std::tanh(static_cast<long double>(x))) : std::tanh(x); break;
+    case ScalarOp::Sigmoid:
+      r = result == DType::F64 ? static_cast<double>(1.0L / (1.0L + std::exp(-static_cast<long double>(x))))
+                               : 1.0 / (1.0 + std::exp(-x));
+      break;
     case ScalarOp::Relu: r = std::isnan(x) ? x : (x > 0 ? x : 0.0); break;
     case ScalarOp::Floor: r = std::floor(x); break;
     case ScalarOp::Ceil: r = std::ceil(x); break;
@@ -105,7 +111,7 @@ static ScalarValue eval_float(ScalarOp op, DType result, const ScalarValue* a) {
     case ScalarOp::Asin: r = std::asin(x); break;
     case ScalarOp::Acos: r = std::acos(x); break;
     case ScalarOp::Atan: r = std::atan(x); break;
-    case ScalarOp::Sinh: r = std::sinh(x); break;
+    case ScalarOp::Sinh: r = result == DType::F64 ? static_cast<double>(std::sinh(static_cast<long double>(x))) : std::sinh(x); break;
     case ScalarOp::Cosh: r = std::cosh(x); break;
     case ScalarOp::Sign: r = x > 0 ? 1.0 : x < 0 ? -1.0 : x == 0 ? 0.0 : x; break;  // NumPy: sign(-0) = +0, NaN stays
     case ScalarOp::Add: r = x + y; break;
