@@ -49,11 +49,9 @@ ThreadPool::ThreadPool(int num_threads) {
 }
 
 ThreadPool::~ThreadPool() {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stopping_ = true;
-  }
-  work_ready_.notify_all();
+  stopping_.store(true);
+  generation_.fetch_add(1);
+  generation_.notify_all();
   for (std::thread& t : workers_) t.join();
 }
 
@@ -64,44 +62,57 @@ ThreadPool& ThreadPool::global() {
 
 void ThreadPool::worker_loop() {
   t_inside_pool = true;
-  std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
-    work_ready_.wait(lock, [this] { return stopping_ || !pending_.empty(); });
-    if (pending_.empty()) return;  // stopping, and every queued chunk has been claimed
-    run_chunks(*pending_.front(), lock);
+    // Read before looking: a job published after the look bumps the generation, so the wait
+    // below returns at once instead of sleeping through it.
+    uint32_t seen = generation_.load();
+    if (stopping_.load()) return;
+    bool worked = false;
+    for (Slot& slot : slots_) {
+      if (!slot.job.load(std::memory_order_relaxed)) continue;  // (a hint; checked again below)
+      // Counted in before reading the job (both sequentially consistent): the job's caller
+      // clears the slot, then waits for users to be 0, so it cannot free a job read here.
+      slot.users.fetch_add(1);
+      if (Job* job = slot.job.load()) worked |= run_chunks(*job);
+      slot.users.fetch_sub(1);
+    }
+    if (!worked) generation_.wait(seen);
   }
 }
 
-void ThreadPool::run_chunks(Job& job, std::unique_lock<std::mutex>& lock) {
-  while (job.next_chunk < job.num_chunks) {
-    int64_t chunk = job.next_chunk++;
-    if (job.next_chunk == job.num_chunks)
-      pending_.erase(std::find(pending_.begin(), pending_.end(), &job));
-    if (!job.error) {
-      int64_t lo, hi;
-      if (job.unit > 0) {
-        lo = job.begin + job.next_begin;
-        hi = lo + guided_chunk(job.size - job.next_begin, job.unit, job.max_units, num_threads());
-        job.next_begin = hi - job.begin;
-      } else {
-        // Chunk sizes differ by at most one; computed without multiplying, so no overflow.
-        int64_t base = job.size / job.num_chunks, extra = job.size % job.num_chunks;
-        lo = job.begin + chunk * base + std::min(chunk, extra);
-        hi = lo + base + (chunk < extra ? 1 : 0);
-      }
-      std::exception_ptr error;
-      lock.unlock();
+bool ThreadPool::run_chunks(Job& job) {
+  bool ran = false;
+  for (;;) {
+    int64_t lo, hi;
+    if (job.unit > 0) {
+      int64_t claimed = job.next_begin.load(std::memory_order_relaxed), next;
+      do {
+        if (claimed >= job.size) return ran;
+        next = claimed + guided_chunk(job.size - claimed, job.unit, job.max_units, num_threads());
+      } while (!job.next_begin.compare_exchange_weak(claimed, next, std::memory_order_relaxed));
+      lo = job.begin + claimed;
+      hi = job.begin + next;
+    } else {
+      int64_t chunk = job.next_chunk.fetch_add(1, std::memory_order_relaxed);
+      if (chunk >= job.num_chunks) return ran;
+      // Chunk sizes differ by at most one; computed without multiplying, so no overflow.
+      int64_t base = job.size / job.num_chunks, extra = job.size % job.num_chunks;
+      lo = job.begin + chunk * base + std::min(chunk, extra);
+      hi = lo + base + (chunk < extra ? 1 : 0);
+    }
+    ran = true;
+    if (!job.failed.load(std::memory_order_relaxed)) {
       try {
         (*job.body)(lo, hi);
       } catch (...) {
-        error = std::current_exception();
+        if (!job.failed.exchange(true)) job.error = std::current_exception();
       }
-      lock.lock();
-      if (error && !job.error) job.error = error;
     }
-    // The job's caller may return as soon as it sees the last chunk done, so `job` is not
-    // touched after that except under this same lock hold (the loop test).
-    if (++job.chunks_done == job.num_chunks) job_done_.notify_all();
+    // Release: the caller, acquiring the last count, sees every chunk's writes and the error.
+    if (job.chunks_done.fetch_add(1, std::memory_order_acq_rel) + 1 == job.num_chunks) {
+      job.all_done.store(1, std::memory_order_release);
+      job.all_done.notify_all();
+    }
   }
 }
 
@@ -138,11 +149,28 @@ void ThreadPool::parallel_for_guided(int64_t begin, int64_t end, int64_t unit, i
 
 void ThreadPool::run(Job& job) {
   t_inside_pool = true;
-  std::unique_lock<std::mutex> lock(mutex_);
-  pending_.push_back(&job);
-  for (int64_t i = 1; i < std::min<int64_t>(job.num_chunks, num_threads()); ++i) work_ready_.notify_one();
-  run_chunks(job, lock);
-  job_done_.wait(lock, [&] { return job.chunks_done == job.num_chunks; });
+  // A free slot (no job, no worker still counted in from an earlier one); with none, this
+  // caller runs every chunk itself.
+  Slot* slot = nullptr;
+  for (Slot& s : slots_) {
+    Job* none = nullptr;
+    if (s.users.load() == 0 && s.job.compare_exchange_strong(none, &job)) {
+      slot = &s;
+      break;
+    }
+  }
+  if (slot) {
+    generation_.fetch_add(1);
+    generation_.notify_all();
+  }
+  run_chunks(job);
+  while (job.all_done.load(std::memory_order_acquire) == 0) job.all_done.wait(0, std::memory_order_acquire);
+  if (slot) {
+    slot->job.store(nullptr);
+    // Workers counted in may hold &job; new ones find the slot empty. They leave at once: every
+    // chunk is claimed.
+    while (slot->users.load() != 0) std::this_thread::yield();
+  }
   t_inside_pool = false;
   if (job.error) std::rethrow_exception(job.error);
 }

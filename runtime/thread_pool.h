@@ -2,12 +2,10 @@
 // over with parallel_for.
 #pragma once
 
-#include <condition_variable>
+#include <atomic>
 #include <cstdint>
-#include <deque>
 #include <exception>
 #include <functional>
-#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -15,7 +13,7 @@ namespace fuse::runtime {
 
 /// A fixed set of worker threads that run the chunks of parallel_for calls.
 ///
-/// Idle workers block on a condition variable; they never spin. Kernels are launched one after
+/// Idle workers block (C++20 atomic waits, futexes on Linux); they never spin. Kernels are launched one after
 /// another with host work (and often nothing at all) in between, so a spinning pool would burn
 /// every core of the machine between and after launches for the sake of a few microseconds of
 /// wake-up latency; blocking keeps an idle process at ~0% CPU, which matters more for a library
@@ -63,30 +61,39 @@ class ThreadPool {
                            const std::function<void(int64_t, int64_t)>& body);
 
  private:
-  /// One parallel_for call, living on its caller's stack until all its chunks are done.
-  /// Guarded by mutex_, except that a claimed chunk runs body without the lock.
+  /// One parallel_for call, living on its caller's stack until all its chunks are done. Chunks
+  /// are claimed and counted with atomics: no lock on the run path.
   struct Job {
     const std::function<void(int64_t, int64_t)>* body;
     int64_t begin, size, num_chunks;
     // Guided (parallel_for_guided) when unit > 0: chunks claimed from next_begin on.
-    int64_t unit = 0, max_units = 0, next_begin = 0;
-    int64_t next_chunk = 0;   // first chunk nobody has claimed yet
-    int64_t chunks_done = 0;  // finished or skipped
-    std::exception_ptr error{};  // the first exception a chunk threw
+    int64_t unit = 0, max_units = 0;
+    std::atomic<int64_t> next_begin{0};
+    std::atomic<int64_t> next_chunk{0};   // first chunk nobody has claimed yet
+    std::atomic<int64_t> chunks_done{0};  // finished or skipped
+    std::atomic<uint32_t> all_done{0};    // 1 once chunks_done reaches num_chunks (waited on)
+    std::atomic<bool> failed{false};      // a chunk threw: `error` is written (by its setter)
+    std::exception_ptr error{};           // the first exception a chunk threw
   };
+  /// Where a caller publishes its Job for the workers. Slots live as long as the pool, so a
+  /// worker can count itself in `users` before it reads `job`; a caller that takes its job back
+  /// out waits until `users` is 0, after which no worker can still hold a pointer to it.
+  struct alignas(64) Slot {
+    std::atomic<Job*> job{nullptr};
+    std::atomic<int> users{0};
+  };
+  /// Callers publishing at once beyond this many run their ranges alone (still correct).
+  static constexpr int kSlots = 64;
 
   void worker_loop();
-  /// Claims chunks of `job` and runs them until none is left unclaimed. Called and returns
-  /// with `lock` held.
-  void run_chunks(Job& job, std::unique_lock<std::mutex>& lock);
-  /// Queues `job`, runs chunks of it on the caller too, and returns when all are done.
+  /// Claims chunks of `job` and runs them until none is left unclaimed; whether it ran any.
+  bool run_chunks(Job& job);
+  /// Publishes `job`, runs chunks of it on the caller too, and returns when all are done.
   void run(Job& job);
 
-  std::mutex mutex_;
-  std::condition_variable work_ready_;  // a job was queued, or the pool is stopping
-  std::condition_variable job_done_;    // some job's last chunk finished
-  std::deque<Job*> pending_;            // jobs with unclaimed chunks, oldest first
-  bool stopping_ = false;
+  std::vector<Slot> slots_ = std::vector<Slot>(kSlots);
+  std::atomic<uint32_t> generation_{0};  // bumped when a job is published or the pool stops
+  std::atomic<bool> stopping_{false};
   std::vector<std::thread> workers_;
 };
 

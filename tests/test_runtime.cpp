@@ -176,6 +176,31 @@ TEST_CASE("several threads may call parallel_for on one pool at once", "[runtime
   REQUIRE(sum.load() == 4 * 200 * 100);
 }
 
+// Callers publish their jobs in a fixed set of slots (64); beyond that many at once a caller runs
+// its range alone. 96 callers, guided and even splits mixed, each range covered exactly once.
+TEST_CASE("more threads calling parallel_for at once than the pool has slots", "[runtime][thread_pool]") {
+  ThreadPool four(4);
+  constexpr int kCallers = 96, kCalls = 40, kSize = 1000;
+  std::vector<std::vector<std::atomic<int>>> hits(kCallers);
+  for (auto& h : hits) h = std::vector<std::atomic<int>>(kSize);
+  std::vector<std::thread> callers;
+  for (int t = 0; t < kCallers; ++t)
+    callers.emplace_back([&, t] {
+      for (int call = 0; call < kCalls; ++call) {
+        auto body = [&](int64_t lo, int64_t hi) {
+          for (int64_t i = lo; i < hi; ++i) hits[t][i].fetch_add(1);
+        };
+        if (call % 2) four.parallel_for_guided(0, kSize, 3, 50, body);
+        else four.parallel_for(0, kSize, 1, body);
+      }
+    });
+  for (std::thread& t : callers) t.join();
+  int wrong = 0;
+  for (auto& h : hits)
+    for (auto& v : h) wrong += v.load() != kCalls;
+  REQUIRE(wrong == 0);
+}
+
 TEST_CASE("an idle pool uses no CPU", "[runtime][thread_pool]") {
   // "Does not spin" as a property: after work, sleeping workers cost (almost) no CPU time.
   ThreadPool eight(8);
