@@ -244,12 +244,28 @@ MatmulSplit matmul_split(const Kernel& k, int64_t rows, int64_t depth, int64_t c
     }
     return split;
   }
-  // Split by rows, each of T tasks packs all of B (T K N) and its rows of A (M K); by columns,
-  // each packs its columns of B (K N in all) and all of A (T M K): less with fewer rows than
-  // columns: 16 x 4096 x 4096 on the 2-vCPU Intel Xeon took 12.4-14.2 ms by rows, 7.0-7.6 by
-  // columns (bench/README.md).
+  // Fewer than mc rows a thread: a grid of C column tasks (whole groups of panels) by R = T / C
+  // chunks of rows, C x R <= T tasks. A task packs its columns of B (K N / C) and its rows of A
+  // (K M / R) and multiplies them; C is the one whose task does least, packing an element
+  // counted as 8 multiply-adds (a lane of an FMA against a load and a store of data that comes
+  // from beyond L2), ties to fewer column tasks. On 2 threads that is by columns where there are
+  // more columns than rows (16 x 4096 x 4096 on the 2-vCPU Intel Xeon: 12.4-14.2 ms by rows,
+  // 7.0-7.6 by columns; bench/README.md); with more threads a grid packs less than either:
+  // 2048^3 on 64 threads, 8 x 8 tasks pack an eighth of B and of A each, by rows all of B each.
   int64_t groups = (std::max<int64_t>(0, columns) + t.group_columns - 1) / t.group_columns;
-  if (rows < columns && groups >= 2) split.column_tasks = std::min<int64_t>(threads, groups);
+  auto task_work = [&](int64_t c) {
+    int64_t r = threads / c;
+    double task_rows = static_cast<double>((std::max<int64_t>(rows, 0) + r - 1) / r);
+    double task_columns = static_cast<double>((groups + c - 1) / c * t.group_columns);
+    return task_rows * task_columns / 8 + task_rows + task_columns;
+  };
+  double least = task_work(1);
+  for (int64_t c = 2; c <= std::min<int64_t>(threads, groups); ++c)
+    if (double work = task_work(c); work < least) {
+      least = work;
+      split.column_tasks = c;
+    }
+  if (split.column_tasks > 1) split.row_tasks = threads / split.column_tasks;
   return split;
 }
 

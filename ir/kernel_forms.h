@@ -96,9 +96,11 @@ bool shares_packed_b(const Kernel& k);
 /// How a 2-D blocked matmul's parallel iterations map to work. With `column_tasks` = C, the
 /// runtime runs C x M iterations: iteration i is row i % M of column task i / M, which computes
 /// C's columns [g0 * group_columns, g1 * group_columns) (clamped to N), for g0 = t * G / C and
-/// g1 = (t + 1) * G / C with G the groups of columns. Few rows (fewer than mc per thread) and
-/// more columns than rows: a task per thread, each over all rows and its share of columns,
-/// packing its own columns of B; else one column task (rows split among tasks). `shared`: the
+/// g1 = (t + 1) * G / C with G the groups of columns. Few rows (fewer than mc per thread): a
+/// grid of C column tasks by `row_tasks` = R chunks of each one's rows (C x R <= threads), each
+/// task packing its own columns of B and its rows of A, C chosen for the least work a task
+/// (matmul_split; on 2 threads: by columns where there are more columns than rows); else one
+/// column task (rows split among tasks). `shared`: the
 /// tasks share one packed copy of B (SharedPackedB, after this header): each group of panels
 /// of each K block is packed by the first task to claim it, and the others wait for its flag
 /// (the claimer packs it at once and waits for nothing meanwhile, so nothing can deadlock).
@@ -106,6 +108,7 @@ bool shares_packed_b(const Kernel& k);
 /// task packs into a buffer of one block it reuses, warm in cache.
 struct MatmulSplit {
   int64_t column_tasks = 1;
+  int64_t row_tasks = 1;  // with column_tasks > 1: chunks of each column task's rows, a task each
   int64_t shared = 0;  // 0 or 1 (an int64 to the kernel)
   // With `shared`: the tasks claim rows in chunks of whole row_units (mr), at most max_row_units
   // of them (mc / mr), shrinking as the rows run out (ThreadPool::parallel_for_guided); 0: one

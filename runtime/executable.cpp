@@ -470,8 +470,22 @@ void Executable::launch(const ir::Kernel& k, const CpuKernelCode& code, std::vec
     // takes (the interpreter checks them all).
     if (total == 0 && error_record && has_take(k)) code.fn(pointers.data(), symbol_sizes.data(), 0, 0);
     auto body = [&](int64_t begin, int64_t end) { code.fn(pointers.data(), symbol_sizes.data(), begin, end); };
-    if (split.row_unit > 0) ThreadPool::global().parallel_for_guided(0, total, split.row_unit, split.max_row_units, body);
-    else ThreadPool::global().parallel_for(0, total * split.column_tasks, std::max<int64_t>(1, k.schedule.cpu.grain), body);
+    if (split.row_unit > 0) {
+      ThreadPool::global().parallel_for_guided(0, total, split.row_unit, split.max_row_units, body);
+    } else if (split.column_tasks > 1) {
+      // The grid: task u computes rows [r * total / R, (r + 1) * total / R) of column task
+      // u / R (r = u % R), iterations c * total + row of the kernel's (ir::MatmulSplit).
+      int64_t row_tasks = std::max<int64_t>(split.row_tasks, 1);
+      ThreadPool::global().parallel_for(0, split.column_tasks * row_tasks, 1, [&](int64_t lo, int64_t hi) {
+        for (int64_t u = lo; u < hi; ++u) {
+          int64_t column_task = u / row_tasks, r = u % row_tasks;
+          int64_t first = r * total / row_tasks, last = (r + 1) * total / row_tasks;
+          if (first < last) code.fn(pointers.data(), symbol_sizes.data(), column_task * total + first, column_task * total + last);
+        }
+      });
+    } else {
+      ThreadPool::global().parallel_for(0, total, std::max<int64_t>(1, k.schedule.cpu.grain), body);
+    }
     return;
   }
   // Not compiled: the reference interpreter computes the kernel from the same buffers.

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <array>
 #include <string>
+#include <tuple>
 
 #include "codegen/cpu_codegen.h"
 #include "frontends/compile.h"
@@ -243,10 +244,10 @@ TEST_CASE("2-D blocked matmuls share packed B among tasks", "[cpu][matmul][threa
   check(batched, exe, mkn({{200, 70, 90}}), 70);
 }
 
-// Run again at 1, 2 and 7 threads (tests/CMakeLists.txt): a 2-D matmul of fewer than mc rows a
-// thread and more columns than rows runs a task per thread over all rows and its share of the
-// columns (ir::MatmulSplit), a whole number of groups of panels each; a task of at most mc / 2
-// rows packs B in blocks of nc_few_rows columns.
+// Run again at 1, 2, 7 and 8 threads (tests/CMakeLists.txt): a 2-D matmul of fewer than mc rows
+// a thread runs in a grid of column tasks (a whole number of groups of panels each) by chunks of
+// their rows (ir::MatmulSplit): on 2 threads by columns where there are more columns than rows;
+// a task of at most mc / 2 rows packs B in blocks of nc_few_rows columns.
 TEST_CASE("2-D blocked matmuls of few rows split their columns among tasks", "[cpu][matmul][threads]") {
   int threads = runtime::ThreadPool::global().num_threads();
   Target large_l3 = tiny_caches_large_l3();
@@ -271,6 +272,23 @@ TEST_CASE("2-D blocked matmuls of few rows split their columns among tasks", "[c
     CHECK(split(20, 10, 2) == std::pair<int64_t, int64_t>{1, 0});     // more rows than columns
     CHECK(split(24, 4096, 2) == std::pair<int64_t, int64_t>{1, 1});   // mc rows a thread: shared B
     CHECK(split(24, 4096, 2, 0) == std::pair<int64_t, int64_t>{1, 0});  // too large to share
+    // More threads: a grid of column tasks by chunks of rows, packing less than either alone.
+    for (auto [rows, columns, threads] : {std::tuple{int64_t{512}, 64 * t.group_columns, 64}, std::tuple{int64_t{90}, int64_t{256}, 8}}) {
+      ir::MatmulSplit s = ir::matmul_split(k, rows, 70, columns, threads, int64_t{1} << 40);
+      INFO(rows << " x " << columns << " on " << threads << " threads: " << s.column_tasks << " x " << s.row_tasks);
+      CHECK(s.column_tasks > 1);
+      CHECK(s.row_tasks > 1);
+      CHECK(s.column_tasks * s.row_tasks <= threads);
+      CHECK(s.shared == 0);
+    }
+    CHECK(ir::matmul_split(k, 16, 70, 4096, 2, 0).row_tasks == 1);
+  }
+  // The thread count here (1, 2, 7, 8): 90 x 256 takes a grid from 4 threads on (checked above for 8).
+  if (threads >= 8) {
+    Graph g;
+    add_doubled_matmul(g, DType::F32);
+    ir::MatmulSplit s = ir::matmul_split(only_matmul(compile(g, with_target(tiny_caches()))), 90, 70, 256, threads, 0);
+    CHECK(s.row_tasks > 1);
   }
   for (const Target& target : {tiny_caches(), large_l3})
     for (DType t : {DType::F32, DType::F64, DType::I32}) {
@@ -287,7 +305,7 @@ TEST_CASE("2-D blocked matmuls of few rows split their columns among tasks", "[c
       if (target.l3_bytes == large_l3.l3_bytes) CHECK(tiling.nc_few_rows < tiling.nc);
       // Rows: one, a few (nc_few_rows), a tile and a bit (past mc / 2); columns: one group, a
       // partial group, groups that do not divide among 2 or 7 tasks; K: several blocks.
-      auto sizes = mkn({{1, 70, 1000}, {5, 70, 129}, {16, 33, 300}, {13, 100, 1023}, {7, 1, 200}, {3, 70, 1}});
+      auto sizes = mkn({{1, 70, 1000}, {5, 70, 129}, {16, 33, 300}, {13, 100, 1023}, {7, 1, 200}, {3, 70, 1}, {90, 70, 256}});
       check(g, exe, sizes, 100);
       runtime::Executable bool_exe = compile(only_bool, with_target(target));
       check(only_bool, bool_exe, sizes, 100);
