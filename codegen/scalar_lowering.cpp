@@ -731,13 +731,16 @@ mlir::Value ScalarLowering::constant_table() {
 // so that exp(-x) is the same halves put together with -s and scaled by 2^-q: every step above
 // is odd in x (the clamp is symmetric, rint rounds half to even, an FMA of negated operands
 // rounds to the negated result), so the pair's exp(-x) is bit for bit exp_f32_inline(-x).
+// ln 2 in two parts, SLEEF's L2Uf and L2Lf: q L2Uf is exact for the q of f32 exps.
+constexpr float kLn2HighF = 0.693145751953125f, kLn2LowF = 1.428606765330187045e-06f;
+
 ScalarLowering::ExpReduction ScalarLowering::exp_steps(mlir::Value x, int lanes) {
   auto c = [&](float v) { return exp_constant(v, lanes); };
   auto fma = [&](mlir::Value a, mlir::Value m, mlir::Value d) { return b_.create<mlir::math::FmaOp>(loc_, a, m, d).getResult(); };
   ExpReduction r;
   r.q = b_.create<mlir::math::RoundEvenOp>(loc_, b_.create<mlir::arith::MulFOp>(loc_, x, c(1.442695040888963407359924681001892137f)));
-  r.s_high = fma(r.q, c(-0.693145751953125f), x);       // -L2Uf (exact)
-  r.s = fma(r.q, c(-1.428606765330187045e-06f), r.s_high);  // -L2Lf
+  r.s_high = fma(r.q, c(-kLn2HighF), x);  // exact
+  r.s = fma(r.q, c(-kLn2LowF), r.s_high);
   r.t = b_.create<mlir::arith::MulFOp>(loc_, r.s, r.s);
   // SLEEF's coefficients from s^5 down to s^0, taken two apart.
   r.even = fma(fma(c(0.00139304355252534151077271f), r.t, c(0.0416664853692054748535156f)), r.t, c(0.5f));
@@ -902,6 +905,44 @@ std::pair<mlir::Value, mlir::Value> ScalarLowering::sin_cos_f32(mlir::Value d, i
   return sin_cos_made_.back().second;
 }
 
+std::pair<mlir::Value, mlir::Value> ScalarLowering::exp_f32_split(mlir::Value x, bool reduction_error, int lanes) {
+  auto c = [&](float v) { return constant(DType::F32, v, 0, lanes); };
+  auto fma = [&](mlir::Value a, mlir::Value m, mlir::Value s) { return b_.create<mlir::math::FmaOp>(loc_, a, m, s).getResult(); };
+  auto add = [&](mlir::Value a, mlir::Value s) { return b_.create<mlir::arith::AddFOp>(loc_, a, s).getResult(); };
+  auto sub = [&](mlir::Value a, mlir::Value s) { return b_.create<mlir::arith::SubFOp>(loc_, a, s).getResult(); };
+  // (1 + v) 2^q as SLEEF's expf computes it (exp_f32_inline), 1 + v split exactly.
+  ExpReduction steps = exp_steps(x, lanes);
+  mlir::Value v = fma(steps.t, fma(steps.s, steps.odd, steps.even), steps.s);
+  mlir::Value high = add(c(1.f), v);
+  mlir::Value low = add(sub(c(1.f), high), v);
+  if (reduction_error) {
+    // s's rounding, s_err = (s_high - q L2L) - s, is up to a third of an ulp of e^s:
+    // e^{s + s_err} = (1 + v)(1 + s_err) to 2^-40.
+    mlir::Value s_err = fma(steps.q, c(-kLn2LowF), sub(steps.s_high, steps.s));
+    low = add(low, fma(s_err, v, s_err));
+  }
+  return {scale_by_normal_power_of_two(high, steps.q, lanes), scale_by_normal_power_of_two(low, steps.q, lanes)};
+}
+
+std::pair<mlir::Value, mlir::Value> ScalarLowering::exp_f64_split(mlir::Value x, int lanes) {
+  auto c = [&](double v) { return constant(DType::F64, v, 0, lanes); };
+  auto fma = [&](mlir::Value a, mlir::Value m, mlir::Value s) { return b_.create<mlir::math::FmaOp>(loc_, a, m, s).getResult(); };
+  // SLEEF's f64 exp (xexp in sleefsimddp.c, its FMA form): the reduction by ln 2 in two parts and
+  // its polynomial, here by Horner's rule; its last step 1 + s w split exactly (1 - high is exact
+  // for high in [0.7, 1.5], and the FMA rounds the rest once).
+  mlir::Value q = b_.create<mlir::math::RoundEvenOp>(loc_, b_.create<mlir::arith::MulFOp>(loc_, x, c(1.442695040888963407359924681001892137)));
+  mlir::Value s = fma(q, c(-.69314718055966295651160180568695068359375), x);
+  s = fma(q, c(-.28235290563031577122588448175013436025525412068e-12), s);
+  mlir::Value w = c(0.2081276378237164457e-8);
+  for (double k : {0.2511210703042288022e-7, 0.2755762628169491192e-6, 0.2755723402025388239e-5, 0.2480158687479686264e-4,
+                   0.1984126989855865850e-3, 0.1388888888914497797e-2, 0.8333333333314938210e-2, 0.4166666666666602598e-1,
+                   0.1666666666666669072e+0, 0.5, 1.0})
+    w = fma(w, s, c(k));
+  mlir::Value high = fma(w, s, c(1));
+  mlir::Value low = fma(w, s, b_.create<mlir::arith::SubFOp>(loc_, c(1), high));
+  return {scale_f64_by_normal_power_of_two(high, q, lanes), scale_f64_by_normal_power_of_two(low, q, lanes)};
+}
+
 // f32 tanh, inlined (every path: loops, masked vectors, single elements, so a value's tanh is
 // the same bits wherever it sits), at most 0.768 ulp: every positive float swept against libm's
 // f64 tanh (tanh is odd and computed on |x|, the sign put back). SLEEF's u10 tanhf carries
@@ -930,14 +971,7 @@ mlir::Value ScalarLowering::tanh_f32_inline(mlir::Value x, int lanes) {
   mlir::Value near_zero = fma(mulf(a, square), p, a);
   mlir::Value clamped = select(cmpf(CmpFPredicate::OGT, a, c(9.5f)), c(9.5f), a);
   mlir::Value twice = add(clamped, clamped);
-  // e^{2|x|} = (1 + v) 2^q as SLEEF's expf computes it (exp_f32_inline), 1 + v kept whole.
-  ExpReduction steps = exp_steps(twice, lanes);
-  mlir::Value q = steps.q;
-  mlir::Value v = fma(steps.t, fma(steps.s, steps.odd, steps.even), steps.s);
-  mlir::Value power_high = add(c(1.f), v);
-  mlir::Value power_low = add(sub(c(1.f), power_high), v);
-  power_high = scale_by_normal_power_of_two(power_high, q, lanes);  // (q <= 28: exact)
-  power_low = scale_by_normal_power_of_two(power_low, q, lanes);
+  auto [power_high, power_low] = exp_f32_split(twice, /*reduction_error=*/false, lanes);  // (q <= 28)
   // d = e^{2|x|} + 1 (power_high >= 1, so Fast2Sum is exact).
   mlir::Value d_high = add(power_high, c(1.f));
   mlir::Value d_low = add(sub(c(1.f), sub(d_high, power_high)), power_low);
@@ -969,36 +1003,7 @@ mlir::Value ScalarLowering::sigmoid_inline(mlir::Value x, DType t, int lanes) {
   double limit = single ? 87 : 708;  // e^a and 2^q stay normal
   mlir::Value a = b_.create<mlir::math::AbsFOp>(loc_, x);
   a = select(cmpf(CmpFPredicate::OGT, a, c(limit)), c(limit), a);
-  // e^a = (1 + v) 2^q; power_high + power_low = 1 + v exactly.
-  mlir::Value q, power_high, power_low;
-  if (single) {
-    ExpReduction steps = exp_steps(a, lanes);
-    q = steps.q;
-    mlir::Value v = fma(steps.t, fma(steps.s, steps.odd, steps.even), steps.s);
-    // s's rounding, s_err = (s_high - q L2L) - s, is up to a third of an ulp of e^s where the
-    // result is about e^x (x < 0): e^{s + s_err} = (1 + v)(1 + s_err) to 2^-40.
-    mlir::Value s_err = fma(q, c(-1.428606765330187045e-06f), sub(steps.s_high, steps.s));
-    power_high = add(c(1), v);
-    power_low = add(add(sub(c(1), power_high), v), fma(s_err, v, s_err));
-    power_high = scale_by_normal_power_of_two(power_high, q, lanes);
-    power_low = scale_by_normal_power_of_two(power_low, q, lanes);
-  } else {
-    // SLEEF's f64 exp (xexp in sleefsimddp.c, its FMA form): the reduction by ln 2 in two parts
-    // and its polynomial, here by Horner's rule; its last step 1 + s w split exactly (1 - hi is
-    // exact for hi in [0.7, 1.5], and the FMA rounds the rest once).
-    q = b_.create<mlir::math::RoundEvenOp>(loc_, b_.create<mlir::arith::MulFOp>(loc_, a, c(1.442695040888963407359924681001892137)));
-    mlir::Value s = fma(q, c(-.69314718055966295651160180568695068359375), a);
-    s = fma(q, c(-.28235290563031577122588448175013436025525412068e-12), s);
-    mlir::Value w = c(0.2081276378237164457e-8);
-    for (double k : {0.2511210703042288022e-7, 0.2755762628169491192e-6, 0.2755723402025388239e-5, 0.2480158687479686264e-4,
-                     0.1984126989855865850e-3, 0.1388888888914497797e-2, 0.8333333333314938210e-2, 0.4166666666666602598e-1,
-                     0.1666666666666669072e+0, 0.5, 1.0})
-      w = fma(w, s, c(k));
-    power_high = fma(w, s, c(1));
-    power_low = fma(w, s, sub(c(1), power_high));
-    power_high = scale_f64_by_normal_power_of_two(power_high, q, lanes);
-    power_low = scale_f64_by_normal_power_of_two(power_low, q, lanes);
-  }
+  auto [power_high, power_low] = single ? exp_f32_split(a, /*reduction_error=*/true, lanes) : exp_f64_split(a, lanes);
   mlir::Value d_high = add(power_high, c(1));
   mlir::Value d_low = add(sub(c(1), sub(d_high, power_high)), power_low);
   // 1 / d = q0 (1 + r) with r = 1 - q0 d.

@@ -250,6 +250,10 @@ class ScalarLowering {
   mlir::Value tanh_f32_inline(mlir::Value x, int lanes);
   // sigmoid of f32 or f64 values within 1 ulp, inlined (see the definition).
   mlir::Value sigmoid_inline(mlir::Value x, DType t, int lanes);
+  // e^x as a double-float (high, low) for x in [0, 87] (f32: SLEEF's expf steps, `reduction_error`
+  // adding back the rounding of the reduced argument) or [0, 708] (f64: SLEEF's exp steps).
+  std::pair<mlir::Value, mlir::Value> exp_f32_split(mlir::Value x, bool reduction_error, int lanes);
+  std::pair<mlir::Value, mlir::Value> exp_f64_split(mlir::Value x, int lanes);
   // u * 2^q for f64 u, |q| <= 1022 (2^q normal): one product.
   mlir::Value scale_f64_by_normal_power_of_two(mlir::Value u, mlir::Value q, int lanes);
   // Whether `v` was made in the current block before the insertion point, so usable there (the
