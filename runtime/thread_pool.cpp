@@ -161,7 +161,9 @@ void ThreadPool::run(Job& job) {
   }
   if (slot) {
     generation_.fetch_add(1);
-    generation_.notify_all();
+    // As many workers as there are chunks for, not every sleeping worker (a job of two chunks on
+    // a machine of 64 cores would wake 63 threads to find nothing).
+    for (int64_t i = 1; i < std::min<int64_t>(job.num_chunks, num_threads()); ++i) generation_.notify_one();
   }
   run_chunks(job);
   while (job.all_done.load(std::memory_order_acquire) == 0) job.all_done.wait(0, std::memory_order_acquire);
