@@ -480,20 +480,7 @@ mlir::Value ScalarLowering::sleef_op(ScalarOp op, DType t, const std::vector<mli
       mlir::Value near_overflow = cmpf(CmpFPredicate::OGT, b_.create<mlir::math::AbsFOp>(loc_, a[0]),
                                        constant(t, t == DType::F32 ? 88.0 : 709.0, 0, lanes));
       return patch_lanes(t, near_overflow, r, a, [&](const std::vector<mlir::Value>& v) {
-        if (!sinh) return mlir::Value(b_.create<mlir::math::CoshOp>(loc_, v[0]));
-        // glibc's sinh is 2 ulp off near overflow. Here e^|x| / 2 (e^-|x| is below its last bit),
-        // as e^{|x| - 1} (the subtraction exact from |x| = 2) times e / 2 as a double-float:
-        // libm's exp (0.52 ulp) and one rounding.
-        auto c = [&](double k) { return constant(DType::F64, k, 0, 1); };
-        mlir::Value magnitude = b_.create<mlir::math::AbsFOp>(loc_, v[0]);
-        mlir::Value power = b_.create<mlir::math::ExpOp>(loc_, b_.create<mlir::arith::SubFOp>(loc_, magnitude, c(1)));
-        mlir::Value high = b_.create<mlir::arith::MulFOp>(loc_, power, c(1.3591409142295225));
-        mlir::Value low = b_.create<mlir::math::FmaOp>(loc_, power, c(7.228234458646251e-17),
-                                                       b_.create<mlir::math::FmaOp>(loc_, power, c(1.3591409142295225),
-                                                                                    b_.create<mlir::arith::NegFOp>(loc_, high)));
-        // (An infinite product would make the correction NaN.)
-        mlir::Value sum = select(cmpf(CmpFPredicate::OEQ, high, c(kInf)), high, b_.create<mlir::arith::AddFOp>(loc_, high, low));
-        return mlir::Value(b_.create<mlir::math::CopySignOp>(loc_, sum, v[0]));
+        return sinh ? sinh_near_overflow(v[0]) : mlir::Value(b_.create<mlir::math::CoshOp>(loc_, v[0]));
       }, lanes);
     }
     case ScalarOp::Pow: {
@@ -943,6 +930,26 @@ std::pair<mlir::Value, mlir::Value> ScalarLowering::exp_f64_split(mlir::Value x,
   return {scale_f64_by_normal_power_of_two(high, q, lanes), scale_f64_by_normal_power_of_two(low, q, lanes)};
 }
 
+ScalarLowering::Quotient ScalarLowering::quotient_by_one_plus(double n, mlir::Value high, mlir::Value low, DType t, int lanes) {
+  auto c = [&](double v) { return constant(t, v, 0, lanes); };
+  auto fma = [&](mlir::Value a, mlir::Value m, mlir::Value s) { return b_.create<mlir::math::FmaOp>(loc_, a, m, s).getResult(); };
+  auto add = [&](mlir::Value a, mlir::Value s) { return b_.create<mlir::arith::AddFOp>(loc_, a, s).getResult(); };
+  auto sub = [&](mlir::Value a, mlir::Value s) { return b_.create<mlir::arith::SubFOp>(loc_, a, s).getResult(); };
+  auto neg = [&](mlir::Value v) { return b_.create<mlir::arith::NegFOp>(loc_, v).getResult(); };
+  // d = e + 1 (high >= 1, so Fast2Sum is exact).
+  mlir::Value d_high = add(high, c(1));
+  mlir::Value d_low = add(sub(c(1), sub(d_high, high)), low);
+  // n / d = q0 + r q0 / n with r = n - q0 d; 1 - n / d = (1 - q0) - r q0 / n, 1 - q0 as a double-float.
+  Quotient q;
+  q.rounded = b_.create<mlir::arith::DivFOp>(loc_, c(n), d_high);
+  q.residual = fma(neg(q.rounded), d_low, fma(neg(q.rounded), d_high, c(n)));
+  mlir::Value one_minus = sub(c(1), q.rounded);
+  mlir::Value one_minus_low = sub(sub(c(1), one_minus), q.rounded);
+  mlir::Value scaled = n == 1 ? neg(q.rounded) : b_.create<mlir::arith::MulFOp>(loc_, q.rounded, c(-1 / n)).getResult();
+  q.one_minus = add(one_minus, fma(q.residual, scaled, one_minus_low));
+  return q;
+}
+
 // f32 tanh, inlined (every path: loops, masked vectors, single elements, so a value's tanh is
 // the same bits wherever it sits), at most 0.768 ulp: every positive float swept against libm's
 // f64 tanh (tanh is odd and computed on |x|, the sign put back). SLEEF's u10 tanhf carries
@@ -959,10 +966,7 @@ mlir::Value ScalarLowering::tanh_f32_inline(mlir::Value x, int lanes) {
   using mlir::arith::CmpFPredicate;
   auto c = [&](float v) { return constant(DType::F32, v, 0, lanes); };
   auto fma = [&](mlir::Value a, mlir::Value m, mlir::Value s) { return b_.create<mlir::math::FmaOp>(loc_, a, m, s).getResult(); };
-  auto add = [&](mlir::Value a, mlir::Value s) { return b_.create<mlir::arith::AddFOp>(loc_, a, s).getResult(); };
-  auto sub = [&](mlir::Value a, mlir::Value s) { return b_.create<mlir::arith::SubFOp>(loc_, a, s).getResult(); };
   auto mulf = [&](mlir::Value a, mlir::Value s) { return b_.create<mlir::arith::MulFOp>(loc_, a, s).getResult(); };
-  auto neg = [&](mlir::Value v) { return b_.create<mlir::arith::NegFOp>(loc_, v).getResult(); };
   mlir::Value a = b_.create<mlir::math::AbsFOp>(loc_, x);
   mlir::Value square = mulf(a, a);
   mlir::Value p = c(-0.006274233106523752f);
@@ -970,17 +974,9 @@ mlir::Value ScalarLowering::tanh_f32_inline(mlir::Value x, int lanes) {
     p = fma(p, square, c(k));
   mlir::Value near_zero = fma(mulf(a, square), p, a);
   mlir::Value clamped = select(cmpf(CmpFPredicate::OGT, a, c(9.5f)), c(9.5f), a);
-  mlir::Value twice = add(clamped, clamped);
+  mlir::Value twice = b_.create<mlir::arith::AddFOp>(loc_, clamped, clamped);
   auto [power_high, power_low] = exp_f32_split(twice, /*reduction_error=*/false, lanes);  // (q <= 28)
-  // d = e^{2|x|} + 1 (power_high >= 1, so Fast2Sum is exact).
-  mlir::Value d_high = add(power_high, c(1.f));
-  mlir::Value d_low = add(sub(c(1.f), sub(d_high, power_high)), power_low);
-  // 2 / d = q0 + r / d with r = 2 - q0 d; 1 - 2 / d = (1 - q0) - r q0 / 2, 1 - q0 as a double-float.
-  mlir::Value q0 = b_.create<mlir::arith::DivFOp>(loc_, c(2.f), d_high);
-  mlir::Value r = fma(neg(q0), d_low, fma(neg(q0), d_high, c(2.f)));
-  mlir::Value one_minus = sub(c(1.f), q0);
-  mlir::Value one_minus_low = sub(sub(c(1.f), one_minus), q0);
-  mlir::Value away = add(one_minus, fma(r, mulf(q0, c(-0.5f)), one_minus_low));
+  mlir::Value away = quotient_by_one_plus(2, power_high, power_low, DType::F32, lanes).one_minus;
   mlir::Value magnitude = select(cmpf(CmpFPredicate::OLT, a, c(0.55f)), near_zero, away);
   return b_.create<mlir::math::CopySignOp>(loc_, magnitude, x);
 }
@@ -995,25 +991,14 @@ mlir::Value ScalarLowering::tanh_f32_inline(mlir::Value x, int lanes) {
 mlir::Value ScalarLowering::sigmoid_inline(mlir::Value x, DType t, int lanes) {
   using mlir::arith::CmpFPredicate;
   auto c = [&](double v) { return constant(t, v, 0, lanes); };
-  auto fma = [&](mlir::Value a, mlir::Value m, mlir::Value s) { return b_.create<mlir::math::FmaOp>(loc_, a, m, s).getResult(); };
-  auto add = [&](mlir::Value a, mlir::Value s) { return b_.create<mlir::arith::AddFOp>(loc_, a, s).getResult(); };
-  auto sub = [&](mlir::Value a, mlir::Value s) { return b_.create<mlir::arith::SubFOp>(loc_, a, s).getResult(); };
-  auto neg = [&](mlir::Value v) { return b_.create<mlir::arith::NegFOp>(loc_, v).getResult(); };
   bool single = t == DType::F32;
   double limit = single ? 87 : 708;  // e^a and 2^q stay normal
   mlir::Value a = b_.create<mlir::math::AbsFOp>(loc_, x);
   a = select(cmpf(CmpFPredicate::OGT, a, c(limit)), c(limit), a);
   auto [power_high, power_low] = single ? exp_f32_split(a, /*reduction_error=*/true, lanes) : exp_f64_split(a, lanes);
-  mlir::Value d_high = add(power_high, c(1));
-  mlir::Value d_low = add(sub(c(1), sub(d_high, power_high)), power_low);
-  // 1 / d = q0 (1 + r) with r = 1 - q0 d.
-  mlir::Value q0 = b_.create<mlir::arith::DivFOp>(loc_, c(1), d_high);
-  mlir::Value r = fma(neg(q0), d_low, fma(neg(q0), d_high, c(1)));
-  mlir::Value below = fma(r, q0, q0);
-  mlir::Value one_minus = sub(c(1), q0);
-  mlir::Value one_minus_low = sub(sub(c(1), one_minus), q0);
-  mlir::Value above = add(one_minus, fma(r, neg(q0), one_minus_low));
-  return select(cmpf(CmpFPredicate::OLT, x, c(0)), below, above);
+  Quotient q = quotient_by_one_plus(1, power_high, power_low, t, lanes);
+  mlir::Value below = b_.create<mlir::math::FmaOp>(loc_, q.residual, q.rounded, q.rounded);  // q0 (1 + r)
+  return select(cmpf(CmpFPredicate::OLT, x, c(0)), below, q.one_minus);
 }
 
 mlir::Value ScalarLowering::scale_f64_by_normal_power_of_two(mlir::Value u, mlir::Value q, int lanes) {
@@ -1065,6 +1050,22 @@ mlir::Value ScalarLowering::scale_by_power_of_two(mlir::Value u, mlir::Value q, 
   };
   mlir::Value scaled = b_.create<mlir::arith::MulFOp>(loc_, u, power(half));
   return b_.create<mlir::arith::MulFOp>(loc_, scaled, power(rest));
+}
+
+// f64 sinh of one element beyond |x| = 709 (SLEEF's overflows early; glibc's is 2 ulp off there):
+// e^|x| / 2 (e^-|x| is below its last bit), as e^{|x| - 1} (the subtraction exact from |x| = 2)
+// times e / 2 as a double-float: libm's exp (0.52 ulp) and one rounding.
+mlir::Value ScalarLowering::sinh_near_overflow(mlir::Value x) {
+  auto c = [&](double k) { return constant(DType::F64, k, 0, 1); };
+  constexpr double kHalfE = 1.3591409142295225, kHalfELow = 7.228234458646251e-17;
+  mlir::Value magnitude = b_.create<mlir::math::AbsFOp>(loc_, x);
+  mlir::Value power = b_.create<mlir::math::ExpOp>(loc_, b_.create<mlir::arith::SubFOp>(loc_, magnitude, c(1)));
+  mlir::Value high = b_.create<mlir::arith::MulFOp>(loc_, power, c(kHalfE));
+  mlir::Value error = b_.create<mlir::math::FmaOp>(loc_, power, c(kHalfE), b_.create<mlir::arith::NegFOp>(loc_, high));
+  mlir::Value low = b_.create<mlir::math::FmaOp>(loc_, power, c(kHalfELow), error);
+  // (An infinite product would make the correction NaN.)
+  mlir::Value sum = select(cmpf(mlir::arith::CmpFPredicate::OEQ, high, c(kInf)), high, b_.create<mlir::arith::AddFOp>(loc_, high, low));
+  return b_.create<mlir::math::CopySignOp>(loc_, sum, x);
 }
 
 mlir::Value ScalarLowering::exp(mlir::Value x, DType t, int lanes) {

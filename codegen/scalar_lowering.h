@@ -254,6 +254,16 @@ class ScalarLowering {
   // adding back the rounding of the reduced argument) or [0, 708] (f64: SLEEF's exp steps).
   std::pair<mlir::Value, mlir::Value> exp_f32_split(mlir::Value x, bool reduction_error, int lanes);
   std::pair<mlir::Value, mlir::Value> exp_f64_split(mlir::Value x, int lanes);
+  // n / (1 + e) for e = high + low >= 1 (a double-float, as the *_split functions give): `rounded`
+  // from one division, `residual` = n - rounded (1 + e) (so n / (1 + e) = rounded (1 + residual /
+  // n) to about 2^-46), and `one_minus` = 1 - n / (1 + e) rounded once (tanh_f32_inline,
+  // sigmoid_inline).
+  struct Quotient {
+    mlir::Value rounded, residual, one_minus;
+  };
+  Quotient quotient_by_one_plus(double n, mlir::Value high, mlir::Value low, DType t, int lanes);
+  // f64 sinh of one element beyond |x| = 709 (sleef_op's patch; see the definition).
+  mlir::Value sinh_near_overflow(mlir::Value x);
   // u * 2^q for f64 u, |q| <= 1022 (2^q normal): one product.
   mlir::Value scale_f64_by_normal_power_of_two(mlir::Value u, mlir::Value q, int lanes);
   // Whether `v` was made in the current block before the insertion point, so usable there (the

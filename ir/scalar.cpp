@@ -78,6 +78,14 @@ static int64_t int_pow(int64_t base, int64_t exp, DType t) {
 
 static double round_half_even(double v) { return std::nearbyint(v); }  // default FE_TONEAREST
 
+// f(x) in long double for an f64 result, else in double: for tanh, sinh and sigmoid, whose
+// double forms are up to 2 (glibc's tanh, sinh) or 3 (1 / (1 + exp(-x))) ulp off, so that the
+// reference is the exact value rounded (long double's are within 2^-60 or so of it).
+template <class F>
+static double exact_for(DType result, double x, F f) {
+  return result == DType::F64 ? static_cast<double>(f(static_cast<long double>(x))) : f(x);
+}
+
 static ScalarValue eval_float(ScalarOp op, DType result, const ScalarValue* a) {
   double x = a[0].f, y = scalar_op_arity(op) > 1 ? a[1].f : 0.0;
   double r = 0;
@@ -93,14 +101,8 @@ static ScalarValue eval_float(ScalarOp op, DType result, const ScalarValue* a) {
     case ScalarOp::Sin: r = std::sin(x); break;
     case ScalarOp::Cos: r = std::cos(x); break;
     case ScalarOp::Tan: r = std::tan(x); break;
-    // tanh, sinh and sigmoid in long double for f64 results: glibc's tanh and sinh are up to 2
-    // ulp off, 1 / (1 + exp(-x)) in double up to 3; the reference should be the exact value
-    // rounded (the long double results are within 2^-60 or so of it).
-    case ScalarOp::Tanh: r = result == DType::F64 ? static_cast<double>(std::tanh(static_cast<long double>(x))) : std::tanh(x); break;
-    case ScalarOp::Sigmoid:
-      r = result == DType::F64 ? static_cast<double>(1.0L / (1.0L + std::exp(-static_cast<long double>(x))))
-                               : 1.0 / (1.0 + std::exp(-x));
-      break;
+    case ScalarOp::Tanh: r = exact_for(result, x, [](auto v) { return std::tanh(v); }); break;
+    case ScalarOp::Sigmoid: r = exact_for(result, x, [](auto v) { return 1 / (1 + std::exp(-v)); }); break;
     case ScalarOp::Relu: r = std::isnan(x) ? x : (x > 0 ? x : 0.0); break;
     case ScalarOp::Floor: r = std::floor(x); break;
     case ScalarOp::Ceil: r = std::ceil(x); break;
@@ -111,7 +113,7 @@ static ScalarValue eval_float(ScalarOp op, DType result, const ScalarValue* a) {
     case ScalarOp::Asin: r = std::asin(x); break;
     case ScalarOp::Acos: r = std::acos(x); break;
     case ScalarOp::Atan: r = std::atan(x); break;
-    case ScalarOp::Sinh: r = result == DType::F64 ? static_cast<double>(std::sinh(static_cast<long double>(x))) : std::sinh(x); break;
+    case ScalarOp::Sinh: r = exact_for(result, x, [](auto v) { return std::sinh(v); }); break;
     case ScalarOp::Cosh: r = std::cosh(x); break;
     case ScalarOp::Sign: r = x > 0 ? 1.0 : x < 0 ? -1.0 : x == 0 ? 0.0 : x; break;  // NumPy: sign(-0) = +0, NaN stays
     case ScalarOp::Add: r = x + y; break;

@@ -475,12 +475,12 @@ void Executable::launch(const ir::Kernel& k, const CpuKernelCode& code, std::vec
     } else if (split.column_tasks > 1) {
       // The grid: task u computes rows [r * total / R, (r + 1) * total / R) of column task
       // u / R (r = u % R), iterations c * total + row of the kernel's (ir::MatmulSplit).
-      int64_t row_tasks = std::max<int64_t>(split.row_tasks, 1);
+      int64_t row_tasks = split.row_tasks;
       ThreadPool::global().parallel_for(0, split.column_tasks * row_tasks, 1, [&](int64_t lo, int64_t hi) {
         for (int64_t u = lo; u < hi; ++u) {
-          int64_t column_task = u / row_tasks, r = u % row_tasks;
+          int64_t origin = u / row_tasks * total, r = u % row_tasks;
           int64_t first = r * total / row_tasks, last = (r + 1) * total / row_tasks;
-          if (first < last) code.fn(pointers.data(), symbol_sizes.data(), column_task * total + first, column_task * total + last);
+          if (first < last) body(origin + first, origin + last);
         }
       });
     } else {

@@ -71,7 +71,8 @@ class ThreadPool {
     std::atomic<int64_t> next_begin{0};
     std::atomic<int64_t> next_chunk{0};   // first chunk nobody has claimed yet
     std::atomic<int64_t> chunks_done{0};  // finished or skipped
-    std::atomic<uint32_t> all_done{0};    // 1 once chunks_done reaches num_chunks (waited on)
+    std::atomic<uint32_t> all_done{0};    // 1 once chunks_done reaches num_chunks: the caller
+                                          // waits on it (32 bits: a futex word, not a proxy)
     std::atomic<bool> failed{false};      // a chunk threw: `error` is written (by its setter)
     std::exception_ptr error{};           // the first exception a chunk threw
   };
