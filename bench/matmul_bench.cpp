@@ -144,8 +144,11 @@ struct MatmulCase {
   ir::TensorMap inputs;
   std::vector<std::unique_ptr<runtime::Executable>> exes;  // one per target
   std::vector<ir::TensorMap> outputs;                      // each one's
-  std::vector<float> c;  // OpenBLAS's result
-  std::vector<float> c_onednn;
+  // The peers' results, allocated as fuse's outputs are (64-byte aligned, 2 MiB pages from
+  // 2 MiB on): in std::vectors (4 KiB pages here) OpenBLAS and oneDNN ran 1024^3 10-15% slower
+  // than in fuse_bench, where they write into HostArrays.
+  ir::HostArray c;  // OpenBLAS's result
+  ir::HostArray c_onednn;
 };
 
 #ifdef FUSE_MATMUL_BENCH_ONEDNN
@@ -160,10 +163,10 @@ std::function<void()> onednn_matmul(MatmulCase& p) {
   auto desc = [](memory::dims dims) { return memory::desc(dims, memory::data_type::f32, Tag::ab); };
   auto wrap = [&](const memory::desc& d, const float* data) { return memory(d, engine, const_cast<float*>(data)); };
   memory::desc a = desc({p.s.m, p.s.k}), b = desc({p.s.k, p.s.n}), c = desc({p.s.m, p.s.n}), bias = desc({1, p.s.n});
-  p.c_onednn.assign(p.s.m * p.s.n, 0.f);
+  p.c_onednn = ir::HostArray(ir::DType::F32, {p.s.m, p.s.n});
   std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, wrap(a, p.inputs.at("x").as<float>())},
                                           {DNNL_ARG_WEIGHTS, wrap(b, p.inputs.at("w").as<float>())},
-                                          {DNNL_ARG_DST, wrap(c, p.c_onednn.data())}};
+                                          {DNNL_ARG_DST, wrap(c, p.c_onednn.as<float>())}};
   dnnl::primitive primitive;
   if (p.mlp) {
     args[DNNL_ARG_BIAS] = wrap(bias, p.inputs.at("b").as<float>());
@@ -201,7 +204,7 @@ void add_rows(std::vector<Row>& rows, std::vector<std::unique_ptr<MatmulCase>>& 
   p->inputs["x"] = ir::HostArray::from({s.m, s.k}, random_floats(s.m * s.k, 1));
   p->inputs["w"] = ir::HostArray::from({s.k, s.n}, random_floats(s.k * s.n, 2));
   if (mlp) p->inputs["b"] = ir::HostArray::from({s.n}, random_floats(s.n, 3));
-  p->c.assign(s.m * s.n, 0.f);
+  p->c = ir::HostArray(ir::DType::F32, {s.m, s.n});
   std::string group = (mlp ? "mlp " : "") + s.name();
   for (size_t t = 0; t < targets.size(); ++t) {
     p->exes[t]->run(p->inputs, p->outputs.emplace_back());  // warm-up and first touch of the outputs
@@ -210,7 +213,7 @@ void add_rows(std::vector<Row>& rows, std::vector<std::unique_ptr<MatmulCase>>& 
   rows.push_back({group, "openblas", s.flops(), [p] {
                     const float* x = p->inputs.at("x").as<float>();
                     const float* w = p->inputs.at("w").as<float>();
-                    float* c = p->c.data();
+                    float* c = p->c.as<float>();
                     int64_t m = p->s.m, k = p->s.k, n = p->s.n;
                     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(m), static_cast<int>(n),
                                 static_cast<int>(k), 1.f, x, static_cast<int>(k), w, static_cast<int>(n), 0.f, c,
@@ -240,11 +243,12 @@ constexpr bool kOneDnn = false;
 // Largest |fuse (compiled for targets[target]; oneDNN for target -1) - OpenBLAS| relative to the
 // largest |OpenBLAS| element, after a run of each.
 double max_difference(const MatmulCase& p, int target) {
-  const float* y = target < 0 ? p.c_onednn.data() : p.outputs[target].at("y").as<float>();
+  const float* y = target < 0 ? p.c_onednn.as<float>() : p.outputs[target].at("y").as<float>();
+  const float* c = p.c.as<float>();
   double diff = 0, scale = 1e-30;
-  for (size_t i = 0; i < p.c.size(); ++i) {
-    diff = std::max(diff, static_cast<double>(std::abs(y[i] - p.c[i])));
-    scale = std::max(scale, static_cast<double>(std::abs(p.c[i])));
+  for (int64_t i = 0; i < p.c.size(); ++i) {
+    diff = std::max(diff, static_cast<double>(std::abs(y[i] - c[i])));
+    scale = std::max(scale, static_cast<double>(std::abs(c[i])));
   }
   return diff / scale;
 }

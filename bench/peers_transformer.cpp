@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "bench/peers.h"
+#include "ir/host_array.h"
 
 namespace fuse::bench {
 namespace {
@@ -60,8 +61,11 @@ void loop_gemm(int64_t m, int64_t n, int64_t k, float alpha, const float* a, con
 
 float gelu(float x) { return 0.5f * x * (1 + std::tanh(0.7978845608f * (x + 0.044715f * x * x * x))); }
 
+// Allocated as fuse's arrays are (64-byte aligned, 2 MiB pages from 2 MiB on: ir/host_array.h).
+using Array = std::vector<float, ir::CacheLineAllocator<float>>;
+
 struct Scratch {
-  std::vector<float> h1, q, k, v, scores, attention, r, h2, u;
+  Array h1, q, k, v, scores, attention, r, h2, u;
 };
 
 std::function<void()> transformer_block(const ir::TensorMap& i, ir::TensorMap& o, Gemm gemm) {
