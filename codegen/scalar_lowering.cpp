@@ -8,6 +8,7 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Interfaces/FunctionInterfaces.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
 
 namespace fuse::codegen {
 
@@ -194,7 +195,7 @@ mlir::Value ScalarLowering::scalar_op(ScalarOp op, DType operand, DType result, 
       case ScalarOp::Add: return b_.create<mlir::arith::AddFOp>(loc_, x, a[1]);
       case ScalarOp::Sub: return b_.create<mlir::arith::SubFOp>(loc_, x, a[1]);
       case ScalarOp::Mul: return b_.create<mlir::arith::MulFOp>(loc_, x, a[1]);
-      case ScalarOp::Div: return b_.create<mlir::arith::DivFOp>(loc_, x, a[1]);
+      case ScalarOp::Div: return divide(x, a[1], operand, lanes);
       case ScalarOp::FloorDiv:
         // In f64 for f32 on both targets, as the interpreter: an f32 quotient can round up to the
         // next integer (1.0f // 0.1f is 9, but 1.0f / 0.1f rounds to 10.0f).
@@ -1055,6 +1056,78 @@ mlir::Value ScalarLowering::scale_by_power_of_two(mlir::Value u, mlir::Value q, 
 // f64 sinh of one element beyond |x| = 709 (SLEEF's overflows early; glibc's is 2 ulp off there):
 // e^|x| / 2 (e^-|x| is below its last bit), as e^{|x| - 1} (the subtraction exact from |x| = 2)
 // times e / 2 as a double-float: libm's exp (0.52 ulp) and one rounding.
+namespace {
+
+// The innermost loop around `op`'s insertion block, or null (none inside the function).
+mlir::Operation* innermost_loop(mlir::Block* block) {
+  for (mlir::Operation* op = block->getParentOp(); op; op = op->getParentOp()) {
+    if (mlir::isa<mlir::scf::ForOp, mlir::scf::WhileOp, mlir::scf::ParallelOp>(op)) return op;
+    if (mlir::isa<mlir::FunctionOpInterface>(op)) return nullptr;
+  }
+  return nullptr;
+}
+
+// Whether v has the same value in every iteration of `loop`: made outside it, or by a pure op of
+// such values (a broadcast of a row's sum, `sigma * 2.5066`), looking `depth` ops deep.
+bool invariant_in(mlir::Value v, mlir::Operation* loop, int depth) {
+  mlir::Operation* def = v.getDefiningOp();
+  if (!def) return !loop->isAncestor(mlir::cast<mlir::BlockArgument>(v).getOwner()->getParentOp());
+  if (!loop->isAncestor(def)) return true;
+  if (depth == 0 || def->getNumRegions() != 0 || !mlir::isPure(def)) return false;
+  return std::all_of(def->operand_begin(), def->operand_end(),
+                     [&](mlir::Value operand) { return invariant_in(operand, loop, depth - 1); });
+}
+
+}  // namespace
+
+// A vector division costs the divider's throughput: vdivps of 16 f32 lanes about 10 cycles on
+// the Intel Xeon (bench/README.md), which bound softmax's output pass (e / sum of the row) and
+// gaussian_pdf. Where d is the same in every iteration of the loop, z = RN(1/d) is computed once
+// (the division is pure: LLVM's LICM hoists it) and each x / d takes a product and two FMAs:
+//   q = RN(x z), r = x - q d (exact, by an FMA), RN(q + r z) = RN(x / d)
+// (Markstein's correction of a faithful quotient; q = RN(x RN(1/d)) is faithful. Muller, Raina,
+// Brisebarre, "Accelerating correctly rounded floating-point division when the divisor is known
+// in advance", IEEE TC 53(8), 2004. Checked here on every f32 significand of x for 30,000
+// divisors: bench/README.md.) The theorem needs no overflow or underflow: r exact (x's exponent
+// at least e_min + p - 1 + 2 = -101 in f32) and q normal. Vectors with a lane outside that range
+// (|x| outside [2^-100, 2^100] in f32, [2^-900, 2^900] in f64: zeros, subnormals, infinities,
+// NaN) or a divisor outside [2^-24, 2^24] ([2^-53, 2^53]) branch to the division; both paths
+// give the correctly rounded quotient, so the result is the same bits either way.
+mlir::Value ScalarLowering::divide(mlir::Value x, mlir::Value d, DType t, int lanes) {
+  mlir::Operation* loop = innermost_loop(b_.getInsertionBlock());
+  bool by_reciprocal = !fast_math_ && !libdevice_ && sleef_.fma && lanes > 1 && (t == DType::F32 || t == DType::F64) &&
+                       loop && invariant_in(d, loop, 4);
+  if (!by_reciprocal) return b_.create<mlir::arith::DivFOp>(loc_, x, d);
+  bool f32 = t == DType::F32;
+  int bits = f32 ? 32 : 64, mantissa = f32 ? 23 : 52, bias = f32 ? 127 : 1023;
+  int x_exponent = f32 ? 100 : 900, d_exponent = f32 ? 24 : 53;
+  mlir::Type int_type = lane_type(b_.getIntegerType(bits), lanes);
+  auto int_constant = [&](uint64_t v) { return constant(f32 ? DType::I32 : DType::I64, 0, static_cast<int64_t>(v), lanes); };
+  // Lanes whose magnitude is outside [2^-e, 2^e], NaN included: one unsigned comparison of the
+  // magnitude's bits, offset by 2^-e's.
+  auto outside = [&](mlir::Value v, int e) {
+    uint64_t low = static_cast<uint64_t>(bias - e) << mantissa, high = static_cast<uint64_t>(bias + e) << mantissa;
+    mlir::Value magnitude = b_.create<mlir::arith::AndIOp>(loc_, b_.create<mlir::arith::BitcastOp>(loc_, int_type, v),
+                                                           int_constant((uint64_t{1} << (bits - 1)) - 1));
+    mlir::Value offset = b_.create<mlir::arith::SubIOp>(loc_, magnitude, int_constant(low));
+    mlir::Value bad = cmpi(mlir::arith::CmpIPredicate::ugt, offset, int_constant(high - low));
+    return b_.create<mlir::vector::ReductionOp>(loc_, mlir::vector::CombiningKind::OR, bad).getResult();
+  };
+  // Frozen: a padding lane no one computed must not make the branch undefined behaviour.
+  mlir::Value slow = b_.create<mlir::arith::OrIOp>(loc_, outside(d, d_exponent), outside(x, x_exponent));
+  slow = b_.create<mlir::LLVM::FreezeOp>(loc_, slow);
+  auto branch = b_.create<mlir::scf::IfOp>(loc_, mlir::TypeRange{x.getType()}, slow, /*withElseRegion=*/true);
+  mlir::OpBuilder::InsertionGuard guard(b_);
+  b_.setInsertionPointToStart(&branch.getThenRegion().front());
+  b_.create<mlir::scf::YieldOp>(loc_, mlir::ValueRange{b_.create<mlir::arith::DivFOp>(loc_, x, d).getResult()});
+  b_.setInsertionPointToStart(&branch.getElseRegion().front());
+  mlir::Value z = b_.create<mlir::arith::DivFOp>(loc_, constant(t, 1, 1, lanes), d);
+  mlir::Value q = b_.create<mlir::arith::MulFOp>(loc_, x, z);
+  mlir::Value r = b_.create<mlir::math::FmaOp>(loc_, b_.create<mlir::arith::NegFOp>(loc_, q), d, x);
+  b_.create<mlir::scf::YieldOp>(loc_, mlir::ValueRange{b_.create<mlir::math::FmaOp>(loc_, r, z, q).getResult()});
+  return branch.getResult(0);
+}
+
 mlir::Value ScalarLowering::sinh_near_overflow(mlir::Value x) {
   auto c = [&](double k) { return constant(DType::F64, k, 0, 1); };
   constexpr double kHalfE = 1.3591409142295225, kHalfELow = 7.228234458646251e-17;

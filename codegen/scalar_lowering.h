@@ -170,6 +170,9 @@ class ScalarLowering {
   mlir::Value expm1(mlir::Value x, DType t, int lanes);
   // Python's // and % on integers; x // 0 and x % 0 are 0, and x // -1 wraps (never traps).
   mlir::Value int_floordiv_mod(ScalarOp op, DType t, mlir::Value x, mlir::Value y, int lanes);
+  // x / d of f32 or f64 lanes, correctly rounded; by the reciprocal of d where d is the same in
+  // every iteration of the loop around the insertion point (see the definition).
+  mlir::Value divide(mlir::Value x, mlir::Value d, DType t, int lanes);
   // Integer power by squaring over every exponent bit (branch-free, so it vectorizes);
   // negative exponents give the integer part of 1 / x^-e.
   mlir::Value int_pow(DType t, mlir::Value x, mlir::Value e, int lanes);

@@ -715,6 +715,105 @@ TEST_CASE("f32 sigmoid within 1 ulp and the same bits wherever a value sits in a
                         std::numeric_limits<float>::quiet_NaN()});
 }
 
+// x / d where d is the same in every iteration of the loop (a scalar input, a row's max): the
+// loop multiplies by d's reciprocal and corrects the quotient with two FMAs (ScalarLowering::
+// divide), and vectors with a lane outside the range where that is exact branch to the division.
+// Both give the correctly rounded quotient, so every element must have the interpreter's bits:
+// dividends at and beyond the range's edges (2^-100, 2^100 in f32; 2^-900, 2^900 in f64), zeros,
+// subnormals, infinities, NaN and random bit patterns; divisors in range, at its edges (2^-24,
+// 2^24; 2^-53, 2^53) and beyond them, zeros, infinities, NaN; loops, masked tails, 8 lanes.
+template <class T>
+void check_division_by_invariant() {
+  using Bits = std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>;
+  constexpr bool f32 = sizeof(T) == 4;
+  constexpr T kInf = std::numeric_limits<T>::infinity(), kNaN = std::numeric_limits<T>::quiet_NaN();
+  const T x_edge = std::ldexp(T(1), f32 ? 100 : 900), d_edge = std::ldexp(T(1), f32 ? 24 : 53);
+  std::vector<T> values = {T(0), -T(0), std::numeric_limits<T>::denorm_min(), -std::numeric_limits<T>::min(),
+                           1 / x_edge, std::nextafter(1 / x_edge, T(0)), -std::nextafter(1 / x_edge, T(1)), x_edge,
+                           std::nextafter(x_edge, kInf), -x_edge, T(1), T(3), T(1) / 3, T(-7.5), T(0.1),
+                           std::nextafter(T(2), T(0)), std::numeric_limits<T>::max(), kInf, -kInf, kNaN};
+  testing::detail::Rng rng(11);
+  while (values.size() < 200) {
+    T v = std::bit_cast<T>(static_cast<Bits>(rng.next()));
+    if (std::isfinite(v)) values.push_back(v);
+  }
+  const DType t = ir::dtype_of<T>();
+  auto same = [](T a, T b) { return std::isnan(a) ? std::isnan(b) : std::bit_cast<Bits>(a) == std::bit_cast<Bits>(b); };
+  // y = x / s, s a scalar input.
+  Graph by_scalar;
+  by_scalar.output("y", by_scalar.input("x", t, {sym("N")}) / by_scalar.input("s", t));
+  std::vector<T> divisors = {T(1), T(-1), T(3), T(-3), T(0.1), std::nextafter(T(2), T(0)), 1 / d_edge, d_edge, -d_edge,
+                             std::nextafter(1 / d_edge, T(0)), std::nextafter(d_edge, kInf), T(1e-30), T(1e30), T(0), -T(0),
+                             std::numeric_limits<T>::denorm_min(), kInf, kNaN};
+  for (const Target& target : {Target::host(), Target::cpu("avx2")}) {
+    runtime::Executable exe = compile(by_scalar, target);
+    for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{16}, int64_t{1023}}) {
+      std::vector<T> in;
+      for (int64_t i = 0; i < n; ++i) in.push_back(values[static_cast<size_t>(i) % values.size()]);
+      for (T d : divisors) {
+        ir::TensorMap inputs{{"x", ir::HostArray::from<T>({n}, in)}, {"s", ir::HostArray::scalar<T>(d)}};
+        ir::TensorMap expected = ir::interpret(by_scalar.ir(), inputs), actual = exe.run(inputs);
+        int wrong = 0;
+        for (int64_t i = 0; i < n; ++i) {
+          T e = expected.at("y").as<T>()[i], a = actual.at("y").as<T>()[i];
+          if (same(a, e)) continue;
+          if (wrong++ == 0) {
+            INFO("vector bits " << target.vector_bits << ", N = " << n << ": " << show(in[static_cast<size_t>(i)]) << " / "
+                                << show(d) << " = " << show(a) << ", interpreter " << show(e));
+            CHECK(same(a, e));
+          }
+        }
+        CHECK(wrong == 0);
+      }
+    }
+  }
+  // y = x / max(x, axis=1): each row's output pass divides by the row's max, one row per rank of
+  // divisor: in range (1, 2^24 and just under 2^-24's reciprocal range), beyond it, 0 (0 / 0 and
+  // x / 0), NaN.
+  Graph by_row;
+  Tensor m = by_row.input("m", t, {sym("R"), sym("C")});
+  by_row.output("y", m / max(m, 1, true));
+  std::vector<T> row_max = {T(1), d_edge, 1 / d_edge, std::nextafter(1 / d_edge, T(0)), d_edge * 2, T(0), kNaN};
+  const int64_t columns = 1023, rows = static_cast<int64_t>(row_max.size());
+  std::vector<T> grid;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < columns; ++c) {
+      T v = std::abs(values[static_cast<size_t>(c) % values.size()]);
+      T top = row_max[static_cast<size_t>(r)];
+      // Finite values scaled into [0, top]; the row's max placed mid-row.
+      v = c == columns / 2 ? top : std::isfinite(v) ? (v > T(1) ? T(1) / v : v) * (std::isnan(top) ? T(1) : top) : T(0);
+      if (std::isnan(top) && c == 3) v = kNaN;
+      grid.push_back(v);
+    }
+  ir::TensorMap inputs{{"m", ir::HostArray::from<T>({rows, columns}, grid)}};
+  ir::TensorMap expected = ir::interpret(by_row.ir(), inputs), actual = compile(by_row, Target::host()).run(inputs);
+  int wrong = 0;
+  for (int64_t i = 0; i < rows * columns; ++i) {
+    T e = expected.at("y").as<T>()[i], a = actual.at("y").as<T>()[i];
+    if (same(a, e)) continue;
+    if (wrong++ == 0) {
+      INFO("row " << i / columns << ": " << show(grid[static_cast<size_t>(i)]) << " / its max = " << show(a)
+                  << ", interpreter " << show(e));
+      CHECK(same(a, e));
+    }
+  }
+  CHECK(wrong == 0);
+  // The reciprocal form is what the loops use (its range check's constant, 2^100 / 2^-100's bits
+  // apart), and only there: not for a divisor that changes along the loop, nor under fast math.
+  const std::string span = f32 ? "1677721600" : "8106479329266892800";
+  CHECK(has(llvm_ir(by_scalar, Target::host()), span));
+  CHECK(has(llvm_ir(by_row, Target::host()), span));
+  CHECK_FALSE(has(llvm_ir(by_scalar, Target::host(), true), span));
+  Graph elementwise;
+  elementwise.output("y", elementwise.input("x", t, {sym("N")}) / elementwise.input("z", t, {sym("N")}));
+  CHECK_FALSE(has(llvm_ir(elementwise, Target::host()), span));
+}
+
+TEST_CASE("division by a divisor the loop does not change is correctly rounded on both of its paths", "[cpu][accuracy]") {
+  SECTION("f32") { check_division_by_invariant<float>(); }
+  SECTION("f64") { check_division_by_invariant<double>(); }
+}
+
 // exp(x) and exp(-x) in one kernel share exp_f32_inline's range reduction and polynomial halves
 // (f32 vectors): the second costs a few FMAs and its scaling, and its value is bit for bit what
 // exp(-x) alone gives. Written out the way users write sinh, cosh and tanh (hidden_layer.expr).
