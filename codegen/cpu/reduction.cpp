@@ -196,6 +196,15 @@ std::vector<mlir::Value> CpuKernelEmitter::emit_reduction_row(mlir::Value row, c
   if (passes > 1 && lanes > 1 && ir::trailing_axes(k_)) {
     mlir::Value more = cmpi(mlir::arith::CmpIPredicate::slt, add(row, i64(1)), dim(ir::num_elements(kept_dims())));
     next_row = select(more, max_i64(dim(row_length), i64(kPrefetchAheadBytes / 4)), i64(0));
+    // A row of 8 KiB or more is prefetched into L2 (prefetcht1), a shorter one into L1: a
+    // prefetcht0 from memory holds one of the core's few line-fill buffers for the whole trip,
+    // which a row ahead is more than needed. The prefetch not taken reads this row's line again
+    // (in L1: nothing to fetch), so that the choice costs a select per row, not a branch per
+    // line. On the Intel Xeon (two threads, alternated): softmax 4096 x 4096 3.20-3.62 ->
+    // 3.09-3.13 ms, layernorm 3.02-3.08 -> 2.86-2.94; rows of 1024 f32 took 7% longer in L2.
+    mlir::Value far = cmpi(mlir::arith::CmpIPredicate::sge, next_row, i64(kPrefetchToL2Bytes / 4));
+    next_row_in_l2_ = select(far, next_row, i64(0));
+    next_row = select(far, i64(0), next_row);
   }
   // Riding on the moments pass (layernorm): the row before's output pass goes with this row's
   // moments pass, which then prefetches the next row (the output pass no longer reads the row).
@@ -1461,6 +1470,8 @@ void CpuKernelEmitter::prefetch_inputs(mlir::Value row_base, mlir::Value j, int 
     if (prefetch_next_row_) {
       mlir::Value address = element_address(slot, n.dtype, add(add(row_base, prefetch_next_row_), j));
       b_.create<mlir::LLVM::Prefetch>(loc_, address, /*rw=*/0u, /*locality=*/3u, /*data cache=*/1u);
+      address = element_address(slot, n.dtype, add(add(row_base, next_row_in_l2_), j));
+      b_.create<mlir::LLVM::Prefetch>(loc_, address, /*rw=*/0u, /*locality=*/2u, /*data cache=*/1u);
     }
     if (prefetch_ahead_) {
       // One prefetch per 64 bytes of the step: at each multiple of 64 within this vector's bytes.
