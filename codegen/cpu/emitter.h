@@ -294,9 +294,9 @@ class CpuKernelEmitter : public KernelEmitterBase {
   // instead of stalling the next row's first pass (the passes between run from cache).
   mlir::Value prefetch_next_row_;
   // With prefetch_next_row_ (which is then 0 for such rows): the next row's offset for rows of
-  // kPrefetchToL2Bytes or more, prefetched into L2; else 0.
+  // kPrefetchToL2Bytes to kPrefetchToL2MaxBytes (of f32), prefetched into L2; else 0.
   mlir::Value next_row_in_l2_;
-  static constexpr int64_t kPrefetchToL2Bytes = 8192;
+  static constexpr int64_t kPrefetchToL2Bytes = 8192, kPrefetchToL2MaxBytes = 65536;
   // A split reduction's chunk streams from memory on one core; a prefetch kPrefetchAheadBytes
   // ahead of each line it reads keeps enough lines in flight where the loop's other work (a
   // widening to f64, a NaN tracker) would hold the core's own loads back: on the 2-vCPU Intel

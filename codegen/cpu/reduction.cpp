@@ -196,13 +196,17 @@ std::vector<mlir::Value> CpuKernelEmitter::emit_reduction_row(mlir::Value row, c
   if (passes > 1 && lanes > 1 && ir::trailing_axes(k_)) {
     mlir::Value more = cmpi(mlir::arith::CmpIPredicate::slt, add(row, i64(1)), dim(ir::num_elements(kept_dims())));
     next_row = select(more, max_i64(dim(row_length), i64(kPrefetchAheadBytes / 4)), i64(0));
-    // A row of 8 KiB or more is prefetched into L2 (prefetcht1), a shorter one into L1: a
-    // prefetcht0 from memory holds one of the core's few line-fill buffers for the whole trip,
-    // which a row ahead is more than needed. The prefetch not taken reads this row's line again
-    // (in L1: nothing to fetch), so that the choice costs a select per row, not a branch per
-    // line. On the Intel Xeon (two threads, alternated): softmax 4096 x 4096 3.20-3.62 ->
-    // 3.09-3.13 ms, layernorm 3.02-3.08 -> 2.86-2.94; rows of 1024 f32 took 7% longer in L2.
-    mlir::Value far = cmpi(mlir::arith::CmpIPredicate::sge, next_row, i64(kPrefetchToL2Bytes / 4));
+    // A row of 8 to 64 KiB is prefetched into L2 (prefetcht1), others into L1: a prefetcht0
+    // from memory holds one of the core's few line-fill buffers for the whole trip, which a row
+    // ahead is more than needed. The prefetch not taken reads this row's line again (in L1:
+    // nothing to fetch), so that the choice costs a select per row, not a branch per line. On
+    // the Intel Xeon, two threads, inputs of 512 MiB (alternated): softmax of rows of 4096 f32
+    // 31.1-31.3 -> 28.3-29.2 ms, layernorm 30.3-31.5 -> 29.3-30.0, of 16384 31.5-32.5 ->
+    // 30.5-31.1; but rows of 1024 took 7% longer (2.9-3.0 -> 3.1-3.3 ms, 64 MiB), rows of 24576
+    // the same, and layernorm's rows of 32768 and 65536 25-35% longer.
+    mlir::Value far = b_.create<mlir::arith::AndIOp>(
+        loc_, cmpi(mlir::arith::CmpIPredicate::sge, next_row, i64(kPrefetchToL2Bytes / 4)),
+        cmpi(mlir::arith::CmpIPredicate::sle, next_row, i64(kPrefetchToL2MaxBytes / 4)));
     next_row_in_l2_ = select(far, next_row, i64(0));
     next_row = select(far, i64(0), next_row);
   }
