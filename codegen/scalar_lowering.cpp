@@ -1053,12 +1053,9 @@ mlir::Value ScalarLowering::scale_by_power_of_two(mlir::Value u, mlir::Value q, 
   return b_.create<mlir::arith::MulFOp>(loc_, scaled, power(rest));
 }
 
-// f64 sinh of one element beyond |x| = 709 (SLEEF's overflows early; glibc's is 2 ulp off there):
-// e^|x| / 2 (e^-|x| is below its last bit), as e^{|x| - 1} (the subtraction exact from |x| = 2)
-// times e / 2 as a double-float: libm's exp (0.52 ulp) and one rounding.
 namespace {
 
-// The innermost loop around `op`'s insertion block, or null (none inside the function).
+// The innermost loop around `block`, or null (none inside the function).
 mlir::Operation* innermost_loop(mlir::Block* block) {
   for (mlir::Operation* op = block->getParentOp(); op; op = op->getParentOp()) {
     if (mlir::isa<mlir::scf::ForOp, mlir::scf::WhileOp, mlir::scf::ParallelOp>(op)) return op;
@@ -1081,18 +1078,19 @@ bool invariant_in(mlir::Value v, mlir::Operation* loop, int depth) {
 }  // namespace
 
 // A vector division costs the divider's throughput: vdivps of 16 f32 lanes about 10 cycles on
-// the Intel Xeon (bench/README.md), which bound softmax's output pass (e / sum of the row) and
-// gaussian_pdf. Where d is the same in every iteration of the loop, z = RN(1/d) is computed once
-// (the division is pure: LLVM's LICM hoists it) and each x / d takes a product and two FMAs:
+// the Intel Xeon (bench/README.md), which bound softmax's output pass (e / sum of the row) in
+// cache. Where d is the same in every iteration of the loop, z = RN(1/d) is computed once (the
+// division is pure: LLVM's LICM hoists it) and each x / d takes a product and two FMAs:
 //   q = RN(x z), r = x - q d (exact, by an FMA), RN(q + r z) = RN(x / d)
 // (Markstein's correction of a faithful quotient; q = RN(x RN(1/d)) is faithful. Muller, Raina,
 // Brisebarre, "Accelerating correctly rounded floating-point division when the divisor is known
 // in advance", IEEE TC 53(8), 2004. Checked here on every f32 significand of x for 30,000
-// divisors: bench/README.md.) The theorem needs no overflow or underflow: r exact (x's exponent
-// at least e_min + p - 1 + 2 = -101 in f32) and q normal. Vectors with a lane outside that range
-// (|x| outside [2^-100, 2^100] in f32, [2^-900, 2^900] in f64: zeros, subnormals, infinities,
-// NaN) or a divisor outside [2^-24, 2^24] ([2^-53, 2^53]) branch to the division; both paths
-// give the correctly rounded quotient, so the result is the same bits either way.
+// divisors: bench/README.md.) The theorem needs no overflow or underflow: r is exact where the
+// exponents of q and d add up to at least e_min + p - 1 (-103 in f32), and q must be normal.
+// Vectors with a lane outside the range that ensures both (|x| in [2^-100, 2^100] in f32,
+// [2^-900, 2^900] in f64, so zeros, subnormals, infinities and NaN are outside) or a divisor
+// outside [2^-24, 2^24] ([2^-53, 2^53]) branch to the division; both paths give the correctly
+// rounded quotient, so the result is the same bits either way.
 mlir::Value ScalarLowering::divide(mlir::Value x, mlir::Value d, DType t, int lanes) {
   mlir::Operation* loop = innermost_loop(b_.getInsertionBlock());
   bool by_reciprocal = !fast_math_ && !libdevice_ && sleef_.fma && lanes > 1 && (t == DType::F32 || t == DType::F64) &&
@@ -1128,6 +1126,9 @@ mlir::Value ScalarLowering::divide(mlir::Value x, mlir::Value d, DType t, int la
   return branch.getResult(0);
 }
 
+// f64 sinh of one element beyond |x| = 709 (SLEEF's overflows early; glibc's is 2 ulp off there):
+// e^|x| / 2 (e^-|x| is below its last bit), as e^{|x| - 1} (the subtraction exact from |x| = 2)
+// times e / 2 as a double-float: libm's exp (0.52 ulp) and one rounding.
 mlir::Value ScalarLowering::sinh_near_overflow(mlir::Value x) {
   auto c = [&](double k) { return constant(DType::F64, k, 0, 1); };
   constexpr double kHalfE = 1.3591409142295225, kHalfELow = 7.228234458646251e-17;
