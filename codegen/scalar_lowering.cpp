@@ -1093,8 +1093,8 @@ bool invariant_in(mlir::Value v, mlir::Operation* loop, int depth) {
 // rounded quotient, so the result is the same bits either way.
 mlir::Value ScalarLowering::divide(mlir::Value x, mlir::Value d, DType t, int lanes) {
   mlir::Operation* loop = innermost_loop(b_.getInsertionBlock());
-  bool by_reciprocal = !fast_math_ && !libdevice_ && sleef_.fma && lanes > 1 && (t == DType::F32 || t == DType::F64) &&
-                       loop && invariant_in(d, loop, 4);
+  bool by_reciprocal = reciprocal_division_ && !fast_math_ && !libdevice_ && sleef_.fma && lanes > 1 &&
+                       (t == DType::F32 || t == DType::F64) && loop && invariant_in(d, loop, 4);
   if (!by_reciprocal) return b_.create<mlir::arith::DivFOp>(loc_, x, d);
   bool f32 = t == DType::F32;
   int bits = f32 ? 32 : 64, mantissa = f32 ? 23 : 52, bias = f32 ? 127 : 1023;

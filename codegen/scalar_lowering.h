@@ -143,6 +143,10 @@ class ScalarLowering {
   // call in a loop, even one never taken, makes LLVM keep the loop's vector accumulators and
   // constants on the stack across iterations (every vector register is caller-saved).
   void defer_patches(std::vector<mlir::Value>* masks) { deferred_masks_ = masks; }
+  // Whether divide() may take the reciprocal of a loop-invariant divisor (on by default): a row
+  // kernel turns it off for rows of a few vectors, where the reciprocal's own division lengthens
+  // each row's chain more than it saves.
+  void allow_reciprocal_division(bool allow) { reciprocal_division_ = allow; }
   // One op with the exact semantics of ir::evaluate_scalar_op.
   mlir::Value scalar_op(ScalarOp op, DType operand, DType result, const std::vector<mlir::Value>& a, int lanes);
   // sin or cos of f32 lanes, computed in f64 (so it vectorizes and stays within 1 ulp of the
@@ -330,6 +334,7 @@ class ScalarLowering {
   bool fast_math_, libdevice_;
   std::string fail_prefix_;
   std::vector<mlir::Value>* deferred_masks_ = nullptr;  // see defer_patches
+  bool reciprocal_division_ = true;                     // see allow_reciprocal_division
 };
 
 /// A peephole after CSE: SLEEF's vector sin(x) and cos(x) calls of the same x in one block become

@@ -127,6 +127,16 @@ mlir::Value CpuKernelEmitter::symbol_value(const std::string& name) {
   return b_.create<mlir::LLVM::LoadOp>(loc_, i64_type(), address);
 }
 
+std::optional<int64_t> CpuKernelEmitter::known_size(const ir::Dim& d) const {
+  if (std::optional<int64_t> c = d.constant()) return c;
+  ir::SymbolBindings bound(options_.bound_symbols.begin(), options_.bound_symbols.end());
+  try {
+    return ir::evaluate(d, bound);
+  } catch (const ir::Error&) {  // a symbol bound only at run time
+    return std::nullopt;
+  }
+}
+
 // Values cached while emitting one loop body are defined inside it: never reuse them outside.
 void CpuKernelEmitter::clear_caches() {
   KernelEmitterBase::clear_caches();

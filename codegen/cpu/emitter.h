@@ -85,6 +85,8 @@ class CpuKernelEmitter : public KernelEmitterBase {
   // Values cached while emitting one loop body are defined inside it: never reuse them outside.
   void clear_caches() override;
   mlir::Value symbol_value(const std::string& name) override;
+  // d's size where it is known when compiling (constant, or of symbols the options bind).
+  std::optional<int64_t> known_size(const ir::Dim& d) const;
   mlir::Value load_element(NodeId id, mlir::Value offset) override { return load(input_slot_.at(id), k_.body.node(id).dtype, offset, 1); }
   template <class Body>
   void loop(mlir::Value from, mlir::Value to, int64_t step, Body body) {
