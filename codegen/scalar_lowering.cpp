@@ -8,6 +8,7 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Interfaces/FunctionInterfaces.h"
+#include "mlir/Interfaces/LoopLikeInterface.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 
 namespace fuse::codegen {
@@ -1055,22 +1056,12 @@ mlir::Value ScalarLowering::scale_by_power_of_two(mlir::Value u, mlir::Value q, 
 
 namespace {
 
-// The innermost loop around `block`, or null (none inside the function).
-mlir::Operation* innermost_loop(mlir::Block* block) {
-  for (mlir::Operation* op = block->getParentOp(); op; op = op->getParentOp()) {
-    if (mlir::isa<mlir::scf::ForOp, mlir::scf::WhileOp, mlir::scf::ParallelOp>(op)) return op;
-    if (mlir::isa<mlir::FunctionOpInterface>(op)) return nullptr;
-  }
-  return nullptr;
-}
-
 // Whether v has the same value in every iteration of `loop`: made outside it, or by a pure op of
 // such values (a broadcast of a row's sum, `sigma * 2.5066`), looking `depth` ops deep.
-bool invariant_in(mlir::Value v, mlir::Operation* loop, int depth) {
+bool invariant_in(mlir::Value v, mlir::LoopLikeOpInterface loop, int depth) {
+  if (loop.isDefinedOutsideOfLoop(v)) return true;
   mlir::Operation* def = v.getDefiningOp();
-  if (!def) return !loop->isAncestor(mlir::cast<mlir::BlockArgument>(v).getOwner()->getParentOp());
-  if (!loop->isAncestor(def)) return true;
-  if (depth == 0 || def->getNumRegions() != 0 || !mlir::isPure(def)) return false;
+  if (!def || depth == 0 || def->getNumRegions() != 0 || !mlir::isPure(def)) return false;
   return std::all_of(def->operand_begin(), def->operand_end(),
                      [&](mlir::Value operand) { return invariant_in(operand, loop, depth - 1); });
 }
@@ -1092,7 +1083,10 @@ bool invariant_in(mlir::Value v, mlir::Operation* loop, int depth) {
 // outside [2^-24, 2^24] ([2^-53, 2^53]) branch to the division; both paths give the correctly
 // rounded quotient, so the result is the same bits either way.
 mlir::Value ScalarLowering::divide(mlir::Value x, mlir::Value d, DType t, int lanes) {
-  mlir::Operation* loop = innermost_loop(b_.getInsertionBlock());
+  // The innermost loop around the insertion point (none above the function: it is the top).
+  mlir::Operation* around = b_.getInsertionBlock()->getParentOp();
+  auto loop = mlir::dyn_cast<mlir::LoopLikeOpInterface>(around);
+  if (!loop) loop = around->getParentOfType<mlir::LoopLikeOpInterface>();
   bool by_reciprocal = reciprocal_division_ && !fast_math_ && !libdevice_ && sleef_.fma && lanes > 1 &&
                        (t == DType::F32 || t == DType::F64) && loop && invariant_in(d, loop, 4);
   if (!by_reciprocal) return b_.create<mlir::arith::DivFOp>(loc_, x, d);

@@ -723,6 +723,13 @@ TEST_CASE("f32 sigmoid within 1 ulp and the same bits wherever a value sits in a
 // dividends at and beyond the range's edges (2^-100, 2^100 in f32; 2^-900, 2^900 in f64), zeros,
 // subnormals, infinities, NaN and random bit patterns; divisors in range, at its edges (2^-24,
 // 2^24; 2^-53, 2^53) and beyond them, zeros, infinities, NaN; loops, masked tails, 8 lanes.
+namespace {
+
+// divide()'s range check in the IR: the bits of 2^100 less those of 2^-100 (f32), of 2^900 less
+// those of 2^-900 (f64).
+constexpr const char* kF32ReciprocalCheck = "1677721600";
+constexpr const char* kF64ReciprocalCheck = "8106479329266892800";
+
 template <class T>
 void check_division_by_invariant() {
   using Bits = std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>;
@@ -801,7 +808,7 @@ void check_division_by_invariant() {
   CHECK(wrong == 0);
   // The reciprocal form is what the loops use (its range check's constant, 2^100 / 2^-100's bits
   // apart), and only there: not for a divisor that changes along the loop, nor under fast math.
-  const std::string span = f32 ? "1677721600" : "8106479329266892800";
+  const std::string span = f32 ? kF32ReciprocalCheck : kF64ReciprocalCheck;
   CHECK(has(llvm_ir(by_scalar, Target::host()), span));
   CHECK(has(llvm_ir(by_row, Target::host()), span));
   CHECK_FALSE(has(llvm_ir(by_scalar, Target::host(), true), span));
@@ -809,6 +816,8 @@ void check_division_by_invariant() {
   elementwise.output("y", elementwise.input("x", t, {sym("N")}) / elementwise.input("z", t, {sym("N")}));
   CHECK_FALSE(has(llvm_ir(elementwise, Target::host()), span));
 }
+
+}  // namespace
 
 TEST_CASE("division by a divisor the loop does not change is correctly rounded on both of its paths", "[cpu][accuracy]") {
   SECTION("f32") { check_division_by_invariant<float>(); }
@@ -833,7 +842,7 @@ TEST_CASE("softmax's rows of a few vectors divide directly, longer ones by the r
   };
   auto reciprocals = [](const std::string& ir) {
     int n = 0;
-    for (size_t at = ir.find("1677721600"); at != std::string::npos; at = ir.find("1677721600", at + 1)) ++n;
+    for (size_t at = ir.find(kF32ReciprocalCheck); at != std::string::npos; at = ir.find(kF32ReciprocalCheck, at + 1)) ++n;
     return n;
   };
   // (Each site prints the constant once per lane. The one left in a kernel of short rows is

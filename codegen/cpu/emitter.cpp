@@ -128,13 +128,10 @@ mlir::Value CpuKernelEmitter::symbol_value(const std::string& name) {
 }
 
 std::optional<int64_t> CpuKernelEmitter::known_size(const ir::Dim& d) const {
-  if (std::optional<int64_t> c = d.constant()) return c;
   ir::SymbolBindings bound(options_.bound_symbols.begin(), options_.bound_symbols.end());
-  try {
-    return ir::evaluate(d, bound);
-  } catch (const ir::Error&) {  // a symbol bound only at run time
-    return std::nullopt;
-  }
+  for (const std::string& name : d.symbol_names())
+    if (!bound.count(name)) return std::nullopt;  // bound only at run time
+  return ir::evaluate(d, bound);
 }
 
 // Values cached while emitting one loop body are defined inside it: never reuse them outside.
