@@ -217,9 +217,10 @@ MatmulTiling matmul_tiling(const CpuSchedule& s) {
   t.nr = (std::max(1, s.nr) + t.lanes - 1) / t.lanes * t.lanes;
   t.kc = (std::max<int64_t>(1, s.kc) + t.lanes - 1) / t.lanes * t.lanes;
   t.mc = std::max<int64_t>(t.mr, s.mc / t.mr * t.mr);
-  // Four panels a claim: 64 columns with AVX2's f32 tile, 128 with AVX-512's, so that B's rows
-  // are read a few lines at a time; a thousand columns make 16 groups to share out.
-  t.group_columns = 4 * t.nr;
+  // Eight vectors of columns a claim (whole panels): 64 f32 columns with AVX2 (four 6 x 16
+  // panels), 128 with AVX-512 (two 6 x 64 panels), so that B's rows are read a few lines at a
+  // time; a thousand columns make 8 to 16 groups to share out.
+  t.group_columns = std::max(t.nr, (8 * t.lanes + t.nr - 1) / t.nr * t.nr);
   t.nc = std::max(t.group_columns, s.nc / t.group_columns * t.group_columns);
   t.nc_few_rows = std::min(t.nc, std::max(t.group_columns, t.mc / t.group_columns * t.group_columns));
   return t;

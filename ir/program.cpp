@@ -106,6 +106,7 @@ static std::vector<std::pair<std::string, std::string>> schedule_fields(const Ke
       add("nc", s.cpu.nc);
       add("mr", s.cpu.mr);
       add("nr", s.cpu.nr);
+      add("a_in_place", s.cpu.a_in_place ? 1 : 0);
     }
   } else {
     add("block_x", s.cuda.block_x);

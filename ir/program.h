@@ -79,6 +79,9 @@ struct CpuSchedule {
   int transpose_block = 16;    // TiledRows: square tile edge in elements
   int64_t mc = 0, kc = 0, nc = 0;  // BlockedMatmul: cache blocking (rows of A, depth, cols of B)
   int mr = 0, nr = 0;              // BlockedMatmul: register tile (rows x cols of C kept in registers)
+  /// BlockedMatmul: the micro-kernel reads A where it lies, without packing it, when A is one
+  /// of the kernel's inputs laid out row-major (else, and without this, A is packed).
+  bool a_in_place = false;
   /// Contiguous, Rows, TiledRows, ReductionRows: kernels moving more bytes than this stream
   /// their outputs (non-temporal stores). passes/schedule.cpp takes Target::streaming_bytes
   /// where a later kernel reads an output, Target::result_streaming_bytes where it writes only

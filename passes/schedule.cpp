@@ -49,18 +49,30 @@ static ir::CpuSchedule cpu_schedule(const Kernel& k, const ir::Target& t, bool r
       // plus the nr / lanes vectors of B and a broadcast of A must fit the register file:
       // 32 vector registers with AVX-512, 16 below), an mc x kc block of A in half of L2, a
       // kc x nc panel of B in a thread's share of half of L3. kc is long, since every K block
-      // is one more pass over C's partial sums: with AVX-512's 12 x 32 tile the kc x nr panel
-      // of B takes twice L1 (streamed from L2); on the Zen 4 this was tuned on, kc = 128 (the
-      // panel in half of L1) ran 2048^3 at 0.8x OpenBLAS, 256-384 at 0.95x, 512 at 1.02x. The
-      // 6 x 16 tile below AVX-512 does half the FMAs per byte of A and B it loads (0.46 bytes
-      // from L2 per flop with B streamed, against 0.23), more than L2 keeps up with: its panel
-      // of B fills L1 once, not twice (Zen 3: kc = 512, 2048^3 9% faster than 1024;
-      // bench/README.md).
+      // is one more pass over C's partial sums.
+      // AVX-512: a 6 x 64 tile (oneDNN's brgemm kernel on the Intel Xeon has this shape: four
+      // vectors of B and six broadcasts of A per 24 FMAs) reading A in place, its six rows
+      // (kc long) in half of L1 and the kc x 64 panel of B streamed from L2. On the 2-vCPU
+      // Intel Xeon (bench/README.md, twenty-fifth session) this ran 1024^3 2-5% faster than
+      // the 12 x 32 tile over packed A with kc = 768 (that tile reading A in place: 1024^3
+      // faster, 2048^3 5% slower: twelve rows 4 or 8 KiB apart share one set of L1), and kc =
+      // 1024 beat 512 and 768 by 2-4% at 1024^3 and 2048^3.
+      // Below AVX-512, a 6 x 16 tile over packed A: it does half the FMAs per byte of A and B it
+      // loads (0.46 bytes from L2 per flop with B streamed, against 0.23), more than L2 keeps up
+      // with: its panel of B fills L1 once, not twice (Zen 3: kc = 512, 2048^3 9% faster than
+      // 1024; bench/README.md). In place, A ran 2048^3 2-4% slower there (AVX2 code on the
+      // Intel Xeon; no AVX2-only machine measured).
       int64_t e = static_cast<int64_t>(elem);
-      s.nr = 2 * s.vector_width;
-      s.mr = t.vector_bits >= 512 ? 12 : 6;
-      int64_t panel_bytes = (s.mr >= 12 ? 2 : 1) * t.l1_bytes;
-      s.kc = std::clamp<int64_t>(panel_bytes / (s.nr * e) / s.vector_width * s.vector_width, s.vector_width, 1024);
+      s.mr = 6;
+      if (t.vector_bits >= 512) {
+        s.nr = 4 * s.vector_width;
+        s.a_in_place = true;
+        s.kc = t.l1_bytes / 2 / (s.mr * e);
+      } else {
+        s.nr = 2 * s.vector_width;
+        s.kc = t.l1_bytes / (s.nr * e);
+      }
+      s.kc = std::clamp<int64_t>(s.kc / s.vector_width * s.vector_width, s.vector_width, 1024);
       s.mc = std::max<int64_t>(s.mr, t.l2_bytes / 2 / (s.kc * e) / s.mr * s.mr);
       s.nc = std::max<int64_t>(s.nr, t.l3_bytes / 2 / std::max(1, t.cores) / (s.kc * e) / s.nr * s.nr);
       break;

@@ -33,10 +33,10 @@ CompileOptions with_target(const Target& t) {
 }
 
 // The host, with caches small enough that a few dozen rows and columns cross every block: kc,
-// mc and nc of a couple of register tiles. kc is 2 x L1 / (nr x element size) with AVX-512's
-// 12 x 32 f32 tiles, L1 / (nr x element size) with AVX2's 6 x 16: 32 elements either way (L1
-// at 4 KiB gave AVX2 hosts kc = 128 when it was 2 x L1, past the K of every shape but one in
-// "matmul blocking edges").
+// mc and nc of a couple of register tiles. kc is L1 / 2 / (mr x element size) with AVX-512's
+// 6 x 64 f32 tiles (42, in whole vectors 32), L1 / (nr x element size) with AVX2's 6 x 16: 32
+// elements either way (L1 at 4 KiB gave AVX2 hosts kc = 128 when it was 2 x L1, past the K of
+// every shape but one in "matmul blocking edges").
 Target tiny_caches() {
   Target t = Target::host();
   t.l1_bytes = 2 << 10;
@@ -496,15 +496,19 @@ TEST_CASE("the matmul generator retargets to 256-bit vectors (AVX2: 8 f32 lanes,
   CHECK(s.mr == 6);
   CHECK(s.nr == 16);
   // The 6 x 16 tile's kc x nr panel of B fills L1 once (kc = 1024, twice L1, ran 2048^3 9% slower
-  // on a Zen 3); AVX-512's 12 x 32 tile takes twice L1, the same kc at this L1.
+  // on a Zen 3), and A is packed.
   CHECK(s.kc == 512);
+  CHECK_FALSE(s.a_in_place);
+  // AVX-512's 6 x 64 tile reads A in place, its six rows of kc in half of L1: 32 KiB / 2 / 24
+  // bytes, 682, in whole vectors 672.
   Target avx512 = avx2;
   avx512.vector_bits = 512;
   runtime::Executable wide_exe = compile(g, with_target(avx512));
   const ir::CpuSchedule& wide = only_matmul(wide_exe).schedule.cpu;
-  CHECK(wide.mr == 12);
-  CHECK(wide.nr == 32);
-  CHECK(wide.kc == 512);
+  CHECK(wide.mr == 6);
+  CHECK(wide.nr == 64);
+  CHECK(wide.kc == 672);
+  CHECK(wide.a_in_place);
   std::string mlir = codegen::emit_cpu_mlir(exe.program());
   CHECK(mlir.find("vector.fma") != std::string::npos);
   CHECK(mlir.find("vector<8xf32>") != std::string::npos);
@@ -513,13 +517,13 @@ TEST_CASE("the matmul generator retargets to 256-bit vectors (AVX2: 8 f32 lanes,
 }
 
 // What the first K loop of a blocked micro-kernel holds (a whole tile's): the scf.for whose
-// results are the tile's `accumulators` vectors, up to its scf.yield (its body has no nested
-// regions). -1s: no such loop.
+// results are the tile's accumulator vectors and, with A read in place, its pointers into A
+// (`results` in all), up to its scf.yield (its body has no nested regions). -1s: no such loop.
 struct KLoop {
-  int prefetches = -1, broadcasts = -1;
+  int prefetches = -1, broadcasts = -1, opaque_pointers = -1;
 };
-static KLoop first_k_loop(const std::string& mlir, int accumulators) {
-  size_t at = mlir.find(":" + std::to_string(accumulators) + " = scf.for");
+static KLoop first_k_loop(const std::string& mlir, int results) {
+  size_t at = mlir.find(":" + std::to_string(results) + " = scf.for");
   if (at == std::string::npos) return {};
   size_t end = mlir.find("scf.yield", at);
   auto count = [&](const std::string& what) {
@@ -527,12 +531,15 @@ static KLoop first_k_loop(const std::string& mlir, int accumulators) {
     for (size_t p = mlir.find(what, at); p < end; p = mlir.find(what, p + 1)) ++n;
     return n;
   };
-  return {count("llvm.intr.prefetch"), count("vector.broadcast")};
+  return {count("llvm.intr.prefetch"), count("vector.broadcast"), count("llvm.inline_asm")};
 }
 
-// Each step of K reads a row of the packed B panel (nr elements: two lines with AVX-512's f32
+// Each step of K reads a row of the packed B panel (nr elements: four lines with AVX-512's f32
 // tile, one with AVX2's) and prefetches that row's lines kPackedBPrefetchBytes ahead; a whole
-// tile's loop takes four steps an iteration (an mr-row broadcast of A each).
+// tile's loop takes four steps an iteration (an mr-row broadcast of A each). With AVX-512, A is
+// read where it lies, from one pointer per three rows that the loop carries (an empty asm hides
+// each step from LLVM's strength reduction); with AVX2, and wherever A is not a row-major input
+// (here A's transpose), from packed A.
 TEST_CASE("the micro-kernel's K loop steps four at a time and prefetches packed B ahead", "[cpu][matmul]") {
   Graph g;
   Tensor x = g.input("x", DType::F32, {sym("M"), sym("K")});
@@ -548,12 +555,25 @@ TEST_CASE("the micro-kernel's K loop steps four at a time and prefetches packed 
   KLoop narrow_loop = first_k_loop(codegen::emit_cpu_mlir(narrow.program()), 6 * 2);
   CHECK(narrow_loop.prefetches == 4 * 1);
   CHECK(narrow_loop.broadcasts == 4 * 6);
-  KLoop wide_loop = first_k_loop(codegen::emit_cpu_mlir(wide.program()), 12 * 2);
-  CHECK(wide_loop.prefetches == 4 * 2);
-  CHECK(wide_loop.broadcasts == 4 * 12);
+  CHECK(narrow_loop.opaque_pointers == 0);
+  KLoop wide_loop = first_k_loop(codegen::emit_cpu_mlir(wide.program()), 6 * 4 + 2);
+  CHECK(wide_loop.prefetches == 4 * 4);
+  CHECK(wide_loop.broadcasts == 4 * 6);
+  CHECK(wide_loop.opaque_pointers == 2);
+  Graph transposed;
+  Tensor xt = transposed.input("xt", DType::F32, {sym("K"), sym("M")});
+  transposed.output("y", matmul(permute(xt, {1, 0}), transposed.input("w", DType::F32, {sym("K"), sym("N")})));
+  runtime::Executable wide_packed = compile(transposed, with_target(avx512));
+  CHECK(blocked(wide_packed));
+  KLoop packed_loop = first_k_loop(codegen::emit_cpu_mlir(wide_packed.program()), 6 * 4);
+  CHECK(packed_loop.broadcasts == 4 * 6);
+  CHECK(packed_loop.opaque_pointers == 0);
   // Depths that are not a multiple of four (3, 5, 7; the last K block of 770 and 1023) take the
   // edge tiles' loop for whole tiles too.
   auto shapes = mkn({{1, 1, 1}, {24, 3, 64}, {25, 5, 65}, {12, 7, 32}, {13, 1023, 33}, {100, 301, 129}, {36, 770, 96}});
-  if (Target::host().vector_bits >= 512) check(g, wide, shapes, 1023);
+  if (Target::host().vector_bits >= 512) {
+    check(g, wide, shapes, 1023);
+    check(transposed, wide_packed, shapes, 1023);
+  }
   check(g, narrow, shapes, 1023);
 }

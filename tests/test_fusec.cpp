@@ -850,11 +850,11 @@ TEST_CASE("fusec --cpu schedules for another CPU's vector width and caches", "[f
   std::string matmul = kExamples + "matmul.expr";
   Result xeon = fusec(matmul + " --emit=fused --cpu=avx512,l1=48K,l2=2M,l3=480M,cores=2");
   CHECK(xeon.status == 0);
-  CHECK(xeon.out.find("vector_width=16 mc=336 kc=768 nc=40960 mr=12 nr=32") != std::string::npos);
+  CHECK(xeon.out.find("vector_width=16 mc=252 kc=1024 nc=30720 mr=6 nr=64 a_in_place=1") != std::string::npos);
   Result avx2 = fusec(matmul + " --emit=fused --cpu=avx2,l1=32K,l2=1M,l3=32M,cores=2");
   CHECK(avx2.status == 0);
   CHECK(avx2.out.find("vector_width=8 mc=") != std::string::npos);
-  CHECK(avx2.out.find("mr=6 nr=16") != std::string::npos);
+  CHECK(avx2.out.find("mr=6 nr=16 a_in_place=0") != std::string::npos);
   // What runs is checked against the interpreter, with the schedules of the described machine.
   Result run = fusec("run " + matmul + " --random --dim M=37 --dim K=19 --dim N=41 --check --cpu=avx2,l1=48K,l2=2M,l3=480M");
   CHECK(run.status == 0);

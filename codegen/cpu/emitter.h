@@ -507,6 +507,8 @@ class CpuKernelEmitter : public KernelEmitterBase {
   // A task's rows [begin, end) of C (flattened batch x M) are computed batch by batch:
   //   for jc (nc columns): for pc (kc of K): pack B[pc:, jc:] into nr-wide panels
   //     for ic (mc rows): pack A[ic:, pc:]; for each mr x nr tile: the micro-kernel
+  // (A is not packed where the schedule reads it in place, ir::CpuSchedule::a_in_place: an
+  // input laid out row-major, whose rows the micro-kernel reads where they lie.)
   // The micro-kernel keeps the tile in mr x (nr / lanes) vector accumulators and adds one
   // outer product per k (vector.fma of a broadcast element of A and vectors of B). Partial
   // sums over K blocks live in C's buffer (or a task-local one when no output can hold them);
@@ -517,8 +519,8 @@ class CpuKernelEmitter : public KernelEmitterBase {
   using MatmulTiling = ir::MatmulTiling;
   // The micro-kernel's K loop prefetches packed B this many bytes ahead of the row of the panel
   // it reads (the panel, kc x nr, is larger than L1 and comes from L2 or beyond; the hardware's
-  // prefetchers kept the loop waiting at its loads of B). About 24 steps of K on AVX-512's f32
-  // tile, 48 on AVX2's: near 300 cycles ahead on either. On the Intel Xeon of bench/README.md,
+  // prefetchers kept the loop waiting at its loads of B). 12 steps of K on AVX-512's 6 x 64 f32
+  // tile (24 on the 12 x 32 tile it had until the twenty-fifth session), 48 on AVX2's. On the Intel Xeon of bench/README.md,
   // fuse's matmul gained 3-6% at 1024^3 and 2048^3 with it (16 steps was as good, 8 less).
   static constexpr int64_t kPackedBPrefetchBytes = 3072;
   // Steps of K per iteration of a whole tile's K loop. LLVM keeps a loop this large rolled: one
@@ -582,6 +584,8 @@ class CpuKernelEmitter : public KernelEmitterBase {
     int tile = -1;
     mlir::Value acc_origin;      // the global row whose partial sums sit at the start of `acc`
     bool a_by_columns = false;   // packed A holds tiles of mr rows, K-major (A is unit-stride along M)
+    int a_in_place = -1;         // A's slot when the micro-kernel reads A where it lies (no pack_a)
+    mlir::Value pc;              // the K block's first step (with a_in_place)
     std::vector<mlir::Value> batch;  // this batch's index
   };
   void emit_matmul_blocked(mlir::Value begin, mlir::Value end);
@@ -611,14 +615,15 @@ class CpuKernelEmitter : public KernelEmitterBase {
   void pack_a(const MatmulPlan& p, mlir::Value ic, mlir::Value mb, mlir::Value pc, mlir::Value kb);
   mlir::Value fma(mlir::Value a, mlir::Value b, mlir::Value acc);
   // The register tile a micro-kernel computes: the tiling's mr rows, or fewer for an edge tile
-  // (packed A keeps its tiles of mr rows), stepping K `unroll` steps an iteration (the K block's
-  // depth a multiple of it).
+  // (packed A keeps its tiles of mr rows; A in place repeats its last row), stepping K `unroll`
+  // steps an iteration (the K block's depth a multiple of it).
   struct TileForm {
     int64_t mr, unroll;
   };
   // One form.mr x nr tile of C at global row `row` (flattened batch x M) and column `col`, from
-  // packed A rows [ir, ir + form.mr) and packed B columns [jr, jr + nr) over kb. `rows`/`cols` null:
-  // a whole tile; else an edge tile (rows and columns past them are not stored).
+  // packed A rows [ir, ir + form.mr) (or A's rows [row, row + form.mr) in place) and packed B
+  // columns [jr, jr + nr) over kb. `rows`/`cols` null: a whole tile; else an edge tile (rows and
+  // columns past them are not stored).
   void micro_kernel(const MatmulPlan& p, mlir::Value row, mlir::Value col, mlir::Value ir, mlir::Value jr, mlir::Value kb,
                     mlir::Value first, mlir::Value last, mlir::Value rows, mlir::Value cols, TileForm form);
   void emit_matmul_strips(mlir::Value first_row, int64_t rows, int lanes);

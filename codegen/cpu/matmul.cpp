@@ -41,13 +41,22 @@ void CpuKernelEmitter::emit_matmul_blocked(mlir::Value begin, mlir::Value end) {
   int64_t elem = static_cast<int64_t>(ir::dtype_size(p.t));
   NodeId a_id = n.inputs[0];
   p.a_by_columns = access_.inner(a_id, rank - 1) > ir::InnerAccess::Unit && access_.inner(a_id, rank - 2) <= ir::InnerAccess::Unit;
+  {
+    // In place where the schedule asks for it and A is a buffer laid out as the micro-kernel
+    // reads it: row-major, one row of K per row of C (no view, broadcast or prologue between).
+    const Node& a = k_.body.node(a_id);
+    bool in_place = k_.schedule.cpu.a_in_place && !p.a_by_columns && (a.kind == OpKind::Input || a.kind == OpKind::Constant) &&
+                    a.dtype == p.t && static_cast<int>(a.shape.size()) == rank;
+    for (int d = 0; in_place && d < rank - 1; ++d) in_place = a.shape[d] == k_.space[d];
+    if (in_place) p.a_in_place = input_slot_.at(a_id);
+  }
   // Packing buffers as large as this problem needs (a full nc x kc panel of B is megabytes).
   mlir::Value kc_used = min_i64(i64(t.kc), max_i64(p.k, i64(1)));
   mlir::Value mc_used = min_i64(i64(t.mc), round_up(max_i64(p.m, i64(1)), t.mr));
   mlir::Value nc_used = min_i64(i64(t.nc), round_up(max_i64(p.n, i64(1)), t.nr));
   // (packed A's rows are kc apart, or its tiles of mr rows mr * kc apart: see pack_a)
   mlir::Value a_elements = mul(mc_used, i64(t.kc));
-  p.pack_a = allocate_slot(mul(add(a_elements, i64(t.lanes)), i64(elem)));
+  if (p.a_in_place < 0) p.pack_a = allocate_slot(mul(add(a_elements, i64(t.lanes)), i64(elem)));
   // B: in the buffer the kernel's tasks share (ir::SharedPackedB, laid out from this run's K and
   // N) when the runtime passes one (it runs several tasks of at least mc rows), else packed by
   // each task for itself into one block's buffer, reused from block to block (warm in cache: on
@@ -152,6 +161,7 @@ void CpuKernelEmitter::emit_matmul_blocked(mlir::Value begin, mlir::Value end) {
       // At least one K block, so that K = 0 still writes the (empty-sum) result.
       loop(i64(0), max_i64(p.k, i64(1)), t.kc, [&](mlir::Value pc) {
         mlir::Value kb = max_i64(min_i64(i64(t.kc), sub(p.k, pc)), i64(0));
+        p.pc = pc;
         mlir::Value first = cmpi(mlir::arith::CmpIPredicate::eq, pc, i64(0));
         mlir::Value last = cmpi(mlir::arith::CmpIPredicate::sge, add(pc, kb), p.k);
         // Whole tiles step K kKLoopUnroll at a time: in a K block of another depth (the last, at
@@ -161,7 +171,7 @@ void CpuKernelEmitter::emit_matmul_blocked(mlir::Value begin, mlir::Value end) {
         else pack_b(p, pc, kb, jc, nb);
         loop(r0, r1, t.mc, [&](mlir::Value ic) {
           mlir::Value mb = min_i64(i64(t.mc), sub(r1, ic));
-          pack_a(p, ic, mb, pc, kb);
+          if (p.a_in_place < 0) pack_a(p, ic, mb, pc, kb);
           loop(i64(0), nb, t.nr, [&](mlir::Value jr) {
             loop(i64(0), mb, t.mr, [&](mlir::Value ir) {
               mlir::Value rows = min_i64(i64(t.mr), sub(mb, ir));
@@ -461,6 +471,37 @@ void CpuKernelEmitter::micro_kernel(const MatmulPlan& p, mlir::Value row, mlir::
   mlir::Value a_base = mul(ir, i64(t.kc));
   int64_t a_row_stride = p.a_by_columns ? 1 : t.kc;
   int64_t a_k_stride = p.a_by_columns ? t.mr : 1;
+  // A in place (p.a_in_place): row r of the tile at (row + r) * K, from the K block's start. A
+  // whole tile reads its rows from one pointer per kRowsPerBase rows, each row of a group at
+  // that pointer plus 0, K or 2 K (x86 addresses them with K in a register, scaled by 4 or 8).
+  // The pointers are the K loop's own (iter_args), each stepped past an empty asm: without it,
+  // LLVM's loop strength reduction chained every row's address from the last one (an lea per
+  // row and step) and the 12 x 32 tile's loop spilled its broadcasts to the stack. Edge tiles
+  // read rows past their end as the last row (in bounds; never stored).
+  constexpr int64_t kRowsPerBase = 3;
+  int a_slot = p.pack_a;
+  std::vector<mlir::Value> a_row_offsets, a_group_start, a_stride, a_group;
+  if (p.a_in_place >= 0) {
+    a_slot = p.a_in_place;
+    a_base = add(mul(row, p.k), p.pc);
+    if (rows) {
+      for (int64_t r = 0; r < mr; ++r) a_row_offsets.push_back(mul(min_i64(i64(r), sub(rows, i64(1))), p.k));
+    } else {
+      for (int64_t g = 0; g < mr; g += kRowsPerBase) a_group_start.push_back(element_address(a_slot, p.t, add(a_base, mul(i64(g), p.k))));
+      for (int64_t i = 0; i < kRowsPerBase; ++i) a_stride.push_back(mul(i64(i), p.k));
+    }
+  }
+  // Step u's element of tile row r of A (base_[a_slot] at the iteration's first step).
+  auto a_element = [&](int64_t r, int64_t u) {
+    if (p.a_in_place < 0) return load(a_slot, p.t, i64(u * a_k_stride + r * a_row_stride), 1);
+    if (a_group.empty()) return load(a_slot, p.t, add(a_row_offsets[r], i64(u)), 1);
+    mlir::Value saved = base_[a_slot];
+    base_[a_slot] = a_group[r / kRowsPerBase];
+    int64_t i = r % kRowsPerBase;
+    mlir::Value v = load(a_slot, p.t, i == 0 ? i64(u) : add(a_stride[i], i64(u)), 1);
+    base_[a_slot] = saved;
+    return v;
+  };
   mlir::Value b_base = mul(jr, kb);  // panel jr / nr starts at jr * kb
   // Step `u` of an iteration of the K loop: the accumulators after its outer product. Packed A
   // and B are addressed from pointers at the iteration's first step, at constant offsets (one
@@ -478,27 +519,38 @@ void CpuKernelEmitter::micro_kernel(const MatmulPlan& p, mlir::Value row, mlir::
                                       /*rw=*/0u, /*locality=*/3u, /*data cache=*/1u);
     std::vector<mlir::Value> next;
     for (int64_t r = 0; r < mr; ++r) {
-      mlir::Value a = load(p.pack_a, p.t, i64(u * a_k_stride + r * a_row_stride), 1);
-      a = b_.create<mlir::vector::BroadcastOp>(loc_, vec, a);
+      mlir::Value a = b_.create<mlir::vector::BroadcastOp>(loc_, vec, a_element(r, u));
       for (int64_t v = 0; v < vectors; ++v) next.push_back(fma(a, bv[v], acc[r * vectors + v]));
     }
     return next;
   };
-  auto k_loop = b_.create<mlir::scf::ForOp>(loc_, i64(0), kb, i64(unroll), std::vector<mlir::Value>(tile, constant(p.t, 0, 0, t.lanes)));
+  std::vector<mlir::Value> k_loop_init(tile, constant(p.t, 0, 0, t.lanes));
+  k_loop_init.insert(k_loop_init.end(), a_group_start.begin(), a_group_start.end());
+  auto k_loop = b_.create<mlir::scf::ForOp>(loc_, i64(0), kb, i64(unroll), k_loop_init);
   {
     mlir::OpBuilder::InsertionGuard guard(b_);
     b_.setInsertionPointToStart(k_loop.getBody());
     mlir::Value kk = k_loop.getInductionVar();
     // k_step reads the slots of packed A and B from this iteration's first step.
-    mlir::Value a_buffer = base_[p.pack_a], b_buffer = base_[p.pack_b];
-    mlir::Value a_step = element_address(p.pack_a, p.t, add(a_base, mul(kk, i64(a_k_stride))));
+    mlir::Value a_buffer = base_[a_slot], b_buffer = base_[p.pack_b];
+    mlir::Value a_step = element_address(a_slot, p.t, add(a_base, mul(kk, i64(a_k_stride))));
     mlir::Value b_step = element_address(p.pack_b, p.t, add(b_base, mul(kk, i64(t.nr))));
-    base_[p.pack_a] = a_step;
+    base_[a_slot] = a_step;
     base_[p.pack_b] = b_step;
-    std::vector<mlir::Value> acc(k_loop.getRegionIterArgs().begin(), k_loop.getRegionIterArgs().end());
+    auto args = k_loop.getRegionIterArgs();
+    std::vector<mlir::Value> acc(args.begin(), args.begin() + tile);
+    a_group.assign(args.begin() + tile, args.end());
     for (int64_t u = 0; u < unroll; ++u) acc = k_step(u, acc);
+    for (mlir::Value g : a_group) {
+      base_[a_slot] = g;
+      acc.push_back(b_.create<mlir::LLVM::InlineAsmOp>(loc_, ptr_type(), mlir::ValueRange{element_address(a_slot, p.t, i64(unroll))},
+                                                       "", "=r,0", /*has_side_effects=*/false, /*is_align_stack=*/false,
+                                                       mlir::LLVM::AsmDialectAttr(), mlir::ArrayAttr())
+                        .getResult(0));
+    }
+    a_group.clear();
     b_.create<mlir::scf::YieldOp>(loc_, acc);
-    base_[p.pack_a] = a_buffer;
+    base_[a_slot] = a_buffer;
     base_[p.pack_b] = b_buffer;
   }
   // The tile: this K block's products, plus the partial sums after the first block.
@@ -506,7 +558,7 @@ void CpuKernelEmitter::micro_kernel(const MatmulPlan& p, mlir::Value row, mlir::
   {
     mlir::OpBuilder::InsertionGuard guard(b_);
     b_.setInsertionPointToStart(&sums.getThenRegion().front());
-    b_.create<mlir::scf::YieldOp>(loc_, k_loop.getResults());
+    b_.create<mlir::scf::YieldOp>(loc_, k_loop.getResults().take_front(tile));
     b_.setInsertionPointToStart(&sums.getElseRegion().front());
     std::vector<mlir::Value> total;
     for (int64_t r = 0; r < mr; ++r)
