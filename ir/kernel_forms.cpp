@@ -228,12 +228,28 @@ MatmulTiling matmul_tiling(const CpuSchedule& s) {
 
 bool shares_packed_b(const Kernel& k) { return k.schedule.form == LoopForm::BlockedMatmul && k.space.size() == 2; }
 
+bool matmul_reads_a_in_place(const Kernel& k) {
+  if (k.schedule.form != LoopForm::BlockedMatmul || !k.schedule.cpu.a_in_place) return false;
+  const Node& mm = k.body.node(matmul_node(k));
+  const Node& a = k.body.node(mm.inputs[0]);
+  if ((a.kind != OpKind::Input && a.kind != OpKind::Constant) || a.dtype != mm.dtype || a.shape.size() != k.space.size())
+    return false;
+  for (size_t d = 0; d + 1 < k.space.size(); ++d)
+    if (!(a.shape[d] == k.space[d])) return false;
+  return true;
+}
+
 MatmulSplit matmul_split(const Kernel& k, int64_t rows, int64_t depth, int64_t columns, int threads,
                          int64_t max_shared_bytes) {
   MatmulSplit split;
   if (threads < 2) return split;
   MatmulTiling t = matmul_tiling(k.schedule.cpu);
-  if (rows / threads >= t.mc) {
+  // With A in place a column task reads its rows of A where they lie instead of packing them, and
+  // tasks that share B wait for each other's panels: on the 2-vCPU Intel Xeon, 512 to 2048 x 2048
+  // x 2048 and 1024^3 ran 2-15% faster by columns than by rows sharing B (bench/README.md,
+  // twenty-fifth session).
+  bool a_in_place = matmul_reads_a_in_place(k);
+  if (!a_in_place && rows / threads >= t.mc) {
     split.shared = shared_packed_b(k, depth, columns).bytes <= max_shared_bytes ? 1 : 0;
     // The tasks claim rows in chunks that shrink as they run out: on the 2-vCPU Intel Xeon one
     // vCPU often ran the same rows 10-50% slower than the other for seconds at a time, and with
@@ -245,9 +261,9 @@ MatmulSplit matmul_split(const Kernel& k, int64_t rows, int64_t depth, int64_t c
     }
     return split;
   }
-  // Fewer than mc rows a thread: a grid of C column tasks (whole groups of panels) by R = T / C
-  // chunks of rows, C x R <= T tasks. A task packs its columns of B (K N / C) and its rows of A
-  // (K M / R) and multiplies them; C is the one whose task does least, packing an element
+  // Fewer than mc rows a thread, or A in place: a grid of C column tasks (whole groups of panels)
+  // by R = T / C chunks of rows, C x R <= T tasks. A task packs its columns of B (K N / C) and its
+  // rows of A (K M / R; none in place) and multiplies them; C is the one whose task does least, packing an element
   // counted as 8 multiply-adds (a lane of an FMA against a load and a store of data that comes
   // from beyond L2), ties to fewer column tasks. On 2 threads that is by columns where there are
   // more columns than rows (16 x 4096 x 4096 on the 2-vCPU Intel Xeon: 12.4-14.2 ms by rows,
@@ -258,7 +274,7 @@ MatmulSplit matmul_split(const Kernel& k, int64_t rows, int64_t depth, int64_t c
     int64_t r = threads / c;
     double task_rows = static_cast<double>((std::max<int64_t>(rows, 0) + r - 1) / r);
     double task_columns = static_cast<double>((groups + c - 1) / c * t.group_columns);
-    return task_rows * task_columns / 8 + task_rows + task_columns;
+    return task_rows * task_columns / 8 + (a_in_place ? 0 : task_rows) + task_columns;
   };
   double least = task_work(1);
   for (int64_t c = 2; c <= std::min<int64_t>(threads, groups); ++c)

@@ -93,14 +93,21 @@ MatmulTiling matmul_tiling(const CpuSchedule& s);
 /// shared, as a kernel called from `fusec --emit=obj` without the runtime runs).
 bool shares_packed_b(const Kernel& k);
 
+/// Whether a BlockedMatmul's micro-kernel reads A where it lies rather than from a packed copy:
+/// the schedule asks for it (CpuSchedule::a_in_place) and A is one of the kernel's inputs, of the
+/// matmul's dtype, laid out row-major with C's batch dims and rows (no view, broadcast or
+/// prologue between). Its tasks then never share packed B (matmul_split).
+bool matmul_reads_a_in_place(const Kernel& k);
+
 /// How a 2-D blocked matmul's parallel iterations map to work. With `column_tasks` = C, the
 /// runtime runs C x M iterations: iteration i is row i % M of column task i / M, which computes
 /// C's columns [g0 * group_columns, g1 * group_columns) (clamped to N), for g0 = t * G / C and
-/// g1 = (t + 1) * G / C with G the groups of columns. Few rows (fewer than mc per thread): a
-/// grid of C column tasks by `row_tasks` = R chunks of each one's rows (C x R <= threads), each
-/// task packing its own columns of B and its rows of A, C chosen for the least work a task
-/// (matmul_split; on 2 threads: by columns where there are more columns than rows); else one
-/// column task (rows split among tasks). `shared`: the
+/// g1 = (t + 1) * G / C with G the groups of columns. Few rows (fewer than mc per thread), or A
+/// read in place (matmul_reads_a_in_place): a grid of C column tasks by `row_tasks` = R chunks
+/// of each one's rows (C x R <= threads), each task packing its own columns of B and its rows of
+/// A (if A is packed), C chosen for the least work a task (matmul_split; on 2 threads: by
+/// columns where there are more columns than rows, or with A in place, as many or more); else
+/// one column task (rows split among tasks). `shared`: the
 /// tasks share one packed copy of B (SharedPackedB, after this header): each group of panels
 /// of each K block is packed by the first task to claim it, and the others wait for its flag
 /// (the claimer packs it at once and waits for nothing meanwhile, so nothing can deadlock).

@@ -86,11 +86,21 @@ Target tiny_caches_large_l3() {
   return t;
 }
 
-// Adds c = (a @ b) * 2 to g, a of M x K and b of K x N elements of type t.
-void add_doubled_matmul(Graph& g, DType t) {
+// Adds c = (a @ b) * 2 to g, a of M x K and b of K x N elements of type t. `packed_a`: as
+// (a + a) @ b, whose A (a prologue) is packed on every target; a plain input A is read in place
+// on AVX-512 (ir::matmul_reads_a_in_place), whose tasks never share packed B.
+void add_doubled_matmul(Graph& g, DType t, bool packed_a = false) {
   Tensor a = g.input("a", t, {sym("M"), sym("K")});
   Tensor b = g.input("b", t, {sym("K"), sym("N")});
-  g.output("c", matmul(a, b) * 2);
+  g.output("c", packed_a ? matmul(a + a, b) : matmul(a, b) * 2);
+}
+
+// The tiny-cache host with 512-bit vectors: A read in place (compiled on any x86-64 host, run
+// only on one with AVX-512).
+Target tiny_caches_avx512() {
+  Target t = tiny_caches();
+  t.vector_bits = 512;
+  return t;
 }
 
 }  // namespace
@@ -190,12 +200,13 @@ TEST_CASE("2-D blocked matmuls share packed B among tasks", "[cpu][matmul][threa
   larger_l2.l2_bytes = 12 << 10;
   {
     Graph g;
-    add_doubled_matmul(g, DType::F32);
+    add_doubled_matmul(g, DType::F32, /*packed_a=*/true);
     runtime::Executable exe = compile(g, with_target(larger_l2));
     const ir::Kernel& k = only_matmul(exe);
     ir::MatmulTiling t = ir::matmul_tiling(k.schedule.cpu);
     INFO("mr=" << t.mr << " mc=" << t.mc);
     REQUIRE(t.mc >= 4 * t.mr);
+    REQUIRE_FALSE(ir::matmul_reads_a_in_place(k));
     ir::MatmulSplit shared = ir::matmul_split(k, 2 * t.mc, 70, 200, 2, int64_t{1} << 40);
     CHECK(shared.shared == 1);
     CHECK(shared.row_unit == t.mr);
@@ -204,11 +215,29 @@ TEST_CASE("2-D blocked matmuls share packed B among tasks", "[cpu][matmul][threa
     CHECK(unshared.shared == 0);
     CHECK(unshared.row_unit == 0);
   }
+  {
+    // A in place: as many rows, by columns (two groups of panels), nothing shared; the kernel
+    // has no code to share B.
+    Graph g;
+    add_doubled_matmul(g, DType::F32);
+    Target in_place_target = larger_l2;
+    in_place_target.vector_bits = 512;
+    runtime::Executable exe = compile(g, with_target(in_place_target));
+    const ir::Kernel& k = only_matmul(exe);
+    REQUIRE(ir::matmul_reads_a_in_place(k));
+    ir::MatmulTiling t = ir::matmul_tiling(k.schedule.cpu);
+    ir::MatmulSplit split = ir::matmul_split(k, 2 * t.mc, 70, 2 * t.group_columns, 2, int64_t{1} << 40);
+    CHECK(split.shared == 0);
+    CHECK(split.row_unit == 0);
+    CHECK(split.column_tasks == 2);
+    CHECK(codegen::emit_cpu_mlir(exe.program()).find("@fuse_cpu_claim_panels") == std::string::npos);
+    if (Target::host().vector_bits >= 512) check(g, exe, mkn({{400, 100, 200}, {401, 129, 129}, {400, 0, 20}}), 129);
+  }
   for (const Target& target : {tiny_caches(), large_l3, larger_l2})
     for (DType t : {DType::F32, DType::F64, DType::I32}) {
       INFO(ir::dtype_name(t) << " on " << threads << " threads, L2 " << target.l2_bytes << ", L3 " << target.l3_bytes);
       Graph g;
-      add_doubled_matmul(g, t);
+      add_doubled_matmul(g, t, /*packed_a=*/true);
       runtime::Executable exe = compile(g, with_target(target));
       const ir::Kernel& k = only_matmul(exe);
       REQUIRE(ir::shares_packed_b(k));
@@ -253,7 +282,7 @@ TEST_CASE("2-D blocked matmuls of few rows split their columns among tasks", "[c
   Target large_l3 = tiny_caches_large_l3();
   {
     Graph g;
-    add_doubled_matmul(g, DType::F32);
+    add_doubled_matmul(g, DType::F32, /*packed_a=*/true);
     runtime::Executable exe = compile(g, with_target(tiny_caches()));
     const ir::Kernel& k = only_matmul(exe);
     ir::MatmulTiling t = ir::matmul_tiling(k.schedule.cpu);
@@ -282,6 +311,25 @@ TEST_CASE("2-D blocked matmuls of few rows split their columns among tasks", "[c
       CHECK(s.shared == 0);
     }
     CHECK(ir::matmul_split(k, 16, 70, 4096, 2, 0).row_tasks == 1);
+  }
+  {
+    // A in place: tasks of mc rows or more also split by columns (nothing shared); still by rows
+    // where the columns make one group, or are fewer than the rows.
+    Graph g;
+    add_doubled_matmul(g, DType::F32);
+    runtime::Executable exe = compile(g, with_target(tiny_caches_avx512()));
+    const ir::Kernel& k = only_matmul(exe);
+    REQUIRE(ir::matmul_reads_a_in_place(k));
+    ir::MatmulTiling t = ir::matmul_tiling(k.schedule.cpu);
+    auto split = [&](int64_t rows, int64_t columns, int threads) {
+      ir::MatmulSplit s = ir::matmul_split(k, rows, 70, columns, threads, int64_t{1} << 40);
+      return std::array<int64_t, 3>{s.column_tasks, s.row_tasks, s.shared};
+    };
+    CHECK(split(24, 4096, 2) == std::array<int64_t, 3>{2, 1, 0});
+    CHECK(split(8 * t.mc, 2 * t.group_columns, 2) == std::array<int64_t, 3>{2, 1, 0});
+    CHECK(split(8 * t.mc, t.group_columns, 2) == std::array<int64_t, 3>{1, 1, 0});
+    CHECK(split(8 * t.mc, 3 * t.group_columns, 7) == std::array<int64_t, 3>{3, 2, 0});
+    CHECK(split(20, 10, 2) == std::array<int64_t, 3>{1, 1, 0});
   }
   // The thread count here (1, 2, 7, 8): 90 x 256 takes a grid from 4 threads on (checked above for 8).
   if (threads >= 8) {

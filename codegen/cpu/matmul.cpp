@@ -41,15 +41,7 @@ void CpuKernelEmitter::emit_matmul_blocked(mlir::Value begin, mlir::Value end) {
   int64_t elem = static_cast<int64_t>(ir::dtype_size(p.t));
   NodeId a_id = n.inputs[0];
   p.a_by_columns = access_.inner(a_id, rank - 1) > ir::InnerAccess::Unit && access_.inner(a_id, rank - 2) <= ir::InnerAccess::Unit;
-  {
-    // In place where the schedule asks for it and A is a buffer laid out as the micro-kernel
-    // reads it: row-major, one row of K per row of C (no view, broadcast or prologue between).
-    const Node& a = k_.body.node(a_id);
-    bool in_place = k_.schedule.cpu.a_in_place && !p.a_by_columns && (a.kind == OpKind::Input || a.kind == OpKind::Constant) &&
-                    a.dtype == p.t && static_cast<int>(a.shape.size()) == rank;
-    for (int d = 0; in_place && d < rank - 1; ++d) in_place = a.shape[d] == k_.space[d];
-    if (in_place) p.a_in_place = input_slot_.at(a_id);
-  }
+  if (ir::matmul_reads_a_in_place(k_) && !p.a_by_columns) p.a_in_place = input_slot_.at(a_id);
   // Packing buffers as large as this problem needs (a full nc x kc panel of B is megabytes).
   mlir::Value kc_used = min_i64(i64(t.kc), max_i64(p.k, i64(1)));
   mlir::Value mc_used = min_i64(i64(t.mc), round_up(max_i64(p.m, i64(1)), t.mr));
@@ -84,14 +76,17 @@ void CpuKernelEmitter::emit_matmul_blocked(mlir::Value begin, mlir::Value end) {
       b_.create<mlir::scf::YieldOp>(loc_, mlir::ValueRange{i64(1), i64(0)});
     }
     column_tasks = max_i64(split.getResult(0), i64(1));
-    shared.present = cmpi(mlir::arith::CmpIPredicate::ne, split.getResult(1), i64(0));
-    shared.flags = b_.create<mlir::LLVM::GEPOp>(loc_, ptr_type(), b_.getI8Type(), header, mlir::ValueRange{i64(ir::kMatmulSplitBytes)});
-    private_bytes = b_.create<mlir::arith::SelectOp>(loc_, shared.present, i64(64), private_bytes);
-    mlir::Value k_blocks = max_i64(div(add(p.k, i64(t.kc - 1)), i64(t.kc)), i64(1));
-    shared.groups = div(add(p.n, i64(t.group_columns - 1)), i64(t.group_columns));
-    mlir::Value flags_bytes = mul(div(add(mul(mul(k_blocks, shared.groups), i64(4)), i64(63)), i64(64)), i64(64));
-    shared.panels = b_.create<mlir::LLVM::GEPOp>(loc_, ptr_type(), b_.getI8Type(), shared.flags, mlir::ValueRange{flags_bytes});
-    shared.padded_columns = round_up(p.n, t.nr);
+    // (With A in place the tasks never share B: ir::matmul_split.)
+    if (p.a_in_place < 0) {
+      shared.present = cmpi(mlir::arith::CmpIPredicate::ne, split.getResult(1), i64(0));
+      shared.flags = b_.create<mlir::LLVM::GEPOp>(loc_, ptr_type(), b_.getI8Type(), header, mlir::ValueRange{i64(ir::kMatmulSplitBytes)});
+      private_bytes = b_.create<mlir::arith::SelectOp>(loc_, shared.present, i64(64), private_bytes);
+      mlir::Value k_blocks = max_i64(div(add(p.k, i64(t.kc - 1)), i64(t.kc)), i64(1));
+      shared.groups = div(add(p.n, i64(t.group_columns - 1)), i64(t.group_columns));
+      mlir::Value flags_bytes = mul(div(add(mul(mul(k_blocks, shared.groups), i64(4)), i64(63)), i64(64)), i64(64));
+      shared.panels = b_.create<mlir::LLVM::GEPOp>(loc_, ptr_type(), b_.getI8Type(), shared.flags, mlir::ValueRange{flags_bytes});
+      shared.padded_columns = round_up(p.n, t.nr);
+    }
   }
   p.pack_b = allocate_slot(private_bytes);
   if (shared.flags) {
