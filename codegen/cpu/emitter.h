@@ -585,7 +585,6 @@ class CpuKernelEmitter : public KernelEmitterBase {
     mlir::Value acc_origin;      // the global row whose partial sums sit at the start of `acc`
     bool a_by_columns = false;   // packed A holds tiles of mr rows, K-major (A is unit-stride along M)
     int a_in_place = -1;         // A's slot when the micro-kernel reads A where it lies (no pack_a)
-    mlir::Value pc;              // the K block's first step (with a_in_place)
     std::vector<mlir::Value> batch;  // this batch's index
   };
   void emit_matmul_blocked(mlir::Value begin, mlir::Value end);
@@ -621,11 +620,11 @@ class CpuKernelEmitter : public KernelEmitterBase {
     int64_t mr, unroll;
   };
   // One form.mr x nr tile of C at global row `row` (flattened batch x M) and column `col`, from
-  // packed A rows [ir, ir + form.mr) (or A's rows [row, row + form.mr) in place) and packed B
-  // columns [jr, jr + nr) over kb. `rows`/`cols` null: a whole tile; else an edge tile (rows and
-  // columns past them are not stored).
-  void micro_kernel(const MatmulPlan& p, mlir::Value row, mlir::Value col, mlir::Value ir, mlir::Value jr, mlir::Value kb,
-                    mlir::Value first, mlir::Value last, mlir::Value rows, mlir::Value cols, TileForm form);
+  // packed A rows [ir, ir + form.mr) (or A's rows [row, row + form.mr) in place, from step pc of
+  // K) and packed B columns [jr, jr + nr) over kb. `rows`/`cols` null: a whole tile; else an edge
+  // tile (rows and columns past them are not stored).
+  void micro_kernel(const MatmulPlan& p, mlir::Value row, mlir::Value col, mlir::Value ir, mlir::Value jr, mlir::Value pc,
+                    mlir::Value kb, mlir::Value first, mlir::Value last, mlir::Value rows, mlir::Value cols, TileForm form);
   void emit_matmul_strips(mlir::Value first_row, int64_t rows, int lanes);
   // Columns [first_column, N) of one row of C: a dot product per element, operands and
   // prologues read through index maps, the epilogue applied to each element. Any shape, dtype

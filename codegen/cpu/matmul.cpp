@@ -41,7 +41,7 @@ void CpuKernelEmitter::emit_matmul_blocked(mlir::Value begin, mlir::Value end) {
   int64_t elem = static_cast<int64_t>(ir::dtype_size(p.t));
   NodeId a_id = n.inputs[0];
   p.a_by_columns = access_.inner(a_id, rank - 1) > ir::InnerAccess::Unit && access_.inner(a_id, rank - 2) <= ir::InnerAccess::Unit;
-  if (ir::matmul_reads_a_in_place(k_) && !p.a_by_columns) p.a_in_place = input_slot_.at(a_id);
+  if (ir::matmul_reads_a_in_place(k_)) p.a_in_place = input_slot_.at(a_id);  // (an input: unit along K, never by columns)
   // Packing buffers as large as this problem needs (a full nc x kc panel of B is megabytes).
   mlir::Value kc_used = min_i64(i64(t.kc), max_i64(p.k, i64(1)));
   mlir::Value mc_used = min_i64(i64(t.mc), round_up(max_i64(p.m, i64(1)), t.mr));
@@ -156,7 +156,6 @@ void CpuKernelEmitter::emit_matmul_blocked(mlir::Value begin, mlir::Value end) {
       // At least one K block, so that K = 0 still writes the (empty-sum) result.
       loop(i64(0), max_i64(p.k, i64(1)), t.kc, [&](mlir::Value pc) {
         mlir::Value kb = max_i64(min_i64(i64(t.kc), sub(p.k, pc)), i64(0));
-        p.pc = pc;
         mlir::Value first = cmpi(mlir::arith::CmpIPredicate::eq, pc, i64(0));
         mlir::Value last = cmpi(mlir::arith::CmpIPredicate::sge, add(pc, kb), p.k);
         // Whole tiles step K kKLoopUnroll at a time: in a K block of another depth (the last, at
@@ -176,7 +175,7 @@ void CpuKernelEmitter::emit_matmul_blocked(mlir::Value begin, mlir::Value end) {
               whole = b_.create<mlir::arith::AndIOp>(loc_, whole, unrolls);
               mlir::Value row = add(batch_row, add(ic, ir)), col = add(jc, jr);
               auto tile = [&](mlir::Value rows, mlir::Value cols, TileForm form) {
-                micro_kernel(p, row, col, ir, jr, kb, first, last, rows, cols, form);
+                micro_kernel(p, row, col, ir, jr, pc, kb, first, last, rows, cols, form);
               };
               auto branch = b_.create<mlir::scf::IfOp>(loc_, whole, /*withElseRegion=*/true);
               mlir::OpBuilder::InsertionGuard guard(b_);
@@ -419,8 +418,9 @@ mlir::Value CpuKernelEmitter::fma(mlir::Value a, mlir::Value b, mlir::Value acc)
   return add(acc, mul(a, b));
 }
 
-void CpuKernelEmitter::micro_kernel(const MatmulPlan& p, mlir::Value row, mlir::Value col, mlir::Value ir, mlir::Value jr, mlir::Value kb,
-                                    mlir::Value first, mlir::Value last, mlir::Value rows, mlir::Value cols, TileForm form) {
+void CpuKernelEmitter::micro_kernel(const MatmulPlan& p, mlir::Value row, mlir::Value col, mlir::Value ir, mlir::Value jr, mlir::Value pc,
+                                    mlir::Value kb, mlir::Value first, mlir::Value last, mlir::Value rows, mlir::Value cols,
+                                    TileForm form) {
   const MatmulTiling& t = p.tiling;
   int64_t mr = form.mr, unroll = form.unroll;
   int64_t vectors = t.nr / t.lanes;
@@ -478,7 +478,7 @@ void CpuKernelEmitter::micro_kernel(const MatmulPlan& p, mlir::Value row, mlir::
   std::vector<mlir::Value> a_row_offsets, a_group_start, a_stride, a_group;
   if (p.a_in_place >= 0) {
     a_slot = p.a_in_place;
-    a_base = add(mul(row, p.k), p.pc);
+    a_base = add(mul(row, p.k), pc);
     if (rows) {
       for (int64_t r = 0; r < mr; ++r) a_row_offsets.push_back(mul(min_i64(i64(r), sub(rows, i64(1))), p.k));
     } else {
@@ -528,10 +528,9 @@ void CpuKernelEmitter::micro_kernel(const MatmulPlan& p, mlir::Value row, mlir::
     mlir::Value kk = k_loop.getInductionVar();
     // k_step reads the slots of packed A and B from this iteration's first step.
     mlir::Value a_buffer = base_[a_slot], b_buffer = base_[p.pack_b];
-    mlir::Value a_step = element_address(a_slot, p.t, add(a_base, mul(kk, i64(a_k_stride))));
-    mlir::Value b_step = element_address(p.pack_b, p.t, add(b_base, mul(kk, i64(t.nr))));
-    base_[a_slot] = a_step;
-    base_[p.pack_b] = b_step;
+    // (A whole tile in place reads A from the pointers the loop carries instead.)
+    if (a_group_start.empty()) base_[a_slot] = element_address(a_slot, p.t, add(a_base, mul(kk, i64(a_k_stride))));
+    base_[p.pack_b] = element_address(p.pack_b, p.t, add(b_base, mul(kk, i64(t.nr))));
     auto args = k_loop.getRegionIterArgs();
     std::vector<mlir::Value> acc(args.begin(), args.begin() + tile);
     a_group.assign(args.begin() + tile, args.end());
