@@ -26,6 +26,55 @@ bool elementwise_contiguous(const Kernel& k) {
   return true;
 }
 
+int periodic_broadcast_axis(const Kernel& k, NodeId id) {
+  const Node& n = k.body.node(id);
+  if (n.kind != OpKind::BroadcastTo || !(n.shape == k.space)) return -1;
+  const Shape& from = k.body.node(n.inputs[0]).shape;
+  int rank = static_cast<int>(k.space.size());
+  int offset = rank - static_cast<int>(from.size());
+  if (offset < 0) return -1;
+  // The first axis from which the operand keeps every dim (or the space's dim is 1 anyway).
+  int first = rank;
+  while (first > 0) {
+    int in_axis = first - 1 - offset;
+    bool kept = in_axis >= 0 && from[in_axis] == k.space[first - 1];
+    if (!kept && !(k.space[first - 1] == Dim(1))) break;
+    --first;
+  }
+  // Every axis before it broadcast; at least one kept (else a single element).
+  for (int a = 0; a < first; ++a) {
+    int in_axis = a - offset;
+    if (in_axis >= 0 && !(from[in_axis] == Dim(1))) return -1;
+  }
+  return first < rank && num_elements(from) != Dim(1) ? first : -1;
+}
+
+int periodic_contiguous_axis(const Kernel& k) {
+  std::vector<bool> seen(k.body.nodes.size(), false);
+  std::vector<NodeId> stack;
+  for (const GraphOutput& o : k.body.outputs) {
+    if (!(k.body.node(o.node).shape == k.space)) return -1;
+    stack.push_back(o.node);
+  }
+  int axis = -1;
+  while (!stack.empty()) {
+    NodeId id = stack.back();
+    stack.pop_back();
+    if (seen[id]) continue;
+    seen[id] = true;
+    const Node& n = k.body.node(id);
+    if (n.kind == OpKind::BroadcastTo && num_elements(k.body.node(n.inputs[0]).shape) == Dim(1)) continue;
+    if (int a = periodic_broadcast_axis(k, id); a >= 0) {
+      axis = axis < 0 ? a : std::min(axis, a);
+      continue;
+    }
+    bool plain = n.kind == OpKind::Input || n.kind == OpKind::Constant || n.kind == OpKind::Elementwise;
+    if (!plain || !(n.shape == k.space)) return -1;
+    for (NodeId in : n.inputs) stack.push_back(in);
+  }
+  return axis;
+}
+
 bool results_in_row_order(const Kernel& k) {
   if (k.kind != KernelKind::Reduction && k.kind != KernelKind::RowWise && k.kind != KernelKind::Matmul) return true;
   std::vector<bool> after_reduce(k.body.nodes.size(), false);

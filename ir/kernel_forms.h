@@ -17,6 +17,20 @@ namespace fuse::ir {
 /// (lane j of a vector is element base + j).
 bool elementwise_contiguous(const Kernel& k);
 
+/// The first axis of a periodic broadcast (x[M, C] * b[C]): a BroadcastTo shaped like the space
+/// whose operand varies along a trailing run of the space's axes [a, rank) and is broadcast
+/// along every axis before a. Its value at flat position i of the space depends only on i mod
+/// P, P the product of the space's dims from a on. -1 for any other node.
+int periodic_broadcast_axis(const Kernel& k, NodeId id);
+/// Whether `k` is elementwise_contiguous but for periodic broadcasts (at least one): every node
+/// on the outputs' paths is an input, constant or elementwise op shaped like the space, a
+/// broadcast of a single element, or a periodic broadcast. Returns the smallest of those
+/// broadcasts' axes (so that the product of the space's dims from it on is a multiple of every
+/// one's period), or -1. The CPU's Rows form runs such kernels as one flat loop over the space
+/// where rows are short or end in a partial vector, each periodic operand read from a table of
+/// its values tiled over one period and a vector more (codegen/cpu/elementwise.cpp).
+int periodic_contiguous_axis(const Kernel& k);
+
 /// Whether every output element sits at the position of the row (or element) of the reductions'
 /// or matmul's result it depends on: between a reduction or matmul and an output only
 /// elementwise ops, broadcasts, expand_dims and squeeze (a permute or reshape there would move

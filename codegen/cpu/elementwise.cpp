@@ -14,6 +14,7 @@ using ir::OpKind;
 
 // ---- the two loop forms ----
 void CpuKernelEmitter::emit_contiguous(mlir::Value base, int lanes) {
+  if (period_length_) period_offset_ = period_offset_at(base);
   for (size_t o = 0; o < k_.body.outputs.size(); ++o) {
     const Node& n = k_.body.node(k_.body.outputs[o].node);
     store(output_slot_[o], n.dtype, base, contiguous_value(k_.body.outputs[o].node, base, lanes), lanes);
@@ -119,7 +120,7 @@ bool CpuKernelEmitter::hoist_invariants(NodeId id, int lanes) {
   if (invariant_.count(id)) return true;
   if (!varying_.insert(id).second) return false;  // visited (a diamond's second path): varying
   const Node& n = k_.body.node(id);
-  bool invariant = n.kind == OpKind::BroadcastTo;
+  bool invariant = n.kind == OpKind::BroadcastTo && !periodic_slot_.count(id);
   if (n.kind == OpKind::Elementwise && !n.inputs.empty()) {
     invariant = true;
     for (NodeId in : n.inputs) invariant = hoist_invariants(in, lanes) && invariant;  // every input hoisted
@@ -137,13 +138,22 @@ bool CpuKernelEmitter::hoist_invariants(NodeId id, int lanes) {
 mlir::Value CpuKernelEmitter::emit_contiguous_vectors(mlir::Value from, mlir::Value to, int lanes, mlir::Value streaming,
                                                       bool deferred) {
   mlir::Value no_lane = no_patch_mask(lanes);
-  auto vector_loop = b_.create<mlir::scf::ForOp>(loc_, from, to, i64(lanes), mlir::ValueRange{no_lane});
+  std::vector<mlir::Value> carried{no_lane};
+  if (period_length_) carried.push_back(period_offset_at(from));
+  auto vector_loop = b_.create<mlir::scf::ForOp>(loc_, from, to, i64(lanes), carried);
   std::vector<mlir::Value> masks;  // the deferred fix-ups of the body
   {
     mlir::OpBuilder::InsertionGuard guard(b_);
     b_.setInsertionPointToStart(vector_loop.getBody());
     clear_caches();
     mlir::Value i = vector_loop.getInductionVar();
+    mlir::Value next_offset;
+    if (period_length_) {
+      period_offset_ = vector_loop.getRegionIterArgs()[1];
+      next_offset = add(period_offset_, i64(lanes));
+      next_offset = select(cmpi(mlir::arith::CmpIPredicate::sge, next_offset, period_length_),
+                           sub(next_offset, period_length_), next_offset);
+    }
     if (prefetch_from_memory_) {
       auto from_memory = b_.create<mlir::scf::IfOp>(loc_, prefetch_from_memory_, /*withElseRegion=*/false);
       mlir::OpBuilder::InsertionGuard inner(b_);
@@ -158,7 +168,9 @@ mlir::Value CpuKernelEmitter::emit_contiguous_vectors(mlir::Value from, mlir::Va
       store_or_stream(streaming, output_slot_[o], n.dtype, i, contiguous_value(k_.body.outputs[o].node, i, lanes), lanes);
     }
     scalar_.defer_patches(nullptr);
-    b_.create<mlir::scf::YieldOp>(loc_, or_patch_masks(vector_loop.getRegionIterArgs()[0], masks));
+    std::vector<mlir::Value> yielded{or_patch_masks(vector_loop.getRegionIterArgs()[0], masks)};
+    if (next_offset) yielded.push_back(next_offset);
+    b_.create<mlir::scf::YieldOp>(loc_, yielded);
     clear_caches();
   }
   if (masks.empty()) return {};
@@ -171,7 +183,9 @@ mlir::Value CpuKernelEmitter::contiguous_value(NodeId id, mlir::Value base, int 
   if (it != contiguous_cache_.end()) return it->second;
   const Node& n = k_.body.node(id);
   mlir::Value v;
-  if (n.kind == OpKind::BroadcastTo) {
+  if (auto table = periodic_slot_.find(id); table != periodic_slot_.end()) {
+    v = load(table->second, n.dtype, period_offset_, lanes);
+  } else if (n.kind == OpKind::BroadcastTo) {
     const Node& in = k_.body.node(n.inputs[0]);
     v = general_value(n.inputs[0], std::vector<mlir::Value>(in.shape.size(), i64(0)));
     if (lanes > 1) v = b_.create<mlir::vector::BroadcastOp>(loc_, lane_type(scalar_type(n.dtype), lanes), v);
@@ -254,6 +268,63 @@ void CpuKernelEmitter::emit_element(const std::vector<mlir::Value>& outer, mlir:
 // mid-row) from the first 64-byte line of the output on, the elements before it one at a time,
 // so that rows which are not whole lines (a[N, 1001] + b) stream as well.
 void CpuKernelEmitter::emit_rows(mlir::Value begin, mlir::Value end, int lanes) {
+  emit_periodic_or(begin, end, lanes, /*whole_vector_rows_too=*/false, [&] { emit_rows_by_row(begin, end, lanes); });
+}
+
+void CpuKernelEmitter::emit_periodic_or(mlir::Value begin, mlir::Value end, int lanes, bool whole_vector_rows_too,
+                                        llvm::function_ref<void()> otherwise) {
+  int axis = lanes > 1 ? ir::periodic_contiguous_axis(k_) : -1;
+  if (axis < 0) return otherwise();
+  ir::Shape trailing(k_.space.begin() + axis, k_.space.end());
+  mlir::Value period = dim(ir::num_elements(trailing));
+  mlir::Value taken = cmpi(mlir::arith::CmpIPredicate::sle, mul(add(period, i64(2 * lanes)), i64(kPeriodicTaskShare)),
+                           sub(end, begin));
+  // (a period of 0 elements is whole vectors: the space is empty)
+  mlir::Value partial = cmpi(mlir::arith::CmpIPredicate::ne, rem(period, i64(lanes)), i64(0));
+  if (!whole_vector_rows_too) taken = b_.create<mlir::arith::AndIOp>(loc_, taken, partial);
+  else taken = b_.create<mlir::arith::AndIOp>(loc_, taken, cmpi(mlir::arith::CmpIPredicate::sgt, period, i64(0)));
+  auto branch = b_.create<mlir::scf::IfOp>(loc_, taken, /*withElseRegion=*/true);
+  mlir::OpBuilder::InsertionGuard guard(b_);
+  b_.setInsertionPointToStart(&branch.getThenRegion().front());
+  emit_periodic(begin, end, lanes, axis);
+  b_.setInsertionPointToStart(&branch.getElseRegion().front());
+  otherwise();
+}
+
+mlir::Value CpuKernelEmitter::period_offset_at(mlir::Value i) { return rem(add(i, period_length_), period_length_); }
+
+void CpuKernelEmitter::emit_periodic(mlir::Value begin, mlir::Value end, int lanes, int axis) {
+  ir::Shape trailing(k_.space.begin() + axis, k_.space.end());
+  mlir::Value period = dim(ir::num_elements(trailing));
+  mlir::Value length = mul(period, div(add(period, i64(lanes - 1)), period));  // L
+  mlir::Value table_elements = add(length, i64(lanes));
+  size_t first_scratch = scratch_slot_.size();
+  for (NodeId id = 0; id < static_cast<NodeId>(k_.body.nodes.size()); ++id) {
+    if (ir::periodic_broadcast_axis(k_, id) < 0) continue;
+    DType t = k_.body.node(id).dtype;
+    int slot = allocate_slot(mul(table_elements, i64(static_cast<int64_t>(ir::dtype_size(t)))));
+    periodic_slot_[id] = slot;
+    // Element t of the table: the broadcast at flat position t, i.e. at t mod P within the
+    // trailing axes (the leading ones are broadcast: index 0).
+    loop(i64(0), table_elements, 1, [&](mlir::Value e) {
+      std::vector<mlir::Value> idx(static_cast<size_t>(axis), i64(0));
+      for (mlir::Value v : delinearize(rem(e, period), trailing)) idx.push_back(v);
+      store(slot, t, e, general_value(id, idx), 1);
+      clear_caches();
+    });
+  }
+  period_length_ = length;
+  emit_contiguous_loops(begin, end, lanes);
+  period_length_ = period_offset_ = {};
+  periodic_slot_.clear();
+  // The tables' scratch, released here: its values live in this branch only.
+  for (size_t i = first_scratch; i < scratch_slot_.size(); ++i)
+    call_c("fuse_cpu_scratch_release", mlir::LLVM::LLVMVoidType::get(b_.getContext()),
+           mlir::ValueRange{i64(static_cast<int64_t>(i)), base_[scratch_slot_[i]]});
+  scratch_slot_.resize(first_scratch);
+}
+
+void CpuKernelEmitter::emit_rows_by_row(mlir::Value begin, mlir::Value end, int lanes) {
   ir::Shape outer_shape(k_.space.begin(), k_.space.end() - 1);
   mlir::Value streaming, address;
   int64_t out_size = 0;
@@ -288,6 +359,13 @@ void CpuKernelEmitter::emit_rows(mlir::Value begin, mlir::Value end, int lanes) 
 }
 
 void CpuKernelEmitter::emit_tiled(mlir::Value begin, mlir::Value end) {
+  // A transposed operand under a periodic broadcast (x[B, H, C] + d[C, H].T) is read once per
+  // task into its table; the flat loop then reads every other operand along its rows.
+  int lanes = k_.schedule.cpu.vector_width;
+  emit_periodic_or(begin, end, lanes, /*whole_vector_rows_too=*/true, [&] { emit_tiled_rows(begin, end); });
+}
+
+void CpuKernelEmitter::emit_tiled_rows(mlir::Value begin, mlir::Value end) {
   ir::Shape outer_shape(k_.space.begin(), k_.space.end() - 1);
   mlir::Value width = max_i64(dim(k_.space.back()), i64(1));
   mlir::Value full_first = div(add(begin, sub(width, i64(1))), width);
