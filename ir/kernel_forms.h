@@ -175,6 +175,10 @@ inline constexpr int64_t kColumnSplitChunks = 16;
 /// under kMinColumnTasks, and there are at least kColumnSplitChunks rows and 2^16 elements.
 inline constexpr int64_t kMinColumnTasks = 8;
 bool column_reduction_splits(const Kernel& k, int64_t rows, int64_t columns);
+/// A CPU ColumnReduction of at most this many columns, fewer than a vector's lanes and known when
+/// compiling, reads its rows as one flat stretch of whole vectors (codegen/cpu/reduction.cpp,
+/// emit_narrow_columns); the runtime compiles it again for a short symbolic column count.
+inline constexpr int64_t kMaxNarrowColumns = 8;
 /// Whether `k` may take that form at some run (its sizes symbolic or allowing it, and no user
 /// combiner: one folds elements into an accumulator, not two chunks' accumulators together).
 bool column_reduction_may_split(const Kernel& k);

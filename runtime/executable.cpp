@@ -96,7 +96,7 @@ struct Executable::WorkspacePool {
   }
 };
 
-// The specializations of kernels over short symbolic rows (CpuKernelCode::row_length). Runs
+// The specializations of kernels over short symbolic lengths (CpuKernelCode::specialized_length). Runs
 // look them up without a lock: an entry, once published, is never changed or freed before the
 // Executable. Making one takes the mutex (a run that asks for an unmade one waits for it).
 struct Executable::Specializations {
@@ -104,8 +104,8 @@ struct Executable::Specializations {
     std::vector<int64_t> key;  // per symbols[i]: its size, or -1 where not bound
     CpuCode code;              // no kernels: the generic code (the compile failed)
   };
-  std::vector<size_t> kernels;       // those with a row_length
-  std::vector<std::string> symbols;  // the symbols their row lengths mention, sorted
+  std::vector<size_t> kernels;       // those with a specialized_length
+  std::vector<std::string> symbols;  // the symbols their lengths mention, sorted
   std::array<std::atomic<const Entry*>, kMaxSpecializations> published{};
   std::atomic<int> count{0};
   std::mutex mutex;
@@ -151,9 +151,9 @@ Executable::Executable(ir::Program program, CpuCode code)
     auto s = std::make_unique<Specializations>();
     std::set<std::string> names;
     for (size_t ki = 0; ki < code_.kernels.size(); ++ki) {
-      if (!code_.kernels[ki].fn || !code_.kernels[ki].row_length) continue;
+      if (!code_.kernels[ki].fn || !code_.kernels[ki].specialized_length) continue;
       s->kernels.push_back(ki);
-      for (const std::string& name : code_.kernels[ki].row_length->symbol_names()) names.insert(name);
+      for (const std::string& name : code_.kernels[ki].specialized_length->symbol_names()) names.insert(name);
     }
     s->symbols.assign(names.begin(), names.end());
     if (!s->kernels.empty()) specializations_ = std::move(s);
@@ -175,9 +175,9 @@ const CpuCode* Executable::specialized_code(const ir::SymbolBindings& symbols) {
   std::vector<int64_t> key(s.symbols.size(), -1);
   bool any = false;
   for (size_t ki : s.kernels) {
-    const ir::Dim& row = *code_.kernels[ki].row_length;
+    const ir::Dim& row = *code_.kernels[ki].specialized_length;
     int64_t length = ir::evaluate(row, symbols);
-    if (length <= 0 || length > kSpecializedRowElements) continue;
+    if (length <= 0 || length > code_.kernels[ki].specialized_up_to) continue;
     for (const std::string& name : row.symbol_names()) {
       size_t at = static_cast<size_t>(std::lower_bound(s.symbols.begin(), s.symbols.end(), name) - s.symbols.begin());
       key[at] = symbols.at(name);

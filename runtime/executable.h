@@ -40,18 +40,27 @@ struct CpuKernelCode {
   // [0, split_chunks) chunks of its rows (scratch_bytes per column), then finish over its
   // columns (codegen/cpu_codegen.h, CompiledKernel).
   CpuKernelFn column_rows = nullptr;
-  // A row kernel over rows whose length (in elements) is symbolic: the length. Where a run's rows
-  // are short (at most kSpecializedRowElements), the runtime specializes the kernel to their
-  // length (CpuCode::specialize).
-  std::optional<ir::Dim> row_length;
+  // A kernel worth code compiled for a short symbolic length (frontends/compile.cpp): a row
+  // kernel's row length, or a column reduction's columns. Where a run's length is at most
+  // specialized_up_to, the runtime specializes the kernel to it (CpuCode::specialize).
+  std::optional<ir::Dim> specialized_length;
+  int64_t specialized_up_to = 0;
 };
 
-/// Row kernels over rows of at most this many elements run code specialized to the row length
-/// (from the second run with that length on): with the length a constant, LLVM unrolls each
-/// row's loops, which took a fifth of a softmax row of 64 f32 in symbolic code. Softmax over 16
-/// MiB, two threads, specialized against generic: rows of 16 0.71 ms against 0.90, of 64 0.45-0.47
-/// against 0.51-0.62, of 128 and 256 the same, of 512 0.38-0.40 against 0.36-0.40 (lost).
+/// Row kernels with a transcendental's work per element over rows of at most this many elements
+/// run code specialized to the row length (from the second run with that length on): with the
+/// length a constant, LLVM unrolls each row's loops, which took a fifth of a softmax row of 64
+/// f32 in symbolic code. Softmax over 16 MiB, two threads, specialized against generic: rows of
+/// 16 0.71 ms against 0.90, of 64 0.45-0.47 against 0.51-0.62, of 128 and 256 the same, of 512
+/// 0.38-0.40 against 0.36-0.40 (lost).
 inline constexpr int64_t kSpecializedRowElements = 256;
+/// Cheaper row kernels, bound by memory on longer rows, over rows of at most this many: the
+/// generic code goes row by row, and rows shorter than a vector cost it a loop's control, a lane
+/// fold and a scalar tail each, where code for a constant length runs several rows a vector
+/// (LLVM's interleaved loads). sqrt(sum(x * x, axis=1)) over 12M f32 on the Intel Xeon (two
+/// threads, bench/README.md): rows of 3 15.7 ms generic against 1.5 specialized, of 12 14.0
+/// against 1.7, of 16 2.0 against 1.5, of 24 3.1 against 2.8, of 33 and more the same.
+inline constexpr int64_t kSpecializedCheapRowElements = 32;
 
 /// Symbol sizes a specialization fixes, sorted by name.
 using BoundSymbols = std::vector<std::pair<std::string, int64_t>>;
@@ -61,7 +70,7 @@ struct CpuCode {
   std::shared_ptr<const void> owner;
   std::vector<std::string> symbols;     // the order of the symbol sizes kernels receive
   std::vector<CpuKernelCode> kernels;   // as Program::kernels
-  // Compiles the kernels whose row_length mentions a bound symbol again, with those sizes fixed
+  // Compiles the kernels whose specialized_length mentions a bound symbol again, with those sizes fixed
   // (the others come back without code: fn null). Empty: the Executable never specializes.
   std::function<CpuCode(const BoundSymbols&)> specialize;
 };
@@ -112,8 +121,8 @@ class Executable {
   int compiled_kernel_count() const;
   /// Workspaces made so far: the most runs that were ever in flight at once.
   int workspace_count() const;
-  /// Specializations made so far (CpuKernelCode::row_length): one per distinct set of short row
-  /// lengths that ran twice, at most kMaxSpecializations. FUSE_SPECIALIZE=0 turns them off.
+  /// Specializations made so far (CpuKernelCode::specialized_length): one per distinct set of
+  /// short lengths that ran twice, at most kMaxSpecializations. FUSE_SPECIALIZE=0 turns them off.
   int specialization_count() const;
   static constexpr int kMaxSpecializations = 8;
 

@@ -889,6 +889,53 @@ TEST_CASE("short symbolic rows run code specialized to their length", "[cpu][red
   }
 }
 
+// Cheap row kernels over rows of at most runtime::kSpecializedCheapRowElements, and column
+// reductions over at most ir::kMaxNarrowColumns columns (fewer than a vector's lanes), are
+// specialized to their symbolic length too (frontends/compile.cpp, specialized_length): rows of
+// 3 to 32 and 2 to 8 columns (on 16 lanes) from the second run on, longer ones never. Every
+// run equals the interpreter.
+TEST_CASE("short cheap rows and few columns run code specialized to their length", "[cpu][reduce][threads]") {
+  auto check_runs = [](runtime::Executable& exe, const Graph& g, int64_t r, int64_t c, int runs) {
+    INFO("R = " << r << ", C = " << c);
+    ir::TensorMap inputs = inputs_of(g.ir(), {{"R", r}, {"C", c}}, static_cast<uint64_t>(c));
+    ir::TensorMap expected = ir::interpret(g.ir(), inputs);
+    for (int run = 0; run < runs; ++run) CHECK(testing::compare_outputs(expected, exe.run(inputs), 1e-5, 1e-6) == "");
+  };
+  {
+    Graph g;
+    Tensor x = g.input("x", DType::F32, {sym("R"), sym("C")});
+    g.output("norms", sqrt(sum(x * x, 1)));
+    runtime::Executable exe = compile(g);
+    REQUIRE(exe.program().kernels.size() == 1);
+    REQUIRE(exe.program().kernels[0].schedule.form == ir::LoopForm::ReductionRows);
+    REQUIRE(ir::elementwise_cost(exe.program().kernels[0]) < ir::kTranscendentalCost);
+    check_runs(exe, g, 1001, 3, 1);
+    CHECK(exe.specialization_count() == 0);  // one run: the generic code
+    check_runs(exe, g, 1001, 3, 2);
+    CHECK(exe.specialization_count() == 1);
+    for (int64_t c : {1, 16, 32}) check_runs(exe, g, 517, c, 2);
+    CHECK(exe.specialization_count() == 4);
+    for (int64_t c : {33, 256}) check_runs(exe, g, 77, c, 2);  // too long for cheap rows
+    CHECK(exe.specialization_count() == 4);
+  }
+  {
+    Graph g;
+    Tensor x = g.input("x", DType::F32, {sym("R"), sym("C")});
+    g.output("means", mean(x, 0));
+    runtime::Executable exe = compile(g);
+    REQUIRE(exe.program().kernels.size() == 1);
+    const ir::Kernel& k = exe.program().kernels[0];
+    REQUIRE(k.schedule.form == ir::LoopForm::ColumnReduction);
+    int64_t up_to = std::min<int64_t>(ir::kMaxNarrowColumns, k.schedule.cpu.vector_width - 1);
+    int expected = 0;
+    for (int64_t c : {2, 3, 7, 8, 9, 16}) {
+      check_runs(exe, g, 40'000, c, 3);
+      expected += c <= up_to;
+      CHECK(exe.specialization_count() == expected);
+    }
+  }
+}
+
 // The contiguous loop runs whole vectors in blocks that defer their fix-ups and run the block
 // again with them when a lane needed one (on CPUs without vscalefps, f32 exp's short form defers
 // lanes with |x| > 87, ScalarLowering::exp_f32_inline): exp and a

@@ -481,13 +481,13 @@ class CpuKernelEmitter : public KernelEmitterBase {
   std::vector<mlir::Value> accumulate_scalar(const std::vector<NodeId>& ids, const std::vector<mlir::Value>& init,
                                              const std::vector<mlir::Value>& kept, mlir::Value from, mlir::Value to);
   static constexpr int kColumnVectors = 4;
+  static constexpr int64_t kMinMaskedColumns = 4;  // emit_columns(): the tail as a masked vector
   void emit_columns(mlir::Value begin, mlir::Value end, int lanes);
-  // Fewer columns than a vector's lanes (points[M, 3]; at most kMaxNarrowColumns, known at
+  // Fewer columns than a vector's lanes (points[M, 3]; at most ir::kMaxNarrowColumns, known at
   // compile time, the reductions' inputs laid out like the space): the rows are one flat
   // stretch of memory, read as whole vectors, lane l of vector v of a period of
   // lcm(columns, lanes) elements holding column (v lanes + l) % columns (emit_narrow_columns).
   // narrow_columns(): that column count, or 0.
-  static constexpr int64_t kMaxNarrowColumns = 8;
   int64_t narrow_columns(int lanes);
   void emit_narrow_columns(int64_t columns, int lanes);
   // The column walk's rows (null: all) and, where it leaves accumulators rather than outputs

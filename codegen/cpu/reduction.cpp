@@ -1770,9 +1770,9 @@ void CpuKernelEmitter::emit_column_split_finish(mlir::func::FuncOp func) {
 int64_t CpuKernelEmitter::narrow_columns(int lanes) {
   ir::Shape kept = kept_dims();
   if (lanes <= 1 || kept.size() != 1) return 0;
-  std::optional<int64_t> columns = kept[0].constant();
+  std::optional<int64_t> columns = known_size(kept[0]);
   // (A task takes at least the schedule's grain of columns: one task has them all.)
-  if (!columns || *columns < 2 || *columns >= lanes || *columns > kMaxNarrowColumns || *columns > k_.schedule.cpu.grain)
+  if (!columns || *columns < 2 || *columns >= lanes || *columns > ir::kMaxNarrowColumns || *columns > k_.schedule.cpu.grain)
     return 0;
   // Each reduction reads, through elementwise ops, inputs laid out like the space only.
   std::vector<NodeId> pending;
