@@ -1279,6 +1279,40 @@ TEST_CASE("column reductions of fewer columns than a vector read the rows as one
   }
 }
 
+// Columns past the last whole vector, from kMinMaskedColumns of them, are one vector under a
+// mask down the rows (emit_columns); fewer go column by column. Column counts known only at run
+// time (the generic code: each shape runs once), whole vectors before the tail or none, kept
+// dims of rank 1 and 2, every kind with NaN and infinity, an integer division in the reduced
+// expression (masked-off lanes hold ones), split over rows and not.
+TEST_CASE("column reductions end in a masked vector of the columns past the last whole one", "[cpu][reduce][threads]") {
+  for (DType t : {DType::F32, DType::F64, DType::I32}) {
+    Graph g;
+    Tensor x = g.input("x", t, {sym("M"), sym("N")});
+    Tensor y = g.input("y", t, {sym("M"), sym("N")});
+    g.output("sum", sum(x * y + x, 0));
+    g.output("max", max(x, 0, true));
+    g.output("min", min(y - x, 0));
+    if (t == DType::I32) g.output("quotients", sum(x / (abs(y) + 1), 0));
+    else g.output("rms", sqrt(mean(x * x, 0)));
+    Tensor z = g.input("z", t, {sym("M"), 2, sym("N")});
+    g.output("planes", sum(z, 0));
+    runtime::Executable exe = compile(g);
+    REQUIRE(exe.program().kernels.size() == 2);
+    for (const ir::Kernel& k : exe.program().kernels) CHECK(k.schedule.form == ir::LoopForm::ColumnReduction);
+    for (int64_t n : {3, 4, 5, 12, 15, 17, 20, 24, 31, 100}) {
+      for (int64_t m : {1, 7, 1023, 20'000}) {
+        INFO(ir::dtype_name(t) << ", M = " << m << ", N = " << n);
+        ir::TensorMap inputs = inputs_of(g.ir(), {{"M", m}, {"N", n}}, 29);
+        if (t != DType::I32 && m > 7) {
+          inputs["x"].set_f64(5 * n + n - 1, std::numeric_limits<double>::quiet_NaN());
+          inputs["x"].set_f64((m - 1) * n + n - 2, std::numeric_limits<double>::infinity());
+        }
+        CHECK(testing::compare_outputs(ir::interpret(g.ir(), inputs), exe.run(inputs), 1e-5, 1e-6) == "");
+      }
+    }
+  }
+}
+
 TEST_CASE("column reductions over many columns walk the rows in order", "[cpu][reduce]") {
   // Over more than 4 vectors of columns a task reads each row's stretch in order into
   // accumulators in scratch (64 vectors of columns at a time), then stores the outputs
