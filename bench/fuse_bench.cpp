@@ -84,6 +84,7 @@ const std::vector<Workload>& workloads() {
   static const std::vector<Workload> all = {
       {"add_10M", "examples/add.expr", {{"N", 1000}, {"M", 10'000}}, 85, {}},
       {"add_vectors_10M", "bench/add_vectors.expr", {{"N", k10M}}, 85, {}},
+      {"normalize_rgb_10M", "bench/normalize_rgb.expr", {{"P", k10M / 3}}, 85, {{"std", {0.5f, 1.5f}}}},
       {"hypot_10M", "examples/hypot.expr", {{"N", k10M}}, 85, {}},
       {"gaussian_pdf_10M", "examples/gaussian_pdf.expr", {{"N", k10M}}, 85, {{"sigma", {0.5f, 1.5f}}}},
       {"polar_distance_10M", "examples/polar_distance.expr", {{"N", k10M}}, 60,
@@ -326,7 +327,7 @@ struct Tolerance {
 Tolerance tolerance(const Workload& w) {
   std::string k = w.kind();
   // The same IEEE operations, or moves and comparisons, which do not round: exact.
-  if (k == "add" || k == "add_vectors" || k == "max" || k == "transpose") return {0, false};
+  if (k == "add" || k == "add_vectors" || k == "normalize_rgb" || k == "max" || k == "transpose") return {0, false};
   if (k == "hypot") return {2, false};  // an FMA either side; the sqrt rounds correctly
   // exp, sin, cos, tanh from libm, Eigen, oneDNN and fuse: each within a few ulps.
   if (k == "gaussian_pdf" || k == "polar_distance" || k == "hidden_layer") return {8, false};

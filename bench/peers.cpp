@@ -29,9 +29,9 @@ const char* peer_title(Peer peer) {
 
 bool peer_supports(Peer peer, const std::string& kind) {
   // hypot and polar_distance have no oneDNN primitive (no sqrt of a sum, no sin/cos eltwise).
-  static const std::set<std::string> onednn = {"add",       "add_vectors", "gaussian_pdf", "hidden_layer",
-                                               "sum",       "max",         "softmax",      "layernorm",
-                                               "transpose", "matmul",      "mlp_layer"};
+  static const std::set<std::string> onednn = {"add",       "add_vectors", "normalize_rgb", "gaussian_pdf",
+                                               "hidden_layer", "sum",      "max",           "softmax",
+                                               "layernorm", "transpose",   "matmul",        "mlp_layer"};
   static const std::set<std::string> openblas = {"matmul", "mlp_layer", "transformer_block"};
   switch (peer) {
     case Peer::Eigen:

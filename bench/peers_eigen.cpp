@@ -75,6 +75,20 @@ std::function<void()> eigen_peer(const std::string& kind, const ir::TensorMap& i
       });
     };
   }
+  if (kind == "normalize_rgb") {
+    using Pixels = Eigen::Array<float, Dynamic, 3, RowMajor>;
+    using Channels = Eigen::Array<float, 1, 3>;
+    int64_t p = dim(i, "img", 0);
+    const float *img = in(i, "img"), *mean = in(i, "mean"), *std_dev = in(i, "std");
+    float* y = out(o, "y");
+    return [=] {
+      split(p, [&](int64_t r, int64_t rows) {
+        Map<Pixels>(y + 3 * r, rows, 3) =
+            (Map<const Pixels>(img + 3 * r, rows, 3).rowwise() - Map<const Channels>(mean)).rowwise() /
+            Map<const Channels>(std_dev);
+      });
+    };
+  }
   if (kind == "add_vectors") {
     const float *a = in(i, "a"), *b = in(i, "b");
     float* c = out(o, "c");

@@ -73,6 +73,16 @@ std::function<void()> loop_peer(const std::string& kind, const ir::TensorMap& i,
         for (int64_t j = 0; j < m; ++j) c[r * m + j] = a[r * m + j] + b[j];
     };
   }
+  if (kind == "normalize_rgb") {
+    int64_t p = dim(i, "img", 0);
+    const float *img = in(i, "img"), *mean = in(i, "mean"), *std_dev = in(i, "std");
+    float* y = out(o, "y");
+    return [=] {
+#pragma omp parallel for schedule(static)
+      for (int64_t r = 0; r < p; ++r)
+        for (int64_t c = 0; c < 3; ++c) y[3 * r + c] = (img[3 * r + c] - mean[c]) / std_dev[c];
+    };
+  }
   if (kind == "add_vectors") {
     const float *a = in(i, "a"), *b = in(i, "b");
     float* c = out(o, "c");

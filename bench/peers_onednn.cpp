@@ -66,6 +66,20 @@ std::function<void()> onednn_peer(const std::string& kind, const ir::TensorMap& 
     int64_t n = dim(i, "a", 0), m = dim(i, "a", 1);
     return binary(algorithm::binary_add, desc({n, m}, Tag::ab), in(i, "a"), desc({1, m}, Tag::ab), in(i, "b"), out(o, "c"));
   }
+  if (kind == "normalize_rgb") {
+    // img - mean, then a binary post-op dividing by std, both broadcast along the pixels.
+    int64_t p = dim(i, "img", 0);
+    memory::desc pixels = desc({p, 3}, Tag::ab), channels = desc({1, 3}, Tag::ab);
+    dnnl::post_ops po;
+    po.append_binary(algorithm::binary_div, channels);
+    primitive_attr attr;
+    attr.set_post_ops(po);
+    dnnl::binary::primitive_desc pd({algorithm::binary_sub, pixels, channels, pixels}, attr, context().engine);
+    return run_bound(dnnl::binary(pd), {{DNNL_ARG_SRC_0, wrap(pixels, in(i, "img"))},
+                                        {DNNL_ARG_SRC_1, wrap(channels, in(i, "mean"))},
+                                        {DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, wrap(channels, in(i, "std"))},
+                                        {DNNL_ARG_DST, wrap(pixels, out(o, "y"))}});
+  }
   if (kind == "add_vectors") {
     memory::desc d = desc({count(i, "a")}, Tag::a);
     return binary(algorithm::binary_add, d, in(i, "a"), d, in(i, "b"), out(o, "c"));
