@@ -49,14 +49,36 @@ int periodic_broadcast_axis(const Kernel& k, NodeId id) {
   return first < rank && num_elements(from) != Dim(1) ? first : -1;
 }
 
-int periodic_contiguous_axis(const Kernel& k) {
+NodeId row_ordered_input(const Graph& body, NodeId id) {
+  const Node& n = body.node(id);
+  if (n.kind == OpKind::Input) return id;
+  bool keeps_order = n.kind == OpKind::ExpandDims || n.kind == OpKind::Squeeze || n.kind == OpKind::Reshape;
+  return keeps_order ? row_ordered_input(body, n.inputs[0]) : -1;
+}
+
+int per_row_broadcast_axis(const Kernel& k, NodeId id) {
+  const Node& n = k.body.node(id);
+  if (n.kind != OpKind::BroadcastTo || !(n.shape == k.space)) return -1;
+  const Node& in = k.body.node(n.inputs[0]);
+  if (row_ordered_input(k.body, n.inputs[0]) < 0 || in.shape.size() != k.space.size()) return -1;
+  int rank = static_cast<int>(k.space.size());
+  // The last axis the input keeps; every axis after it 1 in the input, every one up to it kept.
+  int a = rank;
+  while (a > 0 && in.shape[a - 1] == Dim(1)) --a;
+  if (a == 0 || a == rank) return -1;  // a single element, or no broadcast
+  for (int d = 0; d < a; ++d)
+    if (!(in.shape[d] == k.space[d])) return -1;
+  return a;
+}
+
+FlatBroadcasts flat_broadcasts(const Kernel& k) {
+  FlatBroadcasts none, found;
   std::vector<bool> seen(k.body.nodes.size(), false);
   std::vector<NodeId> stack;
   for (const GraphOutput& o : k.body.outputs) {
-    if (!(k.body.node(o.node).shape == k.space)) return -1;
+    if (!(k.body.node(o.node).shape == k.space)) return none;
     stack.push_back(o.node);
   }
-  int axis = -1;
   while (!stack.empty()) {
     NodeId id = stack.back();
     stack.pop_back();
@@ -65,14 +87,19 @@ int periodic_contiguous_axis(const Kernel& k) {
     const Node& n = k.body.node(id);
     if (n.kind == OpKind::BroadcastTo && num_elements(k.body.node(n.inputs[0]).shape) == Dim(1)) continue;
     if (int a = periodic_broadcast_axis(k, id); a >= 0) {
-      axis = axis < 0 ? a : std::min(axis, a);
+      found.periodic_axis = found.periodic_axis < 0 ? a : std::min(found.periodic_axis, a);
+      continue;
+    }
+    if (int a = per_row_broadcast_axis(k, id); a >= 0) {
+      if (found.per_row_axis >= 0 && found.per_row_axis != a) return none;
+      found.per_row_axis = a;
       continue;
     }
     bool plain = n.kind == OpKind::Input || n.kind == OpKind::Constant || n.kind == OpKind::Elementwise;
-    if (!plain || !(n.shape == k.space)) return -1;
+    if (!plain || !(n.shape == k.space)) return none;
     for (NodeId in : n.inputs) stack.push_back(in);
   }
-  return axis;
+  return found;
 }
 
 bool results_in_row_order(const Kernel& k) {

@@ -22,14 +22,28 @@ bool elementwise_contiguous(const Kernel& k);
 /// along every axis before a. Its value at flat position i of the space depends only on i mod
 /// P, P the product of the space's dims from a on. -1 for any other node.
 int periodic_broadcast_axis(const Kernel& k, NodeId id);
-/// Whether `k` is elementwise_contiguous but for periodic broadcasts (at least one): every node
-/// on the outputs' paths is an input, constant or elementwise op shaped like the space, a
-/// broadcast of a single element, or a periodic broadcast. Returns the smallest of those
-/// broadcasts' axes (so that the product of the space's dims from it on is a multiple of every
-/// one's period), or -1. The CPU's Rows form runs such kernels as one flat loop over the space
-/// where rows are short or end in a partial vector, each periodic operand read from a table of
-/// its values tiled over one period and a vector more (codegen/cpu/elementwise.cpp).
-int periodic_contiguous_axis(const Kernel& k);
+/// The first axis of a per-row broadcast (x[M, C] * r[M, 1]): a BroadcastTo shaped like the
+/// space of an input (or its views in row-major order, row_ordered_input) that keeps the space's dims on [0, a) and has dims of 1 on [a, rank). Its
+/// value at flat position i of the space is the input's element i / Q, Q the product of the
+/// space's dims from a on. -1 for any other node.
+int per_row_broadcast_axis(const Kernel& k, NodeId id);
+/// The input that node `id` is, or views in row-major order (expand_dims, squeeze, reshape) of
+/// (r[M] as r[M, 1]): element i of `id` is the input's element i. -1: none.
+NodeId row_ordered_input(const Graph& body, NodeId id);
+/// A kernel that is elementwise_contiguous but for periodic and per-row broadcasts (at least
+/// one): every node on the outputs' paths is an input, constant or elementwise op shaped like the
+/// space, a broadcast of a single element, a periodic broadcast or a per-row one, the per-row
+/// ones all of one axis. The CPU's Rows and TiledRows forms run such kernels as one flat loop
+/// over the space where rows are short or end in a partial vector (codegen/cpu/elementwise.cpp,
+/// emit_flat): each periodic operand read from a table of its values tiled over one period and a
+/// vector more, each per-row one gathered from its rows.
+struct FlatBroadcasts {
+  int periodic_axis = -1;  // the smallest periodic broadcast axis (the product of the space's
+                           // dims from it on is a multiple of every one's period), or -1
+  int per_row_axis = -1;   // the per-row broadcasts' axis, or -1
+  bool applies() const { return periodic_axis >= 0 || per_row_axis >= 0; }
+};
+FlatBroadcasts flat_broadcasts(const Kernel& k);
 
 /// Whether every output element sits at the position of the row (or element) of the reductions'
 /// or matmul's result it depends on: between a reduction or matmul and an output only

@@ -1029,36 +1029,58 @@ TEST_CASE("rows plus a broadcast row with streaming stores", "[cpu][threads]") {
 }
 
 // Operands broadcast along leading axes only (b[C] over x[B, H, C], c[H, C], a transposed
-// d[C, H]) are periodic in the flat space: a Rows kernel whose period ends in a partial vector
-// runs as one flat loop (emit_periodic), each periodic operand read from a table of its values
-// tiled over one period and a vector more, at an offset carried from vector to vector. Results
-// at periods of 2 to 99 elements and of whole vectors (the rows form), tasks that start
-// mid-period (7 threads, [threads]), masked heads and tails, streaming stores, and the exp
-// fix-up's rerun of a block; f32, f64, i32 and i64; AVX2's and AVX-512's vectors.
-TEST_CASE("periodic broadcasts run as one flat loop over tables of one period", "[cpu][threads][views]") {
+// d[C, H]) are periodic in the flat space, and operands broadcast along trailing axes only
+// (r[B, H, 1], w[B] expanded to [B, 1, 1], a bool mask[B, H, 1]) are per-row: a Rows kernel
+// whose period or row ends in a partial vector runs as one flat loop (emit_flat), each periodic
+// operand read from a table of its values tiled over one period and a vector more, at an offset
+// carried from vector to vector, each per-row one gathered from its rows. Results at periods
+// and rows of 2 to 99 elements and of whole vectors (the rows form), tasks that start mid-row
+// (7 threads, [threads]), masked heads and tails, streaming stores, and the exp fix-up's rerun of
+// a block; f32, f64, i32 and i64; AVX2's and AVX-512's vectors.
+TEST_CASE("periodic and per-row broadcasts run as one flat loop", "[cpu][threads][views]") {
+  enum Variant { Periodic, Transposed, RowsOfC, RowsOfHC };
   for (const CompileOptions& options : testing::vector_widths_this_host_runs()) {
-    for (auto [t, transposed] : std::vector<std::pair<DType, bool>>{
-             {DType::F32, false}, {DType::F32, true}, {DType::F64, true}, {DType::I32, false}, {DType::I64, true}}) {
+    for (auto [t, variant] : std::vector<std::pair<DType, Variant>>{{DType::F32, Periodic},
+                                                                    {DType::F32, Transposed},
+                                                                    {DType::F64, Transposed},
+                                                                    {DType::I32, Periodic},
+                                                                    {DType::I64, Transposed},
+                                                                    {DType::F32, RowsOfC},
+                                                                    {DType::F64, RowsOfHC},
+                                                                    {DType::I32, RowsOfC},
+                                                                    {DType::I64, RowsOfHC}}) {
       Graph g;
       Tensor x = g.input("x", t, {sym("B"), sym("H"), sym("C")});
       Tensor b = g.input("b", t, {sym("C")});
       Tensor c = g.input("c", t, {sym("H"), sym("C")});
       Tensor s = g.input("s", t);
-      if (transposed)  // (the tiled rows form: d is read across its rows)
+      int periodic_axis = 1, per_row_axis = -1;
+      if (variant == Transposed) {  // (the tiled rows form: d is read across its rows)
         g.output("y", x * b + c - s * transpose(g.input("d", t, {sym("C"), sym("H")})));
-      else
+      } else if (variant == RowsOfC) {
+        Tensor mask = g.input("mask", DType::Bool, {sym("B"), sym("H"), 1});
+        g.output("y", where(mask, x * b, c) - g.input("r", t, {sym("B"), sym("H"), 1}));
+        per_row_axis = 2;
+      } else if (variant == RowsOfHC) {
+        g.output("y", x * b + expand_dims(expand_dims(g.input("w", t, {sym("B")}), 1), 2));
+        periodic_axis = 2;
+        per_row_axis = 1;
+      } else {
         g.output("y", x * b + c - s);
+      }
       bool floating = t == DType::F32 || t == DType::F64;
       if (floating) g.output("e", exp(x - b));
       runtime::Executable exe = compile(g, testing::streams_from_64k(options.pipeline.target), options);
-      INFO(ir::dtype_name(t) << ", " << options.pipeline.target.vector_bits << "-bit vectors\n"
-                             << ir::print_program(exe.program()));
+      INFO(ir::dtype_name(t) << ", variant " << variant << ", " << options.pipeline.target.vector_bits
+                             << "-bit vectors\n" << ir::print_program(exe.program()));
       REQUIRE(exe.program().kernels.size() == 1);
       const ir::Kernel& k = exe.program().kernels[0];
-      CHECK(k.schedule.form == (transposed ? ir::LoopForm::TiledRows : ir::LoopForm::Rows));
-      CHECK(ir::periodic_contiguous_axis(k) == 1);  // c's period, H * C: a multiple of b's
-      // {B, H, C}: periods of 3, 5, 7, 21, 2 x 17, and 3 x 33 (too long for its tasks: rows
-      // or tiles), 16 and 2 x 8 (whole vectors: the rows form; tables under tiled rows), 1.
+      CHECK(k.schedule.form == (variant == Transposed ? ir::LoopForm::TiledRows : ir::LoopForm::Rows));
+      // (c's period, H * C, is a multiple of b's)
+      CHECK(ir::flat_broadcasts(k).periodic_axis == periodic_axis);
+      CHECK(ir::flat_broadcasts(k).per_row_axis == per_row_axis);
+      // {B, H, C}: periods and rows of 3, 5, 7, 21, 2 x 17, and 3 x 33 (too long for its tasks:
+      // rows or tiles), 16 and 2 x 8 (whole vectors: the rows form; tables under tiled rows), 1.
       for (auto [bs, h, cs] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
                {1, 1, 3}, {7, 1, 3}, {1023, 1, 5}, {3, 7, 3}, {4001, 1, 7}, {3001, 7, 3},
                {20'003, 1, 3}, {2001, 2, 17}, {100, 3, 33}, {5000, 1, 16}, {3000, 2, 8}, {9000, 1, 1}}) {
@@ -1073,33 +1095,48 @@ TEST_CASE("periodic broadcasts run as one flat loop over tables of one period", 
   }
 }
 
-// Which broadcasts are periodic: along leading axes only, of more than one element.
-TEST_CASE("periodic broadcasts are those along leading axes only", "[cpu][views]") {
-  auto axis_of = [](const Graph& g) {
+// Which broadcasts are periodic (along leading axes only, of more than one element) and which
+// per-row (an input, or its row-major views, along trailing axes only; all of one axis).
+TEST_CASE("periodic broadcasts are along leading axes, per-row ones along trailing axes", "[cpu][views]") {
+  auto flat_of = [](const Graph& g) {
     runtime::Executable exe = compile(g);
     REQUIRE(exe.program().kernels.size() == 1);
-    return ir::periodic_contiguous_axis(exe.program().kernels[0]);
+    return ir::flat_broadcasts(exe.program().kernels[0]);
   };
   {
     Graph g;
     g.output("y", g.input("x", DType::F32, {sym("M"), sym("C")}) + g.input("b", DType::F32, {1, sym("C")}));
-    CHECK(axis_of(g) == 1);
+    CHECK(flat_of(g).periodic_axis == 1);
+    CHECK(flat_of(g).per_row_axis == -1);
   }
   {
-    Graph g;  // a per-row operand: constant along the row, not periodic
+    Graph g;  // a per-row operand
     g.output("y", g.input("x", DType::F32, {sym("M"), sym("C")}) + g.input("r", DType::F32, {sym("M"), 1}));
-    CHECK(axis_of(g) == -1);
+    CHECK(flat_of(g).periodic_axis == -1);
+    CHECK(flat_of(g).per_row_axis == 1);
+  }
+  {
+    Graph g;  // per-row operands of two axes: not flat
+    Tensor x = g.input("x", DType::F32, {sym("A"), sym("M"), sym("C")});
+    g.output("y", x + g.input("r", DType::F32, {sym("A"), sym("M"), 1}) * g.input("q", DType::F32, {sym("A"), 1, 1}));
+    CHECK_FALSE(flat_of(g).applies());
+  }
+  {
+    Graph g;  // a per-row operand through a permute: not taken as rows in order
+    Tensor x = g.input("x", DType::F32, {sym("M"), sym("C")});
+    g.output("y", x + transpose(g.input("r", DType::F32, {1, sym("M")})));
+    CHECK_FALSE(flat_of(g).applies());
   }
   {
     Graph g;  // broadcast along the middle axis only
     g.output("y", g.input("x", DType::F32, {sym("A"), sym("M"), sym("C")}) + g.input("r", DType::F32, {sym("A"), 1, sym("C")}));
-    CHECK(axis_of(g) == -1);
+    CHECK_FALSE(flat_of(g).applies());
   }
   {
     Graph g;  // a transpose of x itself: not laid out like the space
     Tensor x = g.input("x", DType::F32, {sym("M"), sym("M")});
     g.output("y", transpose(x) + g.input("b", DType::F32, {sym("M")}));
-    CHECK(axis_of(g) == -1);
+    CHECK_FALSE(flat_of(g).applies());
   }
 }
 

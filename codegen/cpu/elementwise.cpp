@@ -14,7 +14,7 @@ using ir::OpKind;
 
 // ---- the two loop forms ----
 void CpuKernelEmitter::emit_contiguous(mlir::Value base, int lanes) {
-  if (period_length_) period_offset_ = period_offset_at(base);
+  if (period_length_ || row_length_) set_flat_state(flat_state_at(base));
   for (size_t o = 0; o < k_.body.outputs.size(); ++o) {
     const Node& n = k_.body.node(k_.body.outputs[o].node);
     store(output_slot_[o], n.dtype, base, contiguous_value(k_.body.outputs[o].node, base, lanes), lanes);
@@ -120,7 +120,7 @@ bool CpuKernelEmitter::hoist_invariants(NodeId id, int lanes) {
   if (invariant_.count(id)) return true;
   if (!varying_.insert(id).second) return false;  // visited (a diamond's second path): varying
   const Node& n = k_.body.node(id);
-  bool invariant = n.kind == OpKind::BroadcastTo && !periodic_slot_.count(id);
+  bool invariant = n.kind == OpKind::BroadcastTo && !periodic_slot_.count(id) && !per_row_.count(id);
   if (n.kind == OpKind::Elementwise && !n.inputs.empty()) {
     invariant = true;
     for (NodeId in : n.inputs) invariant = hoist_invariants(in, lanes) && invariant;  // every input hoisted
@@ -139,7 +139,7 @@ mlir::Value CpuKernelEmitter::emit_contiguous_vectors(mlir::Value from, mlir::Va
                                                       bool deferred) {
   mlir::Value no_lane = no_patch_mask(lanes);
   std::vector<mlir::Value> carried{no_lane};
-  if (period_length_) carried.push_back(period_offset_at(from));
+  for (mlir::Value v : flat_state_at(from)) carried.push_back(v);  // (emit_flat's)
   auto vector_loop = b_.create<mlir::scf::ForOp>(loc_, from, to, i64(lanes), carried);
   std::vector<mlir::Value> masks;  // the deferred fix-ups of the body
   {
@@ -147,12 +147,11 @@ mlir::Value CpuKernelEmitter::emit_contiguous_vectors(mlir::Value from, mlir::Va
     b_.setInsertionPointToStart(vector_loop.getBody());
     clear_caches();
     mlir::Value i = vector_loop.getInductionVar();
-    mlir::Value next_offset;
-    if (period_length_) {
-      period_offset_ = vector_loop.getRegionIterArgs()[1];
-      next_offset = add(period_offset_, i64(lanes));
-      next_offset = select(cmpi(mlir::arith::CmpIPredicate::sge, next_offset, period_length_),
-                           sub(next_offset, period_length_), next_offset);
+    std::vector<mlir::Value> next_state;
+    if (carried.size() > 1) {
+      mlir::ValueRange state = vector_loop.getRegionIterArgs().drop_front(1);
+      set_flat_state(std::vector<mlir::Value>(state.begin(), state.end()));
+      next_state = next_flat_state();
     }
     if (prefetch_from_memory_) {
       auto from_memory = b_.create<mlir::scf::IfOp>(loc_, prefetch_from_memory_, /*withElseRegion=*/false);
@@ -169,7 +168,7 @@ mlir::Value CpuKernelEmitter::emit_contiguous_vectors(mlir::Value from, mlir::Va
     }
     scalar_.defer_patches(nullptr);
     std::vector<mlir::Value> yielded{or_patch_masks(vector_loop.getRegionIterArgs()[0], masks)};
-    if (next_offset) yielded.push_back(next_offset);
+    yielded.insert(yielded.end(), next_state.begin(), next_state.end());
     b_.create<mlir::scf::YieldOp>(loc_, yielded);
     clear_caches();
   }
@@ -185,6 +184,8 @@ mlir::Value CpuKernelEmitter::contiguous_value(NodeId id, mlir::Value base, int 
   mlir::Value v;
   if (auto table = periodic_slot_.find(id); table != periodic_slot_.end()) {
     v = load(table->second, n.dtype, period_offset_, lanes);
+  } else if (per_row_.count(id)) {
+    v = gathered_row_value(id, lanes);
   } else if (n.kind == OpKind::BroadcastTo) {
     const Node& in = k_.body.node(n.inputs[0]);
     v = general_value(n.inputs[0], std::vector<mlir::Value>(in.shape.size(), i64(0)));
@@ -268,55 +269,141 @@ void CpuKernelEmitter::emit_element(const std::vector<mlir::Value>& outer, mlir:
 // mid-row) from the first 64-byte line of the output on, the elements before it one at a time,
 // so that rows which are not whole lines (a[N, 1001] + b) stream as well.
 void CpuKernelEmitter::emit_rows(mlir::Value begin, mlir::Value end, int lanes) {
-  emit_periodic_or(begin, end, lanes, /*whole_vector_rows_too=*/false, [&] { emit_rows_by_row(begin, end, lanes); });
+  emit_flat_or(begin, end, lanes, /*whole_vector_rows_too=*/false, [&] { emit_rows_by_row(begin, end, lanes); });
 }
 
-void CpuKernelEmitter::emit_periodic_or(mlir::Value begin, mlir::Value end, int lanes, bool whole_vector_rows_too,
-                                        llvm::function_ref<void()> otherwise) {
-  int axis = lanes > 1 ? ir::periodic_contiguous_axis(k_) : -1;
-  if (axis < 0) return otherwise();
-  ir::Shape trailing(k_.space.begin() + axis, k_.space.end());
-  mlir::Value period = dim(ir::num_elements(trailing));
-  mlir::Value taken = cmpi(mlir::arith::CmpIPredicate::sle, mul(add(period, i64(2 * lanes)), i64(kPeriodicTaskShare)),
-                           sub(end, begin));
-  // (a period of 0 elements is whole vectors: the space is empty)
-  mlir::Value partial = cmpi(mlir::arith::CmpIPredicate::ne, rem(period, i64(lanes)), i64(0));
-  if (!whole_vector_rows_too) taken = b_.create<mlir::arith::AndIOp>(loc_, taken, partial);
-  else taken = b_.create<mlir::arith::AndIOp>(loc_, taken, cmpi(mlir::arith::CmpIPredicate::sgt, period, i64(0)));
-  auto branch = b_.create<mlir::scf::IfOp>(loc_, taken, /*withElseRegion=*/true);
+void CpuKernelEmitter::emit_flat_or(mlir::Value begin, mlir::Value end, int lanes, bool whole_vector_rows_too,
+                                    llvm::function_ref<void()> otherwise) {
+  ir::FlatBroadcasts flat = lanes > 1 ? ir::flat_broadcasts(k_) : ir::FlatBroadcasts{};
+  if (!flat.applies()) return otherwise();
+  mlir::Value task = sub(end, begin);
+  mlir::Value yes = constant(DType::Bool, 0, 1, 1), no = constant(DType::Bool, 0, 0, 1);
+  mlir::Value possible = yes, worth = whole_vector_rows_too ? yes : no;
+  auto all = [&](mlir::Value a, mlir::Value c) { return b_.create<mlir::arith::AndIOp>(loc_, a, c).getResult(); };
+  auto any = [&](mlir::Value a, mlir::Value c) { return b_.create<mlir::arith::OrIOp>(loc_, a, c).getResult(); };
+  auto partial = [&](mlir::Value n) { return cmpi(mlir::arith::CmpIPredicate::ne, rem(n, i64(lanes)), i64(0)); };
+  if (flat.periodic_axis >= 0) {
+    mlir::Value period = dim(ir::num_elements(ir::Shape(k_.space.begin() + flat.periodic_axis, k_.space.end())));
+    // (a period of 0 elements: the space is empty)
+    possible = all(possible, all(cmpi(mlir::arith::CmpIPredicate::sgt, period, i64(0)),
+                                 cmpi(mlir::arith::CmpIPredicate::sle,
+                                      mul(add(period, i64(2 * lanes)), i64(kFlatTaskShare)), task)));
+    worth = any(worth, partial(period));
+  }
+  if (flat.per_row_axis >= 0) {
+    mlir::Value q = dim(ir::num_elements(ir::Shape(k_.space.begin() + flat.per_row_axis, k_.space.end())));
+    possible = all(possible, all(all(cmpi(mlir::arith::CmpIPredicate::sgt, q, i64(0)),
+                                     cmpi(mlir::arith::CmpIPredicate::sle, q, i64(kMaxGatheredRowLength))),
+                                 cmpi(mlir::arith::CmpIPredicate::sle, mul(q, i64(lanes * kFlatTaskShare)), task)));
+    worth = any(worth, partial(q));
+  }
+  auto branch = b_.create<mlir::scf::IfOp>(loc_, all(possible, worth), /*withElseRegion=*/true);
   mlir::OpBuilder::InsertionGuard guard(b_);
   b_.setInsertionPointToStart(&branch.getThenRegion().front());
-  emit_periodic(begin, end, lanes, axis);
+  emit_flat(begin, end, lanes, flat);
   b_.setInsertionPointToStart(&branch.getElseRegion().front());
   otherwise();
 }
 
-mlir::Value CpuKernelEmitter::period_offset_at(mlir::Value i) { return rem(add(i, period_length_), period_length_); }
-
-void CpuKernelEmitter::emit_periodic(mlir::Value begin, mlir::Value end, int lanes, int axis) {
-  ir::Shape trailing(k_.space.begin() + axis, k_.space.end());
-  mlir::Value period = dim(ir::num_elements(trailing));
-  mlir::Value length = mul(period, div(add(period, i64(lanes - 1)), period));  // L
-  mlir::Value table_elements = add(length, i64(lanes));
-  size_t first_scratch = scratch_slot_.size();
-  for (NodeId id = 0; id < static_cast<NodeId>(k_.body.nodes.size()); ++id) {
-    if (ir::periodic_broadcast_axis(k_, id) < 0) continue;
-    DType t = k_.body.node(id).dtype;
-    int slot = allocate_slot(mul(table_elements, i64(static_cast<int64_t>(ir::dtype_size(t)))));
-    periodic_slot_[id] = slot;
-    // Element t of the table: the broadcast at flat position t, i.e. at t mod P within the
-    // trailing axes (the leading ones are broadcast: index 0).
-    loop(i64(0), table_elements, 1, [&](mlir::Value e) {
-      std::vector<mlir::Value> idx(static_cast<size_t>(axis), i64(0));
-      for (mlir::Value v : delinearize(rem(e, period), trailing)) idx.push_back(v);
-      store(slot, t, e, general_value(id, idx), 1);
-      clear_caches();
-    });
+std::vector<mlir::Value> CpuKernelEmitter::flat_state_at(mlir::Value i) {
+  std::vector<mlir::Value> state;
+  if (period_length_) state.push_back(rem(add(i, period_length_), period_length_));  // (i >= -lanes)
+  if (row_length_) {
+    int lanes = k_.schedule.cpu.vector_width;
+    mlir::Value shifted = add(i, mul(row_length_, i64(lanes)));  // whole rows on: not negative
+    state.push_back(sub(div(shifted, row_length_), i64(lanes)));
+    state.push_back(rem(shifted, row_length_));
   }
-  period_length_ = length;
+  return state;
+}
+
+void CpuKernelEmitter::set_flat_state(const std::vector<mlir::Value>& state) {
+  size_t at = 0;
+  if (period_length_) period_offset_ = state.at(at++);
+  if (row_length_) {
+    flat_row_ = state.at(at++);
+    flat_row_rem_ = state.at(at++);
+  }
+}
+
+std::vector<mlir::Value> CpuKernelEmitter::next_flat_state() {
+  int lanes = k_.schedule.cpu.vector_width;
+  std::vector<mlir::Value> next;
+  if (period_length_) {
+    mlir::Value offset = add(period_offset_, i64(lanes));
+    next.push_back(select(cmpi(mlir::arith::CmpIPredicate::sge, offset, period_length_), sub(offset, period_length_), offset));
+  }
+  if (row_length_) {
+    mlir::Value r = add(flat_row_rem_, row_step_rem_), row = add(flat_row_, row_step_);
+    mlir::Value wraps = cmpi(mlir::arith::CmpIPredicate::sge, r, row_length_);
+    next.push_back(select(wraps, add(row, i64(1)), row));
+    next.push_back(select(wraps, sub(r, row_length_), r));
+  }
+  return next;
+}
+
+// Node `id`, a per-row broadcast, at the vector whose first lane is in row flat_row_, element
+// flat_row_rem_ of it: lane j reads row flat_row_ + (flat_row_rem_ + j) / Q, its offset from
+// the index table's row flat_row_rem_; gathered under mask_ (masked-off lanes read nothing).
+mlir::Value CpuKernelEmitter::gathered_row_value(NodeId id, int lanes) {
+  NodeId leaf = ir::row_ordered_input(k_.body, k_.body.node(id).inputs[0]);
+  DType t = k_.body.node(leaf).dtype;
+  mlir::Value offsets = load(row_index_table_, DType::I32, mul(flat_row_rem_, i64(lanes)), lanes);
+  mlir::Value first = element_address(input_slot_.at(leaf), t, flat_row_);
+  mlir::Type pointers = mlir::LLVM::getFixedVectorType(ptr_type(), static_cast<unsigned>(lanes));
+  mlir::Value addresses = b_.create<mlir::LLVM::GEPOp>(loc_, pointers, memory_type(t), first, mlir::ValueRange{offsets});
+  mlir::Value mask = mask_ ? mask_ : constant(DType::Bool, 0, 1, lanes);
+  mlir::Value ones = t == DType::Bool ? constant_i8(1, lanes) : constant(t, 1, 1, lanes);
+  mlir::Value v = b_.create<mlir::LLVM::masked_gather>(loc_, lane_type(memory_type(t), lanes), addresses, mask,
+                                                       mlir::ValueRange{ones},
+                                                       b_.getI32IntegerAttr(static_cast<int32_t>(ir::dtype_size(t))));
+  if (t == DType::Bool) v = cmpi(mlir::arith::CmpIPredicate::ne, v, zero_i8(lanes));
+  return v;
+}
+
+void CpuKernelEmitter::emit_flat(mlir::Value begin, mlir::Value end, int lanes, const ir::FlatBroadcasts& flat) {
+  size_t first_scratch = scratch_slot_.size();
+  if (flat.periodic_axis >= 0) {
+    int axis = flat.periodic_axis;
+    ir::Shape trailing(k_.space.begin() + axis, k_.space.end());
+    mlir::Value period = dim(ir::num_elements(trailing));
+    mlir::Value length = mul(period, div(add(period, i64(lanes - 1)), period));  // L
+    mlir::Value table_elements = add(length, i64(lanes));
+    for (NodeId id = 0; id < static_cast<NodeId>(k_.body.nodes.size()); ++id) {
+      if (ir::periodic_broadcast_axis(k_, id) < 0) continue;
+      DType t = k_.body.node(id).dtype;
+      int slot = allocate_slot(mul(table_elements, i64(static_cast<int64_t>(ir::dtype_size(t)))));
+      periodic_slot_[id] = slot;
+      // Element e of the table: the broadcast at flat position e, i.e. at e mod P within the
+      // trailing axes (the leading ones are broadcast: index 0).
+      loop(i64(0), table_elements, 1, [&](mlir::Value e) {
+        std::vector<mlir::Value> idx(static_cast<size_t>(axis), i64(0));
+        for (mlir::Value v : delinearize(rem(e, period), trailing)) idx.push_back(v);
+        store(slot, t, e, general_value(id, idx), 1);
+        clear_caches();
+      });
+    }
+    period_length_ = length;
+  }
+  if (flat.per_row_axis >= 0) {
+    for (NodeId id = 0; id < static_cast<NodeId>(k_.body.nodes.size()); ++id)
+      if (ir::per_row_broadcast_axis(k_, id) >= 0) per_row_.insert(id);
+    mlir::Value q = dim(ir::num_elements(ir::Shape(k_.space.begin() + flat.per_row_axis, k_.space.end())));
+    // Row r of the index table: lane j's row past the vector's first, (r + j) / Q.
+    row_index_table_ = allocate_slot(mul(q, i64(lanes * 4)));
+    loop(i64(0), mul(q, i64(lanes)), 1, [&](mlir::Value e) {
+      mlir::Value offset = div(add(div(e, i64(lanes)), rem(e, i64(lanes))), q);
+      store(row_index_table_, DType::I32, e, b_.create<mlir::arith::TruncIOp>(loc_, b_.getI32Type(), offset), 1);
+    });
+    row_length_ = q;
+    row_step_ = div(i64(lanes), q);
+    row_step_rem_ = rem(i64(lanes), q);
+  }
   emit_contiguous_loops(begin, end, lanes);
-  period_length_ = period_offset_ = {};
+  period_length_ = period_offset_ = row_length_ = row_step_ = row_step_rem_ = flat_row_ = flat_row_rem_ = {};
+  row_index_table_ = -1;
   periodic_slot_.clear();
+  per_row_.clear();
   // The tables' scratch, released here: its values live in this branch only.
   for (size_t i = first_scratch; i < scratch_slot_.size(); ++i)
     call_c("fuse_cpu_scratch_release", mlir::LLVM::LLVMVoidType::get(b_.getContext()),
@@ -362,7 +449,7 @@ void CpuKernelEmitter::emit_tiled(mlir::Value begin, mlir::Value end) {
   // A transposed operand under a periodic broadcast (x[B, H, C] + d[C, H].T) is read once per
   // task into its table; the flat loop then reads every other operand along its rows.
   int lanes = k_.schedule.cpu.vector_width;
-  emit_periodic_or(begin, end, lanes, /*whole_vector_rows_too=*/true, [&] { emit_tiled_rows(begin, end); });
+  emit_flat_or(begin, end, lanes, /*whole_vector_rows_too=*/true, [&] { emit_tiled_rows(begin, end); });
 }
 
 void CpuKernelEmitter::emit_tiled_rows(mlir::Value begin, mlir::Value end) {

@@ -199,30 +199,44 @@ class CpuKernelEmitter : public KernelEmitterBase {
     });
   }
   // Elements [begin, end) row by row: SIMD columns and a scalar tail in each row; or, for a
-  // kernel of periodic broadcasts whose rows end in a partial vector, emit_periodic.
+  // kernel of periodic or per-row broadcasts whose rows end in a partial vector, emit_flat.
   void emit_rows(mlir::Value begin, mlir::Value end, int lanes);
   void emit_rows_by_row(mlir::Value begin, mlir::Value end, int lanes);
-  // ---- periodic broadcasts (ir::periodic_contiguous_axis; codegen/cpu/elementwise.cpp) ----
+  // ---- periodic and per-row broadcasts (ir::flat_broadcasts; codegen/cpu/elementwise.cpp) ----
   // [begin, end) as the contiguous form's flat loop, for a kernel whose operands are laid out
-  // like the space, single elements, or periodic broadcasts (b[C] over x[M, C], period P = C):
-  // each periodic broadcast is read from a table of its values at flat positions [0, L +
-  // lanes), L the smallest multiple of P of at least one vector, built at the task's start; the
-  // vector at flat position i reads its table at i mod L (carried from vector to vector), which
-  // holds lanes values in a row whatever the phase. Rows of 3 f32 (x * b[3] + 1) ran element by
-  // element in the rows form: 4.4x the time of x * 2 + 1 (bench/README.md).
-  void emit_periodic(mlir::Value begin, mlir::Value end, int lanes, int axis);
-  // emit_periodic where the kernel has periodic broadcasts and its tables are small beside the
-  // task (and, unless `whole_vector_rows_too`, the period ends in a partial vector: rows of
-  // whole vectors run as well row by row); `otherwise` where not.
-  void emit_periodic_or(mlir::Value begin, mlir::Value end, int lanes, bool whole_vector_rows_too,
-                        llvm::function_ref<void()> otherwise);
-  // The tables' elements are at most 1 / kPeriodicTaskShare of the task's (they are built one
-  // element at a time).
-  static constexpr int64_t kPeriodicTaskShare = 128;
-  mlir::Value period_offset_at(mlir::Value i);  // i mod L, for i >= -L
-  std::map<NodeId, int> periodic_slot_;  // in emit_periodic: each periodic broadcast's table
+  // like the space, single elements, periodic broadcasts (b[C] over x[M, C], period P = C) or
+  // per-row ones (r[M, 1] over x[M, C], rows of Q = C):
+  // - each periodic broadcast is read from a table of its values at flat positions [0, L +
+  //   lanes), L the smallest multiple of P of at least one vector, built at the task's start; the
+  //   vector at flat position i reads its table at i mod L (carried from vector to vector), which
+  //   holds lanes values in a row whatever the phase;
+  // - each per-row broadcast is gathered, lane j of the vector at i from the operand's element
+  //   (i + j) / Q: the vector's first row i / Q and its remainder i mod Q are carried, and lane j's
+  //   rows past the first come from a table of Q x lanes offsets, (r + j) / Q in row r.
+  // Rows of 3 f32 ran element by element in the rows form: x * b[3] + 1 4.4x the time of
+  // x * 2 + 1, x * r[M, 1] 7x (bench/README.md).
+  void emit_flat(mlir::Value begin, mlir::Value end, int lanes, const ir::FlatBroadcasts& flat);
+  // emit_flat where the kernel has such broadcasts, its rows are at most kMaxGatheredRowLength
+  // (per-row ones), its tables small beside the task (at most 1 / kFlatTaskShare of its elements:
+  // they are built one element at a time) and, unless `whole_vector_rows_too`, a period or a row
+  // ends in a partial vector (rows of whole vectors run as well row by row); `otherwise` where not.
+  void emit_flat_or(mlir::Value begin, mlir::Value end, int lanes, bool whole_vector_rows_too,
+                    llvm::function_ref<void()> otherwise);
+  static constexpr int64_t kFlatTaskShare = 128;
+  static constexpr int64_t kMaxGatheredRowLength = 64;
+  // The carried state (period_offset_; flat_row_, flat_row_rem_) at flat position i >= -lanes,
+  // set from carried values, and the next vector's.
+  std::vector<mlir::Value> flat_state_at(mlir::Value i);
+  void set_flat_state(const std::vector<mlir::Value>& state);
+  std::vector<mlir::Value> next_flat_state();
+  mlir::Value gathered_row_value(NodeId id, int lanes);
+  std::map<NodeId, int> periodic_slot_;  // in emit_flat: each periodic broadcast's table
   mlir::Value period_length_;            // L
   mlir::Value period_offset_;            // the vector's offset into the tables
+  std::set<NodeId> per_row_;             // in emit_flat: the per-row broadcasts
+  int row_index_table_ = -1;             // their Q x lanes i32 offsets
+  mlir::Value row_length_, row_step_, row_step_rem_;  // Q, lanes / Q, lanes % Q
+  mlir::Value flat_row_, flat_row_rem_;  // the vector's first row and its remainder
   void emit_tiled(mlir::Value begin, mlir::Value end);
   void emit_tiled_rows(mlir::Value begin, mlir::Value end);
   // ---- TiledRows in registers (issue 15, codegen/cpu/elementwise.cpp) ----
