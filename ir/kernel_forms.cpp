@@ -5,7 +5,15 @@
 
 namespace fuse::ir {
 
-bool elementwise_contiguous(const Kernel& k) {
+namespace {
+
+enum class Walk { Descend, Stop, Fail };
+
+// Visits each node on the outputs' paths once (the outputs shaped like the space): `visit`
+// says whether to go on to its inputs, stop there, or fail. False where it failed or an output
+// is shaped unlike the space.
+template <class Visit>
+bool walk_from_outputs(const Kernel& k, Visit visit) {
   std::vector<bool> seen(k.body.nodes.size(), false);
   std::vector<NodeId> stack;
   for (const GraphOutput& o : k.body.outputs) {
@@ -17,13 +25,27 @@ bool elementwise_contiguous(const Kernel& k) {
     stack.pop_back();
     if (seen[id]) continue;
     seen[id] = true;
-    const Node& n = k.body.node(id);
-    if (n.kind == OpKind::BroadcastTo && num_elements(k.body.node(n.inputs[0]).shape) == Dim(1)) continue;
-    bool plain = n.kind == OpKind::Input || n.kind == OpKind::Constant || n.kind == OpKind::Elementwise;
-    if (!plain || !(n.shape == k.space)) return false;
-    for (NodeId in : n.inputs) stack.push_back(in);
+    Walk w = visit(id);
+    if (w == Walk::Fail) return false;
+    if (w == Walk::Descend)
+      for (NodeId in : k.body.node(id).inputs) stack.push_back(in);
   }
   return true;
+}
+
+// A node of a contiguous kernel: an input, constant or elementwise op shaped like the space
+// (its inputs next), or a broadcast of a single element.
+Walk contiguous_step(const Kernel& k, NodeId id) {
+  const Node& n = k.body.node(id);
+  if (n.kind == OpKind::BroadcastTo && num_elements(k.body.node(n.inputs[0]).shape) == Dim(1)) return Walk::Stop;
+  bool plain = n.kind == OpKind::Input || n.kind == OpKind::Constant || n.kind == OpKind::Elementwise;
+  return plain && n.shape == k.space ? Walk::Descend : Walk::Fail;
+}
+
+}  // namespace
+
+bool elementwise_contiguous(const Kernel& k) {
+  return walk_from_outputs(k, [&](NodeId id) { return contiguous_step(k, id); });
 }
 
 int periodic_broadcast_axis(const Kernel& k, NodeId id) {
@@ -72,34 +94,20 @@ int per_row_broadcast_axis(const Kernel& k, NodeId id) {
 }
 
 FlatBroadcasts flat_broadcasts(const Kernel& k) {
-  FlatBroadcasts none, found;
-  std::vector<bool> seen(k.body.nodes.size(), false);
-  std::vector<NodeId> stack;
-  for (const GraphOutput& o : k.body.outputs) {
-    if (!(k.body.node(o.node).shape == k.space)) return none;
-    stack.push_back(o.node);
-  }
-  while (!stack.empty()) {
-    NodeId id = stack.back();
-    stack.pop_back();
-    if (seen[id]) continue;
-    seen[id] = true;
-    const Node& n = k.body.node(id);
-    if (n.kind == OpKind::BroadcastTo && num_elements(k.body.node(n.inputs[0]).shape) == Dim(1)) continue;
+  FlatBroadcasts found;
+  bool flat = walk_from_outputs(k, [&](NodeId id) {
     if (int a = periodic_broadcast_axis(k, id); a >= 0) {
       found.periodic_axis = found.periodic_axis < 0 ? a : std::min(found.periodic_axis, a);
-      continue;
+      return Walk::Stop;
     }
     if (int a = per_row_broadcast_axis(k, id); a >= 0) {
-      if (found.per_row_axis >= 0 && found.per_row_axis != a) return none;
+      if (found.per_row_axis >= 0 && found.per_row_axis != a) return Walk::Fail;
       found.per_row_axis = a;
-      continue;
+      return Walk::Stop;
     }
-    bool plain = n.kind == OpKind::Input || n.kind == OpKind::Constant || n.kind == OpKind::Elementwise;
-    if (!plain || !(n.shape == k.space)) return none;
-    for (NodeId in : n.inputs) stack.push_back(in);
-  }
-  return found;
+    return contiguous_step(k, id);
+  });
+  return flat ? found : FlatBroadcasts{};
 }
 
 bool results_in_row_order(const Kernel& k) {
