@@ -154,10 +154,11 @@ TEST_CASE("split reductions read each chunk as eight streams, every element once
 }
 
 TEST_CASE("full reductions of inputs broadcast along leading dims walk one period at a time", "[cpu][reduce][split]") {
-  // sum((x[M, N] + b[N])**2): b repeats every N elements of the flattened space. The chunk is
-  // walked one period (row) at a time, b read as vectors from its element 0 each time
-  // (emit_split_chunk); where the period is known to be short, or turns out short at run time
-  // (under 16), the flat walk stays, every element through its index.
+  // sum((x[M, N] + b[N])**2): b repeats every N elements of the flattened space. Periods of at
+  // most 256 elements (kMaxTiledPeriod) are read from a table of b tiled over about 1024
+  // elements, built once per task, and the chunk walked 1024 elements at a time
+  // (emit_split_with_tables); longer periods walk one period (row) at a time, b read as vectors
+  // from its element 0 each time (emit_split_chunk).
   auto vector_loads = [](const Graph& g) {
     return testing::count_occurrences(codegen::emit_cpu_mlir(compile(g).program()), "-> vector<");
   };
@@ -191,18 +192,20 @@ TEST_CASE("full reductions of inputs broadcast along leading dims walk one perio
     CHECK(compile(g).program().kernels.size() == 1);
     check_periods(g, dt);
   }
-  // Static periods: 20 walks periods, 3 stays flat (the reductions reading b stay scalar).
-  for (int64_t n : {20, 3}) {
+  // Static periods, long and short, read as vectors (through tables up to 256, kMaxTiledPeriod).
+  for (int64_t n : {300, 20, 3}) {
     Graph g;
     Tensor x = g.input("x", DType::F32, {sym("M"), n});
     Tensor b = g.input("b", DType::F32, {n});
     g.output("s", sum(x * b));
-    CHECK((vector_loads(g) >= 2) == (n == 20));
+    CHECK(vector_loads(g) >= 2);
+    CHECK((testing::count_occurrences(codegen::emit_cpu_mlir(compile(g).program()), "@fuse_cpu_scratch_acquire") > 0) ==
+          (n <= 256));
     for (int64_t m : {1, 9, 5000}) check(g, {{"M", m}}, 1e-6);
   }
   // Every element once, and b's every element found: exact sums of small integers, and one
   // largest (then NaN) element of b moved over every column, for periods on both sides of 16.
-  for (int64_t n : {5, 16, 37, 1000}) {
+  for (int64_t n : {5, 16, 37, 255, 257, 1000}) {
     Graph g;
     Tensor x = g.input("x", DType::F32, {sym("M"), sym("N")});
     Tensor b = g.input("b", DType::F32, {sym("N")});

@@ -369,20 +369,8 @@ void CpuKernelEmitter::emit_flat(mlir::Value begin, mlir::Value end, int lanes, 
     mlir::Value period = dim(ir::num_elements(trailing));
     mlir::Value length = mul(period, div(add(period, i64(lanes - 1)), period));  // L
     mlir::Value table_elements = add(length, i64(lanes));
-    for (NodeId id = 0; id < static_cast<NodeId>(k_.body.nodes.size()); ++id) {
-      if (ir::periodic_broadcast_axis(k_, id) < 0) continue;
-      DType t = k_.body.node(id).dtype;
-      int slot = allocate_slot(mul(table_elements, i64(static_cast<int64_t>(ir::dtype_size(t)))));
-      periodic_slot_[id] = slot;
-      // Element e of the table: the broadcast at flat position e, i.e. at e mod P within the
-      // trailing axes (the leading ones are broadcast: index 0).
-      loop(i64(0), table_elements, 1, [&](mlir::Value e) {
-        std::vector<mlir::Value> idx(static_cast<size_t>(axis), i64(0));
-        for (mlir::Value v : delinearize(rem(e, period), trailing)) idx.push_back(v);
-        store(slot, t, e, general_value(id, idx), 1);
-        clear_caches();
-      });
-    }
+    for (NodeId id = 0; id < static_cast<NodeId>(k_.body.nodes.size()); ++id)
+      if (ir::periodic_broadcast_axis(k_, id) >= 0) periodic_slot_[id] = period_table(id, axis, table_elements);
     period_length_ = length;
   }
   if (flat.per_row_axis >= 0) {
@@ -404,11 +392,23 @@ void CpuKernelEmitter::emit_flat(mlir::Value begin, mlir::Value end, int lanes, 
   row_index_table_ = -1;
   periodic_slot_.clear();
   per_row_.clear();
-  // The tables' scratch, released here: its values live in this branch only.
-  for (size_t i = first_scratch; i < scratch_slot_.size(); ++i)
-    call_c("fuse_cpu_scratch_release", mlir::LLVM::LLVMVoidType::get(b_.getContext()),
-           mlir::ValueRange{i64(static_cast<int64_t>(i)), base_[scratch_slot_[i]]});
-  scratch_slot_.resize(first_scratch);
+  release_scratch_from(first_scratch);  // (its values live in this branch only)
+}
+
+int CpuKernelEmitter::period_table(NodeId id, int axis, mlir::Value elements) {
+  ir::Shape trailing(k_.space.begin() + axis, k_.space.end());
+  mlir::Value period = dim(ir::num_elements(trailing));
+  DType t = k_.body.node(id).dtype;
+  int slot = allocate_slot(mul(elements, i64(static_cast<int64_t>(ir::dtype_size(t)))));
+  // Element e: the value at flat position e, i.e. at e mod P within the trailing axes (the
+  // leading ones are broadcast: index 0).
+  loop(i64(0), elements, 1, [&](mlir::Value e) {
+    std::vector<mlir::Value> idx(static_cast<size_t>(axis), i64(0));
+    for (mlir::Value v : delinearize(rem(e, period), trailing)) idx.push_back(v);
+    store(slot, t, e, general_value(id, idx), 1);
+    clear_caches();
+  });
+  return slot;
 }
 
 void CpuKernelEmitter::emit_rows_by_row(mlir::Value begin, mlir::Value end, int lanes) {

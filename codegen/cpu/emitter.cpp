@@ -88,7 +88,7 @@ void CpuKernelEmitter::emit(mlir::func::FuncOp func) {
       break;
     }
     case ir::LoopForm::ColumnReduction: emit_columns(begin, end, lanes); break;
-    case ir::LoopForm::SplitReduction: loop(begin, end, 1, [&](mlir::Value chunk) { emit_split_chunk(chunk); }); break;
+    case ir::LoopForm::SplitReduction: emit_split_with_tables(begin, end); break;
     case ir::LoopForm::BlockedMatmul: emit_matmul_blocked(begin, end); break;
     case ir::LoopForm::MatmulRows: emit_matmul(begin, end); break;
     case ir::LoopForm::ScanRows: loop(begin, end, 1, [&](mlir::Value row) { scan_row(row, scan_store()); }); break;
@@ -242,6 +242,13 @@ int CpuKernelEmitter::allocate_slot(mlir::Value bytes) {
   base_.push_back(call_c("fuse_cpu_scratch_acquire", ptr_type(), mlir::ValueRange{index, bytes}));
   scratch_slot_.push_back(static_cast<int>(base_.size()) - 1);
   return scratch_slot_.back();
+}
+
+void CpuKernelEmitter::release_scratch_from(size_t first) {
+  for (size_t i = first; i < scratch_slot_.size(); ++i)
+    call_c("fuse_cpu_scratch_release", mlir::LLVM::LLVMVoidType::get(b_.getContext()),
+           mlir::ValueRange{i64(static_cast<int64_t>(i)), base_[scratch_slot_[i]]});
+  scratch_slot_.resize(first);
 }
 
 void CpuKernelEmitter::release_scratch() {

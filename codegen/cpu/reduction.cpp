@@ -79,6 +79,56 @@ void CpuKernelEmitter::emit_split_chunk(mlir::Value chunk) {
   for (size_t q = 0; q < ids.size(); ++q) store_partial(ids[q], static_cast<int>(q), chunk, accs[q]);
 }
 
+int CpuKernelEmitter::split_table_axis() {
+  if (k_.schedule.cpu.vector_width < 2 || !ir::trailing_axes(k_)) return -1;
+  // Each segment folds from the reduction's init and is combined into the running value, which
+  // a user combiner that does not regroup would not give (as period_walk_axis()).
+  for (const Node& n : k_.body.nodes)
+    if (n.kind == OpKind::Reduce && n.as<ir::ReduceAttrs>().kind == ir::ReduceKind::Custom &&
+        !ir::combiner_regroups(n.as<ir::ReduceAttrs>(), n.dtype))
+      return -1;
+  int rank = static_cast<int>(k_.space.size()), found = rank;
+  for (NodeId id = 0; id < static_cast<NodeId>(k_.body.nodes.size()); ++id) {
+    int axis = period_axis(id);
+    if (axis > 0 && axis < rank) found = std::min(found, axis);
+  }
+  return found < rank ? found : -1;
+}
+
+void CpuKernelEmitter::emit_split_with_tables(mlir::Value begin, mlir::Value end) {
+  auto chunks = [&] { loop(begin, end, 1, [&](mlir::Value chunk) { emit_split_chunk(chunk); }); };
+  int axis = split_table_axis();
+  if (axis < 0) return chunks();
+  int rank = static_cast<int>(k_.space.size());
+  ir::Shape trailing(k_.space.begin() + axis, k_.space.end());
+  if (std::optional<int64_t> known = known_size(ir::num_elements(trailing)); known && *known > kMaxTiledPeriod)
+    return chunks();
+  mlir::Value period = dim(ir::num_elements(trailing));
+  mlir::Value short_period = b_.create<mlir::arith::AndIOp>(
+      loc_, cmpi(mlir::arith::CmpIPredicate::sgt, period, i64(0)),
+      cmpi(mlir::arith::CmpIPredicate::sle, period, i64(kMaxTiledPeriod)));
+  auto branch = b_.create<mlir::scf::IfOp>(loc_, short_period, /*withElseRegion=*/true);
+  mlir::OpBuilder::InsertionGuard guard(b_);
+  b_.setInsertionPointToStart(&branch.getThenRegion().front());
+  mlir::Value length = mul(period, div(add(period, i64(kTiledSegment - 1)), period));  // L
+  size_t first_scratch = scratch_slot_.size();
+  for (NodeId id = 0; id < static_cast<NodeId>(k_.body.nodes.size()); ++id) {
+    int own = period_axis(id);
+    if (own > 0 && own < rank) walk_table_[id] = period_table(id, axis, length);  // (own periods divide P)
+  }
+  walk_table_length_ = length;
+  period_walk_axis_ = rank - 1;  // every periodic input RowLocal within a segment
+  row_access_memo_.clear();
+  chunks();
+  period_walk_axis_.reset();
+  row_access_memo_.clear();
+  walk_table_.clear();
+  walk_table_length_ = {};
+  release_scratch_from(first_scratch);
+  b_.setInsertionPointToStart(&branch.getElseRegion().front());
+  chunks();
+}
+
 // Elements [from, to) of the row (a split chunk's, or a row kernel's), walked one period
 // [r P, r P + P) of the trailing dims from period_walk_axis() at a time, clipped to [from, to),
 // each folded apart and combined in order (a periodic input's index restarts at each); `flat`
@@ -89,9 +139,9 @@ std::vector<mlir::Value> CpuKernelEmitter::accumulate_walked(const std::vector<N
                                                              const std::vector<mlir::Value>& kept, mlir::Value row_base,
                                                              mlir::Value from, mlir::Value to, int lanes,
                                                              const std::function<std::vector<mlir::Value>()>& flat) {
-  int axis = period_walk_axis();
-  if (axis < 0) return flat();
-  auto by_periods = [&](mlir::Value period) {
+  // Segments of `period` elements; the inputs of longer periods (own axis < shift_below) read
+  // from where the segment starts in theirs.
+  auto by_periods = [&](mlir::Value period, int shift_below) {
     mlir::Value first = div(from, period), last = div(add(to, sub(period, i64(1))), period);
     std::vector<mlir::Value> init;
     for (NodeId id : ids) init.push_back(accumulator_identity(id, 1));
@@ -103,7 +153,7 @@ std::vector<mlir::Value> CpuKernelEmitter::accumulate_walked(const std::vector<N
     // Where this period starts in each longer one: the offset of its operand's element.
     for (NodeId id = 0; id < static_cast<NodeId>(k_.body.nodes.size()); ++id) {
       int own = period_axis(id);
-      if (own < 0 || own >= axis || row_access(id) != RowAccess::RowLocal) continue;
+      if (own < 0 || own >= shift_below || row_access(id) != RowAccess::RowLocal) continue;
       mlir::Value own_period = dim(ir::num_elements(ir::Shape(k_.space.begin() + own, k_.space.end())));
       segment_shift_[id] = b_.create<mlir::arith::RemUIOp>(loc_, segment_base_, max_i64(own_period, i64(1)));
     }
@@ -117,12 +167,16 @@ std::vector<mlir::Value> CpuKernelEmitter::accumulate_walked(const std::vector<N
     clear_caches();
     return std::vector<mlir::Value>(segments.getResults().begin(), segments.getResults().end());
   };
+  // emit_split_with_tables(): segments of L, every periodic input from its table (no shifts).
+  if (walk_table_length_) return by_periods(walk_table_length_, -1);
+  int axis = period_walk_axis();
+  if (axis < 0) return flat();
   ir::Dim period_dim = ir::num_elements(ir::Shape(k_.space.begin() + axis, k_.space.end()));
   mlir::Value period = max_i64(dim(period_dim), i64(1));
-  if (period_dim.constant()) return by_periods(period);  // (at least kMinSplitPeriod: period_walk_axis())
+  if (period_dim.constant()) return by_periods(period, axis);  // (at least kMinSplitPeriod: period_walk_axis())
   mlir::Value long_period = cmpi(mlir::arith::CmpIPredicate::sge, period, i64(kMinSplitPeriod));
   return if_yielding(long_period, [&](int k) {
-    if (k == 0) return by_periods(period);
+    if (k == 0) return by_periods(period, axis);
     // The flat walk reads the periodic inputs through their indices, as before.
     period_walk_axis_ = -1;
     row_access_memo_.clear();
@@ -971,8 +1025,12 @@ mlir::Value CpuKernelEmitter::row_value(NodeId id, const std::vector<mlir::Value
       at = sub(j, segment_base_);
       if (auto shift = segment_shift_.find(id); shift != segment_shift_.end()) at = add(at, shift->second);
     }
-    if (mlir::Value base = row_local_base(id, kept)) at = add(base, at);
-    v = load(input_slot_.at(leaf), k_.body.node(leaf).dtype, at, lanes);
+    if (auto table = walk_table_.find(id); table != walk_table_.end()) {
+      v = load(table->second, n.dtype, at, lanes);  // (emit_split_with_tables())
+    } else {
+      if (mlir::Value base = row_local_base(id, kept)) at = add(base, at);
+      v = load(input_slot_.at(leaf), k_.body.node(leaf).dtype, at, lanes);
+    }
   } else {  // PerRow: one value for the whole row, splat
     const ir::Shape& from = k_.body.node(n.inputs[0]).shape;
     size_t offset = n.shape.size() - from.size();
