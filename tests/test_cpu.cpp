@@ -1281,7 +1281,8 @@ TEST_CASE("column reductions of few columns split over their rows", "[cpu][reduc
 }
 
 // Fewer columns than a vector (points[M, 3], up to 8, known at compile time) read the rows as
-// one flat stretch of whole vectors, each lane's column fixed within a period of lcm(columns,
+// one flat stretch of whole vectors (an operand broadcast along the rows, w[C], and a scalar
+// too), each lane's column fixed within a period of lcm(columns,
 // lanes) elements, the lanes of a column folded after the loop and the rows past the last
 // period one element at a time (emit_narrow_columns), split over rows or not. Every kind and
 // dtype, elementwise inputs, an epilogue, a NaN and an infinity, at rows of 1, odd ones, and
@@ -1295,7 +1296,11 @@ TEST_CASE("column reductions of fewer columns than a vector read the rows as one
       Graph g;
       Tensor x = g.input("x", t, {sym("M"), columns});
       Tensor y = g.input("y", t, {sym("M"), columns});
+      Tensor w = g.input("w", t, {columns});  // broadcast along the rows: one vector per vector of the period
+      Tensor s = g.input("s", t);
       g.output("sum", sum(x * y + x, 0));
+      g.output("weighted", sum(x * w - s, 0));
+      g.output("weighted_max", max(y + w, 0));
       g.output("max", max(x, 0, true));
       g.output("min", min(y - x, 0));
       g.output("any", any(x > y, 0));

@@ -523,6 +523,10 @@ class CpuKernelEmitter : public KernelEmitterBase {
   // narrow_columns(): that column count, or 0.
   int64_t narrow_columns(int lanes);
   void emit_narrow_columns(int64_t columns, int lanes);
+  // The operands broadcast along the rows of a narrow-columns kernel (w[C] over x[M, C]), each
+  // as the period's vectors (lane l of vector v: column (v lanes + l) mod columns), then each
+  // column's value alone.
+  std::map<NodeId, std::vector<mlir::Value>> narrow_column_vectors(int64_t columns, int lanes);
   // The column walk's rows (null: all) and, where it leaves accumulators rather than outputs
   // (emit_column_split_chunks()), the chunk whose partials it stores.
   mlir::Value column_rows_from_, column_rows_to_, column_partials_chunk_;

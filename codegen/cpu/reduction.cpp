@@ -1909,17 +1909,50 @@ int64_t CpuKernelEmitter::narrow_columns(int lanes) {
   // (A task takes at least the schedule's grain of columns: one task has them all.)
   if (!columns || *columns < 2 || *columns >= lanes || *columns > ir::kMaxNarrowColumns || *columns > k_.schedule.cpu.grain)
     return 0;
-  // Each reduction reads, through elementwise ops, inputs laid out like the space only.
+  // Each reduction reads, through elementwise ops, inputs laid out like the space, single
+  // elements broadcast, or operands broadcast along the rows (varying along the columns only:
+  // w[C] in sum(x * w, axis=0), read as one vector per vector of the period,
+  // narrow_column_vectors()).
+  int rank = static_cast<int>(k_.space.size());
   std::vector<NodeId> pending;
   for (NodeId id : reduce_nodes()) pending.push_back(k_.body.node(id).inputs[0]);
   while (!pending.empty()) {
-    const Node& n = k_.body.node(pending.back());
+    NodeId id = pending.back();
+    const Node& n = k_.body.node(id);
     pending.pop_back();
     if (!(n.shape == k_.space)) return 0;
     if (n.kind == OpKind::Elementwise) pending.insert(pending.end(), n.inputs.begin(), n.inputs.end());
+    else if (n.kind == OpKind::BroadcastTo && num_elements(k_.body.node(n.inputs[0]).shape) == ir::Dim(1)) continue;
+    else if (n.kind == OpKind::BroadcastTo && ir::periodic_broadcast_axis(k_, id) == rank - 1) continue;
     else if (n.kind != OpKind::Input && n.kind != OpKind::Constant) return 0;
   }
   return *columns;
+}
+
+std::map<NodeId, std::vector<mlir::Value>> CpuKernelEmitter::narrow_column_vectors(int64_t columns, int lanes) {
+  int rank = static_cast<int>(k_.space.size());
+  int64_t period = std::lcm(columns, static_cast<int64_t>(lanes));
+  std::map<NodeId, std::vector<mlir::Value>> vectors;
+  for (NodeId id = 0; id < static_cast<NodeId>(k_.body.nodes.size()); ++id) {
+    if (ir::periodic_broadcast_axis(k_, id) != rank - 1) continue;
+    std::vector<mlir::Value> column_values;  // the operand's value in each column
+    for (int64_t c = 0; c < columns; ++c) {
+      std::vector<mlir::Value> idx(static_cast<size_t>(rank), i64(0));
+      idx.back() = i64(c);
+      column_values.push_back(general_value(id, idx));
+      clear_caches();
+    }
+    // Vector v of the period: lane l holds column (v lanes + l) mod columns; then, past the
+    // vectors, each column's value alone (the rows past the last period).
+    mlir::Type type = lane_type(scalar_type(k_.body.node(id).dtype), lanes);
+    for (int64_t v = 0; v < period / lanes; ++v) {
+      std::vector<mlir::Value> lane_values;
+      for (int64_t l = 0; l < lanes; ++l) lane_values.push_back(column_values[static_cast<size_t>((v * lanes + l) % columns)]);
+      vectors[id].push_back(b_.create<mlir::vector::FromElementsOp>(loc_, type, lane_values));
+    }
+    vectors[id].insert(vectors[id].end(), column_values.begin(), column_values.end());
+  }
+  return vectors;
 }
 
 void CpuKernelEmitter::emit_narrow_columns(int64_t columns, int lanes) {
@@ -1929,6 +1962,7 @@ void CpuKernelEmitter::emit_narrow_columns(int64_t columns, int lanes) {
   // A period: whole rows and whole vectors.
   int64_t period = std::lcm(columns, static_cast<int64_t>(lanes));
   int vectors = static_cast<int>(period / lanes);
+  std::map<NodeId, std::vector<mlir::Value>> along_rows = narrow_column_vectors(columns, lanes);
   int64_t period_rows = period / columns;
   mlir::Value whole_to = add(rows_from, mul(div(sub(rows_to, rows_from), i64(period_rows)), i64(period_rows)));
   std::vector<mlir::Value> init;
@@ -1941,6 +1975,7 @@ void CpuKernelEmitter::emit_narrow_columns(int64_t columns, int lanes) {
     std::vector<mlir::Value> next(reductions * vectors);
     for (int v = 0; v < vectors; ++v) {
       clear_caches();
+      for (const auto& [id, values] : along_rows) row_cache_[id] = values[static_cast<size_t>(v)];
       mlir::Value e = add(periods.getInductionVar(), i64(static_cast<int64_t>(v) * lanes));
       for (size_t q = 0; q < reductions; ++q) {
         mlir::Value x = to_accumulator(ids[q], row_value(k_.body.node(ids[q]).inputs[0], {}, i64(0), e, lanes), lanes);
@@ -1970,6 +2005,7 @@ void CpuKernelEmitter::emit_narrow_columns(int64_t columns, int lanes) {
     std::vector<mlir::Value> next;
     for (int64_t c = 0; c < columns; ++c) {
       clear_caches();
+      for (const auto& [id, values] : along_rows) row_cache_[id] = values[static_cast<size_t>(vectors + c)];
       mlir::Value e = add(mul(tail.getInductionVar(), i64(columns)), i64(c));
       for (size_t q = 0; q < reductions; ++q) {
         mlir::Value x = to_accumulator(ids[q], row_value(k_.body.node(ids[q]).inputs[0], {}, i64(0), e, 1), 1);
