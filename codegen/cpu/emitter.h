@@ -303,6 +303,11 @@ class CpuKernelEmitter : public KernelEmitterBase {
   // one period at a time, a period of 16 elements folded every vector.
   void emit_split_with_tables(mlir::Value begin, mlir::Value end);
   int split_table_axis();  // the smallest period_axis() of the periodic inputs, or -1
+  // Whether every user combiner regroups (ir::combiner_regroups): a walk by segments folds each
+  // from the reduction's init and combines it into the running value.
+  bool combiners_regroup();
+  // An ordered_max_min() vector's lanes folded ignoring NaN (a tree of vmaxps/vminps).
+  mlir::Value fold_ordered_lanes(NodeId id, mlir::Value lanes);
   static constexpr int64_t kMaxTiledPeriod = 256, kTiledSegment = 1024;
   std::map<NodeId, int> walk_table_;  // each periodic input's table (slot), while set
   mlir::Value walk_table_length_;     // L

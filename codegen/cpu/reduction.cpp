@@ -79,14 +79,24 @@ void CpuKernelEmitter::emit_split_chunk(mlir::Value chunk) {
   for (size_t q = 0; q < ids.size(); ++q) store_partial(ids[q], static_cast<int>(q), chunk, accs[q]);
 }
 
-int CpuKernelEmitter::split_table_axis() {
-  if (k_.schedule.cpu.vector_width < 2 || !ir::trailing_axes(k_)) return -1;
-  // Each segment folds from the reduction's init and is combined into the running value, which
-  // a user combiner that does not regroup would not give (as period_walk_axis()).
+bool CpuKernelEmitter::combiners_regroup() {
   for (const Node& n : k_.body.nodes)
     if (n.kind == OpKind::Reduce && n.as<ir::ReduceAttrs>().kind == ir::ReduceKind::Custom &&
         !ir::combiner_regroups(n.as<ir::ReduceAttrs>(), n.dtype))
-      return -1;
+      return false;
+  return true;
+}
+
+mlir::Value CpuKernelEmitter::fold_ordered_lanes(NodeId id, mlir::Value lanes) {
+  bool max = k_.body.node(id).as<ir::ReduceAttrs>().kind == ir::ReduceKind::Max;
+  return b_.create<mlir::vector::ReductionOp>(
+      loc_, max ? mlir::vector::CombiningKind::MAXNUMF : mlir::vector::CombiningKind::MINNUMF, lanes,
+      mlir::arith::FastMathFlags::nnan);
+}
+
+int CpuKernelEmitter::split_table_axis() {
+  // (Each segment folds from the reduction's init: combiners_regroup().)
+  if (k_.schedule.cpu.vector_width < 2 || !ir::trailing_axes(k_) || !combiners_regroup()) return -1;
   int rank = static_cast<int>(k_.space.size()), found = rank;
   for (NodeId id = 0; id < static_cast<NodeId>(k_.body.nodes.size()); ++id) {
     int axis = period_axis(id);
@@ -978,11 +988,7 @@ int CpuKernelEmitter::period_walk_axis() {
   for (const ir::GraphOutput& o : k_.body.outputs) rows = rows && !(k_.body.node(o.node).shape == k_.space);
   // Each period folds from the reduction's init and is combined into the running value, which
   // a user combiner that does not regroup (acc * 0.5 + v) would not give: those walk flat.
-  bool regroups = true;
-  for (const Node& n : k_.body.nodes)
-    if (n.kind == OpKind::Reduce && n.as<ir::ReduceAttrs>().kind == ir::ReduceKind::Custom)
-      regroups = regroups && ir::combiner_regroups(n.as<ir::ReduceAttrs>(), n.dtype);
-  if ((k_.schedule.form == ir::LoopForm::SplitReduction || rows) && regroups && ir::trailing_axes(k_)) {
+  if ((k_.schedule.form == ir::LoopForm::SplitReduction || rows) && combiners_regroup() && ir::trailing_axes(k_)) {
     for (NodeId id = 0; id < static_cast<NodeId>(k_.body.nodes.size()); ++id) {
       int axis = period_axis(id);
       // (axis <= kept: it spans every reduced dim, RowLocal as it is; rank: one value, PerRow)
@@ -1270,10 +1276,7 @@ std::vector<mlir::Value> CpuKernelEmitter::accumulate(const std::vector<NodeId>&
         if (tracked) nan = nan_tracker_merge(id, nan, results[nan_at[q] + c], lanes);
       }
       // No lane holds a NaN here, so the horizontal step needs no NaN handling either.
-      bool max = k_.body.node(id).as<ir::ReduceAttrs>().kind == ir::ReduceKind::Max;
-      mlir::Value lanes_folded = b_.create<mlir::vector::ReductionOp>(
-          loc_, max ? mlir::vector::CombiningKind::MAXNUMF : mlir::vector::CombiningKind::MINNUMF, all,
-          mlir::arith::FastMathFlags::nnan);
+      mlir::Value lanes_folded = fold_ordered_lanes(id, all);
       if (!tracked) {
         partial.push_back(lanes_folded);
         continue;
@@ -1626,10 +1629,7 @@ std::vector<mlir::Value> CpuKernelEmitter::accumulate_masked(const std::vector<N
       // As the whole vectors fold: a max (min) ignoring NaN, a tree of vmaxps, and NaN where a
       // lane held one and the reduction tracks NaN (the NaN-propagating fold, maximumf, took
       // some 40 instructions a vector).
-      bool max = k_.body.node(ids[q]).as<ir::ReduceAttrs>().kind == ir::ReduceKind::Max;
-      folded = b_.create<mlir::vector::ReductionOp>(
-          loc_, max ? mlir::vector::CombiningKind::MAXNUMF : mlir::vector::CombiningKind::MINNUMF, x,
-          mlir::arith::FastMathFlags::nnan);
+      folded = fold_ordered_lanes(ids[q], x);
       if (tracks_nan(ids[q])) {
         mlir::Value nan = b_.create<mlir::vector::ReductionOp>(loc_, mlir::vector::CombiningKind::OR,
                                                                cmpf(mlir::arith::CmpFPredicate::UNO, x, x));
