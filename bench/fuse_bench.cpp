@@ -97,6 +97,8 @@ const std::vector<Workload>& workloads() {
       {"softmax_4096x4096", "examples/softmax.expr", {{"N", 4096}, {"M", 4096}}, 70, {}},
       {"softmax_512x32768", "examples/softmax.expr", {{"N", 512}, {"M", 32768}}, 70, {}},
       {"softmax_65536x64", "examples/softmax.expr", {{"N", 65536}, {"M", 64}}, 70, {}},
+      // Ten classes a row (logits): rows shorter than a vector, which run across lanes.
+      {"softmax_1Mx10", "examples/softmax.expr", {{"N", 1 << 20}, {"M", 10}}, 70, {}},
       {"layernorm_4096x4096", "examples/layernorm.expr", {{"N", 4096}, {"D", 4096}}, 70, {{"gamma", {0.5f, 1.5f}}}},
       {"layernorm_512x32768", "examples/layernorm.expr", {{"N", 512}, {"D", 32768}}, 70, {{"gamma", {0.5f, 1.5f}}}},
       {"layernorm_65536x64", "examples/layernorm.expr", {{"N", 65536}, {"D", 64}}, 70, {{"gamma", {0.5f, 1.5f}}}},

@@ -1087,9 +1087,18 @@ mlir::Value ScalarLowering::divide(mlir::Value x, mlir::Value d, DType t, int la
   mlir::Operation* around = b_.getInsertionBlock()->getParentOp();
   auto loop = mlir::dyn_cast<mlir::LoopLikeOpInterface>(around);
   if (!loop) loop = around->getParentOfType<mlir::LoopLikeOpInterface>();
-  bool by_reciprocal = reciprocal_division_ && !fast_math_ && !libdevice_ && sleef_.fma && lanes > 1 &&
-                       (t == DType::F32 || t == DType::F64) && loop && invariant_in(d, loop, 4);
+  bool shared = shared_divisors_ && shared_divisors_->count(d.getAsOpaquePointer()) > 0;
+  bool by_reciprocal = !fast_math_ && !libdevice_ && sleef_.fma && lanes > 1 && (t == DType::F32 || t == DType::F64) &&
+                       (shared || (reciprocal_division_ && loop && invariant_in(d, loop, 4)));
   if (!by_reciprocal) return b_.create<mlir::arith::DivFOp>(loc_, x, d);
+  // A shared divisor's reciprocal, before the branch: computed once, where the first division
+  // by it is, and reused by the others (share_divisors).
+  mlir::Value z;
+  if (shared) {
+    mlir::Value& reciprocal = (*reciprocals_)[d.getAsOpaquePointer()];
+    if (!reciprocal) reciprocal = b_.create<mlir::arith::DivFOp>(loc_, constant(t, 1, 1, lanes), d);
+    z = reciprocal;
+  }
   bool f32 = t == DType::F32;
   int bits = f32 ? 32 : 64, mantissa = f32 ? 23 : 52, bias = f32 ? 127 : 1023;
   int x_exponent = f32 ? 100 : 900, d_exponent = f32 ? 24 : 53;
@@ -1113,7 +1122,7 @@ mlir::Value ScalarLowering::divide(mlir::Value x, mlir::Value d, DType t, int la
   b_.setInsertionPointToStart(&branch.getThenRegion().front());
   b_.create<mlir::scf::YieldOp>(loc_, mlir::ValueRange{b_.create<mlir::arith::DivFOp>(loc_, x, d).getResult()});
   b_.setInsertionPointToStart(&branch.getElseRegion().front());
-  mlir::Value z = b_.create<mlir::arith::DivFOp>(loc_, constant(t, 1, 1, lanes), d);
+  if (!z) z = b_.create<mlir::arith::DivFOp>(loc_, constant(t, 1, 1, lanes), d);
   mlir::Value q = b_.create<mlir::arith::MulFOp>(loc_, x, z);
   mlir::Value r = b_.create<mlir::math::FmaOp>(loc_, b_.create<mlir::arith::NegFOp>(loc_, q), d, x);
   b_.create<mlir::scf::YieldOp>(loc_, mlir::ValueRange{b_.create<mlir::math::FmaOp>(loc_, r, z, q).getResult()});

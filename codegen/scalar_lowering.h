@@ -10,6 +10,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <set>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -147,6 +148,14 @@ class ScalarLowering {
   // kernel turns it off for rows of a few vectors, where the reciprocal's own division lengthens
   // each row's chain more than it saves.
   void allow_reciprocal_division(bool allow) { reciprocal_division_ = allow; }
+  // Divisors that divide many values where none is loop-invariant (rows across lanes: a row's
+  // sum divides each of its elements, one vector per element): divide() takes the reciprocal
+  // of each (as for a loop-invariant one) once, where it first meets it, into `reciprocals`,
+  // and reuses it. The caller clears both where those values go out of scope; null: none.
+  void share_divisors(const std::set<const void*>* divisors, std::map<const void*, mlir::Value>* reciprocals) {
+    shared_divisors_ = divisors;
+    reciprocals_ = reciprocals;
+  }
   // One op with the exact semantics of ir::evaluate_scalar_op.
   mlir::Value scalar_op(ScalarOp op, DType operand, DType result, const std::vector<mlir::Value>& a, int lanes);
   // sin or cos of f32 lanes, computed in f64 (so it vectorizes and stays within 1 ulp of the
@@ -335,6 +344,8 @@ class ScalarLowering {
   std::string fail_prefix_;
   std::vector<mlir::Value>* deferred_masks_ = nullptr;  // see defer_patches
   bool reciprocal_division_ = true;                     // see allow_reciprocal_division
+  const std::set<const void*>* shared_divisors_ = nullptr;  // see share_divisors
+  std::map<const void*, mlir::Value>* reciprocals_ = nullptr;
 };
 
 /// A peephole after CSE: SLEEF's vector sin(x) and cos(x) calls of the same x in one block become

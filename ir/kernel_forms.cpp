@@ -211,6 +211,98 @@ bool has_arg_reduction(const Kernel& k) {
   return false;
 }
 
+namespace {
+Shape without_ones(const Shape& s) {
+  Shape out;
+  for (const Dim& d : s)
+    if (!(d == Dim(1))) out.push_back(d);
+  return out;
+}
+
+bool loads_as_vectors(DType t) { return t != DType::Bool; }  // (bool arrays are bytes)
+}  // namespace
+
+std::vector<LaneRead> lane_reads(const Kernel& k) {
+  std::vector<LaneRead> read(k.body.nodes.size(), LaneRead::Unsupported);
+  Shape kept = kept_dims(k);
+  int rank = static_cast<int>(k.space.size()), kept_rank = static_cast<int>(kept.size());
+  // Element r of a shape laid out as the rows are is row r (row-major, the dims of 1 aside).
+  auto as_rows = [&](const Shape& s) { return without_ones(s) == without_ones(kept); };
+  auto all_inputs = [&](const Node& n, std::initializer_list<LaneRead> allowed) {
+    for (NodeId in : n.inputs)
+      if (std::find(allowed.begin(), allowed.end(), read[in]) == allowed.end()) return false;
+    return true;
+  };
+  for (NodeId id = 0; id < static_cast<NodeId>(k.body.nodes.size()); ++id) {
+    const Node& n = k.body.node(id);
+    bool space = n.shape == k.space;
+    LaneRead r = LaneRead::Unsupported;
+    switch (n.kind) {
+      case OpKind::Input:
+      case OpKind::Constant:
+        if (loads_as_vectors(n.dtype)) r = space ? LaneRead::Full : as_rows(n.shape) ? LaneRead::Row : r;
+        break;
+      case OpKind::Reduce: {
+        const ReduceAttrs& a = n.as<ReduceAttrs>();
+        bool arg = a.kind == ReduceKind::ArgMax || a.kind == ReduceKind::ArgMin;
+        if (!arg && a.axes == k.axes && read[n.inputs[0]] != LaneRead::Unsupported) r = LaneRead::Row;
+        break;
+      }
+      case OpKind::Elementwise:
+        if (space && all_inputs(n, {LaneRead::Full, LaneRead::Row, LaneRead::Column, LaneRead::Uniform})) r = LaneRead::Full;
+        else if (!space && as_rows(n.shape) && all_inputs(n, {LaneRead::Row, LaneRead::Uniform})) r = LaneRead::Row;
+        break;
+      case OpKind::BroadcastTo: {
+        const Node& from_node = k.body.node(n.inputs[0]);
+        const Shape& from = from_node.shape;
+        bool leaf = from_node.kind == OpKind::Input || from_node.kind == OpKind::Constant;
+        if (!space) {  // a single element broadcast over the rows (m[R] + s)
+          if (as_rows(n.shape) && leaf && num_elements(from) == Dim(1)) r = LaneRead::Uniform;
+          break;
+        }
+        int offset = rank - static_cast<int>(from.size());
+        auto dim_of = [&](int p) { return p < offset ? Dim(1) : from[p - offset]; };
+        bool kept_all_one = true, kept_all_full = true, reduced_all_one = true, reduced_all_full = true;
+        for (int p = 0; p < rank; ++p) {
+          bool one = dim_of(p) == Dim(1), full = p >= offset && dim_of(p) == k.space[p];
+          if (p < kept_rank) {
+            kept_all_one = kept_all_one && one;
+            kept_all_full = kept_all_full && (full || (one && k.space[p] == Dim(1)));
+          } else {
+            reduced_all_one = reduced_all_one && one;
+            reduced_all_full = reduced_all_full && full;
+          }
+        }
+        if (kept_all_one && reduced_all_one) r = leaf ? LaneRead::Uniform : r;
+        else if (reduced_all_one && kept_all_full && read[n.inputs[0]] == LaneRead::Row) r = LaneRead::Row;
+        else if (kept_all_one && reduced_all_full && leaf) r = LaneRead::Column;
+        break;
+      }
+      case OpKind::ExpandDims:
+      case OpKind::Squeeze:
+      case OpKind::Reshape:
+        if (as_rows(n.shape) && read[n.inputs[0]] == LaneRead::Row) r = LaneRead::Row;  // (space too for rows of 1)
+        break;
+      default: break;
+    }
+    read[id] = r;
+  }
+  return read;
+}
+
+bool rows_across_lanes(const Kernel& k) {
+  if (k.schedule.form != LoopForm::ReductionRows || !trailing_axes(k) || has_arg_reduction(k)) return false;
+  std::vector<LaneRead> read = lane_reads(k);
+  Shape kept = kept_dims(k);
+  for (const GraphOutput& o : k.body.outputs) {
+    const Node& n = k.body.node(o.node);
+    if (read[o.node] == LaneRead::Unsupported || !loads_as_vectors(n.dtype)) return false;
+    // A reduced-space output is stored a vector of rows at a time: element r is row r.
+    if (!(n.shape == k.space) && !(read[o.node] == LaneRead::Row && without_ones(n.shape) == without_ones(kept))) return false;
+  }
+  return true;
+}
+
 NodeId matmul_node(const Kernel& k) {
   for (NodeId id = 0; id < static_cast<NodeId>(k.body.nodes.size()); ++id)
     if (k.body.node(id).kind == OpKind::Matmul) return id;

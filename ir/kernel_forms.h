@@ -197,6 +197,24 @@ inline constexpr int64_t kMaxNarrowColumns = 8;
 /// combiner: one folds elements into an accumulator, not two chunks' accumulators together).
 bool column_reduction_may_split(const Kernel& k);
 
+// ---- rows across lanes (CPU row kernels over short rows) ----
+/// How a node of a row kernel reads when `lanes` rows are computed at once, lane l of a vector
+/// holding row r + l (codegen/cpu/lane_rows.cpp): Full, one vector per element j of the rows
+/// (a value of the space's shape); Row, one vector for all of j (a reduction's result, a per-row
+/// input r[M, 1], their views and elementwise ops); Column, element j of an operand broadcast
+/// along the rows (a layernorm's gamma[C]), one value for every lane; Uniform, a single element
+/// broadcast everywhere.
+enum class LaneRead { Full, Row, Column, Uniform, Unsupported };
+/// Every node's LaneRead (indexed by NodeId). A node reads Unsupported where an operand does,
+/// and as argmax/argmin, gathers, matmuls, permutes and broadcasts of other kinds do.
+std::vector<LaneRead> lane_reads(const Kernel& k);
+/// Whether the ReductionRows kernel `k` can run rows across lanes: its reductions over the
+/// trailing axes, no argmax/argmin, and every output reads Full, Row, Column or Uniform, of a
+/// 4- or 8-byte dtype, the reduced-space ones laid out as the rows are (element r is row r).
+/// The CPU takes it where the row length is known when compiling (short symbolic rows are
+/// specialized to theirs) and short (CpuKernelEmitter::lane_rows_length).
+bool rows_across_lanes(const Kernel& k);
+
 /// How a node's value varies along the innermost index of the space (worse is larger).
 enum class InnerAccess { Constant, Unit, Strided, Unsupported };
 

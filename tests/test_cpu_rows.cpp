@@ -3,9 +3,12 @@
 // thread pool.
 #include <catch2/catch.hpp>
 
+#include <limits>
+
 #include "codegen/cpu_codegen.h"
 #include "frontends/compile.h"
 #include "cpu_targets.h"
+#include "ir/kernel_forms.h"
 #include "ir/printer.h"
 #include "random_graph.h"
 
@@ -465,5 +468,143 @@ TEST_CASE("rows whose output pass rides read the row before's inputs and reducti
       ir::TensorMap inputs = testing::random_inputs(g.ir(), {{"R", r}, {"C", c}}, 23);
       CHECK(testing::compare_outputs(ir::interpret(g.ir(), inputs), exe.run(inputs), 1e-5, 0) == "");
     }
+  }
+}
+
+// Row kernels over short rows (up to 1.75 vectors, not one), of a length known when compiling (a literal, or
+// a short symbolic length the runtime specializes to from its second run), run `lanes` rows at
+// a time across lanes (codegen/cpu/lane_rows.cpp): element j of the rows gathered (rows of 4 or
+// more) or shuffled out of their vectors, reductions folded over j in the interpreter's order,
+// full-space outputs shuffled back (streamed when large), reduced-space ones a vector of rows.
+// Against the interpreter: softmax (a full-space output), logsumexp (a reduced one), layernorm
+// (gamma and beta read along the rows) and a kernel of per-row and scalar operands, NaN-sticky
+// max and min, means, products and integer sums; rows of 1 to 1.75 vectors, task ranges that start and end
+// off a multiple of the lanes (7 threads, [threads]) and fewer rows than the lanes; f32, f64,
+// i32, i64; AVX2's and AVX-512's vectors.
+TEST_CASE("short rows run across lanes", "[cpu][rows][threads][lanes]") {
+  constexpr double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+  enum Variant { Softmax, LogSumExp, LayerNorm, PerRow };
+  struct Case {
+    DType t;
+    Variant variant;
+  };
+  for (auto [t, variant] : std::vector<Case>{{DType::F32, Softmax},
+                                             {DType::F64, Softmax},
+                                             {DType::F32, LogSumExp},
+                                             {DType::F32, LayerNorm},
+                                             {DType::F64, LayerNorm},
+                                             {DType::F32, PerRow},
+                                             {DType::F64, PerRow},
+                                             {DType::I32, PerRow},
+                                             {DType::I64, PerRow}}) {
+    bool floating = t == DType::F32 || t == DType::F64;
+    auto build = [&, t = t, variant = variant](Graph& g, ir::Dim columns) {
+      Tensor x = g.input("x", t, {sym("R"), columns});
+      if (variant == Softmax) {
+        Tensor e = exp(x - max(x, 1, true));
+        g.output("y", e / sum(e, 1, true));
+      } else if (variant == LogSumExp) {
+        Tensor m = max(x, 1);
+        g.output("y", m + log(sum(exp(x - expand_dims(m, 1)), 1)) * g.input("scale", t));
+      } else if (variant == LayerNorm) {
+        Tensor centered = x - mean(x, 1, true);
+        Tensor variance = mean(centered * centered, 1, true);
+        g.output("y", centered * rsqrt(variance + 1e-5) * g.input("gamma", t, {columns}) + g.input("beta", t, {columns}));
+      } else {
+        Tensor r = g.input("r", t, {sym("R"), 1});
+        Tensor s = g.input("s", t);
+        g.output("z", (x - r) * s + max(x, 1, true));
+        g.output("low", min(x * s, 1));
+        g.output("total", sum(x, 1) + prod(x - r, 1));
+        if (floating) g.output("average", mean(x, 1, true) / r);
+      }
+    };
+    for (const CompileOptions& options : widths_this_host_runs()) {
+      int lanes = options.pipeline.target.vector_bits / 8 / static_cast<int>(ir::dtype_size(t));
+      for (int64_t c : {1, 2, 3, 4, 7, 9, 15, 17, 24}) {
+        if (c == lanes || c > lanes + lanes * 3 / 4) continue;  // (CpuKernelEmitter::lane_rows_length)
+        INFO(ir::dtype_name(t) << ", variant " << variant << ", " << options.pipeline.target.vector_bits << "-bit vectors, C = " << c);
+        Graph literal, symbolic;
+        build(literal, c);
+        build(symbolic, sym("C"));
+        runtime::Executable exe = compile(literal, options);
+        runtime::Executable specializing = compile(symbolic, options);
+        INFO(ir::print_program(exe.program()));
+        // (The per-row variant is two kernels, its full-space output a row-wise one, but over
+        // rows of one element.)
+        CHECK(exe.program().kernels.size() == (variant == PerRow && c > 1 ? 2u : 1u));
+        for (const ir::Kernel& k : exe.program().kernels) CHECK(ir::rows_across_lanes(k));
+        std::string mlir = codegen::emit_cpu_mlir(exe.program());
+        // Rows of 4 or more gather element j (CpuKernelEmitter::kMinGatheredLaneRow), shorter
+        // ones shuffle it out of their vectors.
+        CHECK((mlir.find("llvm.intr.masked.gather") != std::string::npos) == (c >= 4));
+        if (c < 4 && c > 1) CHECK(mlir.find("vector.shuffle") != std::string::npos);
+        // R: fewer rows than the lanes, a multiple of them, one more, and 7 threads' ranges
+        // starting and ending off a multiple of the lanes (the rows before the first group and
+        // after the last run one at a time).
+        for (int64_t r : {int64_t{1}, int64_t{7}, int64_t{16}, int64_t{17}, int64_t{1023}, int64_t{5001}}) {
+          INFO("R = " << r);
+          ir::TensorMap inputs = testing::random_inputs(literal.ir(), {{"R", r}}, 23);
+          if (floating && r > 3 && variant != LayerNorm) {
+            ir::HostArray& in = inputs["x"];
+            in.set_f64(1 * c + c / 2, inf);  // row 1: inf - inf is NaN, as in the interpreter
+            in.set_f64(2 * c + c - 1, nan);  // row 2: the max and min stick at NaN
+            in.set_f64(3 * c, -inf);
+          }
+          ir::TensorMap expected = ir::interpret(literal.ir(), inputs);
+          CHECK(testing::compare_outputs(expected, exe.run(inputs), 1e-5, 1e-6) == "");
+          ir::TensorMap symbolic_inputs = inputs;  // (the same arrays, C symbolic)
+          for (int run = 0; run < 2; ++run)  // the second run takes the code specialized to C
+            CHECK(testing::compare_outputs(expected, specializing.run(symbolic_inputs), 1e-5, 1e-6) == "");
+        }
+        CHECK(specializing.specialization_count() == 1);
+      }
+    }
+  }
+}
+
+// Which row kernels may run across lanes (ir::rows_across_lanes): not argmax, not a gather, not
+// an operand broadcast along some rows only, not a bool output.
+TEST_CASE("rows across lanes take reductions, per-row and per-column operands, not argmax or gathers", "[cpu][rows][lanes]") {
+  auto across = [](const Graph& g) {
+    runtime::Executable exe = compile(g);
+    REQUIRE(exe.program().kernels.size() == 1);
+    return ir::rows_across_lanes(exe.program().kernels[0]);
+  };
+  {
+    Graph g;
+    Tensor x = g.input("x", DType::F32, {sym("R"), 3});
+    g.output("y", x * g.input("w", DType::F32, {3}) - max(x, 1, true) + g.input("s", DType::F32));
+    CHECK(across(g));
+  }
+  {
+    Graph g;  // a user combiner
+    Tensor x = g.input("x", DType::F32, {sym("R"), 5});
+    g.output("y", reduce([](Scalar a, Scalar v) { return maximum(a, abs(v)); }, x, 0.0, 1));
+    CHECK(across(g));
+  }
+  {
+    Graph g;
+    g.output("y", argmax(g.input("x", DType::F32, {sym("R"), 3}), 1));
+    CHECK_FALSE(across(g));
+  }
+  {
+    Graph g;  // a bool output
+    g.output("y", any(g.input("x", DType::F32, {sym("R"), 3}) > 0.0, 1));
+    CHECK_FALSE(across(g));
+  }
+  {
+    Graph g;  // broadcast along the first axis only: not one value per row
+    Tensor x = g.input("x", DType::F32, {sym("A"), sym("B"), 3});
+    g.output("y", sum(x * g.input("q", DType::F32, {sym("B"), 1}), 2));
+    CHECK_FALSE(across(g));
+  }
+  {
+    Graph g;  // rows of two axes, per-row operands of both
+    Tensor x = g.input("x", DType::F32, {sym("A"), sym("B"), 2, 3});
+    Tensor rows = g.input("r", DType::F32, {sym("A"), sym("B"), 1, 1});
+    Tensor e = exp(x - rows);
+    g.output("y", e / sum(e, {2, 3}, true));
+    CHECK(across(g));
   }
 }

@@ -532,6 +532,45 @@ class CpuKernelEmitter : public KernelEmitterBase {
   // as the period's vectors (lane l of vector v: column (v lanes + l) mod columns), then each
   // column's value alone.
   std::map<NodeId, std::vector<mlir::Value>> narrow_column_vectors(int64_t columns, int lanes);
+  // ---- rows across lanes (codegen/cpu/lane_rows.cpp) ----
+  // A row kernel whose rows are short, of a length known when compiling (short symbolic rows
+  // are specialized to theirs), runs `lanes` rows at a time, lane l of every
+  // vector holding row r + l (ir::rows_across_lanes): element j of the rows is one vector,
+  // shuffled out of the rows' whole vectors; a reduction is an elementwise fold over j, in the
+  // interpreter's order and accumulator type; the row's epilogue (softmax's division,
+  // logsumexp's log, layernorm's rsqrt) runs on a vector of rows; a full-space output is
+  // shuffled back into whole vectors and a reduced-space one stored a vector of rows at a time.
+  // Row by row, a row of C elements paid a whole masked vector's work (an exp of 16 lanes for
+  // 3 elements), the folds across its lanes and a scalar epilogue (a call to log): see
+  // bench/README.md. lane_rows_length(): the rows' length where the form applies, else 0: rows
+  // shorter than a vector, and rows of up to 1.75 vectors but one (a row of a whole vector runs
+  // as fast row by row). Softmax, 12M f32, rows of 17 to 28 on the Intel Xeon: 5.1-8.4 ms row
+  // by row (a masked tail), 4.3-4.6 across lanes; of 31 4.6-4.7 either way.
+  int64_t lane_rows_length(int lanes);
+  // Rows of at least this many elements gather element j of theirs (one vgatherdps), shorter ones
+  // shuffle it out of their vectors (length - 1 shuffles). Softmax, 12M f32, two threads on the
+  // Intel Xeon: rows of 3 3.3-3.5 ms shuffled against 3.5-3.8 gathered; of 4 4.0 against 3.5-3.6,
+  // of 10 4.9 against 4.2, of 15 5.5 against 4.6-4.7. (Outputs are shuffled back: scattered, or
+  // gathered from a staging buffer, they took longer but at 15.)
+  static constexpr int64_t kMinGatheredLaneRow = 4;
+  // Rows [from, to), a multiple of `lanes` of them from a multiple of `lanes` on, each of
+  // `length` elements; a large kernel's one full-space output is written with non-temporal
+  // stores (a third less memory traffic: softmax's rows of 3 and 10 f32, one thread, 20% faster).
+  void emit_lane_rows(mlir::Value from, mlir::Value to, int64_t length, int lanes);
+  // Rows [first_row, first_row + lanes); `streaming[o]` (null: never) whether output o streams.
+  void emit_lane_row_group(mlir::Value first_row, int64_t length, int lanes, const std::vector<mlir::Value>& streaming);
+  // Node `id`'s vector of the rows at element j (j is ignored for values of the whole row).
+  mlir::Value lane_rows_value(NodeId id, int64_t j);
+  // A vector whose lane l is lane picks[l].second of sources[picks[l].first]: a chain of
+  // two-source shuffles, one per source after the first.
+  mlir::Value pick_lanes(const std::vector<mlir::Value>& sources, const std::vector<std::pair<int, int>>& picks);
+  std::vector<ir::LaneRead> lane_reads_;
+  std::map<std::pair<NodeId, int64_t>, mlir::Value> lane_values_;  // the group's, by (node, j or -1)
+  std::set<const void*> lane_divisors_;  // the group's values of whole rows (share_divisors)
+  std::map<const void*, mlir::Value> lane_reciprocals_;
+  mlir::Value lane_first_row_;
+  int64_t lane_length_ = 0;
+  int lane_count_ = 0;
   // The column walk's rows (null: all) and, where it leaves accumulators rather than outputs
   // (emit_column_split_chunks()), the chunk whose partials it stores.
   mlir::Value column_rows_from_, column_rows_to_, column_partials_chunk_;
