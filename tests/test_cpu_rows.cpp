@@ -608,3 +608,26 @@ TEST_CASE("rows across lanes take reductions, per-row and per-column operands, n
     CHECK(across(g));
   }
 }
+
+// Row kernels over rows shorter than a vector that do not run across lanes (a bool output):
+// their few elements a row go one at a time where the length is known when compiling and the
+// work is cheap (LLVM vectorizes that loop across rows), as a masked vector per row where the
+// work is costly (an exp each). CpuKernelEmitter::min_masked_tail.
+TEST_CASE("short rows that cannot run across lanes take a masked vector only where costly", "[cpu][rows][lanes]") {
+  for (bool costly : {false, true}) {
+    INFO((costly ? "costly" : "cheap"));
+    Graph g;
+    Tensor x = g.input("x", DType::F32, {sym("R"), 3});
+    g.output("y", any(x > 0.5, 1));
+    g.output("total", sum(costly ? exp(x) : x * x, 1));
+    runtime::Executable exe = compile(g);
+    REQUIRE(exe.program().kernels.size() == 1);
+    CHECK_FALSE(ir::rows_across_lanes(exe.program().kernels[0]));
+    std::string mlir = codegen::emit_cpu_mlir(exe.program());
+    CHECK((mlir.find("llvm.intr.masked.load") != std::string::npos) == costly);
+    for (int64_t r : {1, 7, 1001}) {
+      ir::TensorMap inputs = testing::random_inputs(g.ir(), {{"R", r}}, 29);
+      CHECK(testing::compare_outputs(ir::interpret(g.ir(), inputs), exe.run(inputs), 1e-6, 1e-7) == "");
+    }
+  }
+}

@@ -387,11 +387,13 @@ std::vector<mlir::Value> CpuKernelEmitter::emit_reduction_row(mlir::Value row, c
             store(output_slot_[o], n.dtype, add(row_base, j), row_value(out, kept, row_base, j, lanes), lanes, streams);
           });
         prefetch_next_row_ = {};
-        // The rest of the row (fewer than a vector), from kMinMaskedTail elements on, as a vector
-        // under a lane mask (accumulate_masked()); else one element at a time, below.
-        mlir::Value masked_tail = cmpi(mlir::arith::CmpIPredicate::sge, sub(dim(row_length), vector_end), i64(kMinMaskedTail));
-        auto masked = b_.create<mlir::scf::IfOp>(loc_, masked_tail, /*withElseRegion=*/false);
-        {
+        // The rest of the row (fewer than a vector), from min_masked_tail() elements on, as a
+        // vector under a lane mask (accumulate_masked()); else one element at a time, below.
+        if (min_masked_tail() == std::numeric_limits<int64_t>::max()) {
+          scalar_from = vector_end;
+        } else {
+          mlir::Value masked_tail = cmpi(mlir::arith::CmpIPredicate::sge, sub(dim(row_length), vector_end), i64(min_masked_tail()));
+          auto masked = b_.create<mlir::scf::IfOp>(loc_, masked_tail, /*withElseRegion=*/false);
           mlir::OpBuilder::InsertionGuard guard(b_);
           b_.setInsertionPointToStart(&masked.getThenRegion().front());
           clear_caches();
@@ -399,8 +401,9 @@ std::vector<mlir::Value> CpuKernelEmitter::emit_reduction_row(mlir::Value row, c
           store(output_slot_[o], n.dtype, add(row_base, vector_end), row_value(out, kept, row_base, vector_end, lanes), lanes);
           mask_ = {};
           clear_caches();
+          b_.setInsertionPointAfter(masked);
+          scalar_from = select(masked_tail, dim(row_length), vector_end);
         }
-        scalar_from = select(masked_tail, dim(row_length), vector_end);
       }
       loop(scalar_from, dim(row_length), 1, [&](mlir::Value j) {
         std::vector<mlir::Value> full = full_index(kept, delinearize(j, reduced_dims()));
@@ -1286,11 +1289,15 @@ std::vector<mlir::Value> CpuKernelEmitter::accumulate(const std::vector<NodeId>&
       partial.push_back(select(seen, constant(t, std::numeric_limits<double>::quiet_NaN(), 0, 1), lanes_folded));
     }
     chain_stride_ = {};
-    std::vector<mlir::Value> tail = if_yielding(
-        cmpi(mlir::arith::CmpIPredicate::sge, sub(to, tail_from), i64(kMinMaskedTail)), [&](int k) {
-          return k == 0 ? accumulate_masked(vectorized, partial, kept, row_base, tail_from, to, lanes)
-                        : accumulate_scalar(vectorized, partial, kept, tail_from, to);
-        }, "the masked and scalar tails differ");
+    std::vector<mlir::Value> tail =
+        min_masked_tail() == std::numeric_limits<int64_t>::max()
+            ? accumulate_scalar(vectorized, partial, kept, tail_from, to)
+            : if_yielding(
+                  cmpi(mlir::arith::CmpIPredicate::sge, sub(to, tail_from), i64(min_masked_tail())), [&](int k) {
+                    return k == 0 ? accumulate_masked(vectorized, partial, kept, row_base, tail_from, to, lanes)
+                                  : accumulate_scalar(vectorized, partial, kept, tail_from, to);
+                  },
+                  "the masked and scalar tails differ");
     for (size_t q = 0; q < vectorized.size(); ++q) result[vectorized[q]] = tail[q];
   }
   if (!scalar.empty()) {
@@ -1497,6 +1504,13 @@ std::vector<mlir::Value> CpuKernelEmitter::accumulate_vectors(const std::vector<
 // is more accurate. A chain adds at most kF32BlockSteps terms in f32 before widening, so the
 // sum is off by at most kF32BlockSteps 2^-24 of the sum of magnitudes (the rounding model
 // grants n 2^-24).
+int64_t CpuKernelEmitter::min_masked_tail() {
+  int lanes = std::max(1, k_.schedule.cpu.vector_width);
+  std::optional<int64_t> length = known_size(ir::num_elements(reduced_dims()));
+  bool cheap = ir::elementwise_cost(k_) < ir::kTranscendentalCost;
+  return length && *length < lanes && cheap ? std::numeric_limits<int64_t>::max() : kMinMaskedTail;
+}
+
 bool CpuKernelEmitter::sums_in_f32_blocks(NodeId id) {
   const Node& n = k_.body.node(id);
   ir::ReduceKind kind = n.as<ir::ReduceAttrs>().kind;
