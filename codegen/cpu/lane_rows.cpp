@@ -1,6 +1,8 @@
 // CPU row kernels over short rows, `lanes` rows at a time (ir::rows_across_lanes;
 // codegen/cpu/emitter.h, "rows across lanes").
 #include <algorithm>
+#include <bit>
+#include <functional>
 
 #include "codegen/cpu/emitter.h"
 
@@ -18,6 +20,11 @@ int64_t CpuKernelEmitter::lane_rows_length(int lanes) {
   if (!length || *length < 1 || *length == lanes || *length > lanes + lanes * 3 / 4) return 0;
   lane_reads_ = ir::lane_reads(k_);
   return *length;
+}
+
+bool CpuKernelEmitter::transposes_lane_rows(int64_t length, int lanes) {
+  int64_t transpose = lanes * std::bit_width(static_cast<uint64_t>(lanes) - 1);  // lanes log2(lanes) shuffles
+  return length * (length - 1) > transpose + lanes + length;
 }
 
 mlir::Value CpuKernelEmitter::pick_lanes(const std::vector<mlir::Value>& sources,
@@ -80,14 +87,33 @@ void CpuKernelEmitter::emit_lane_row_group(mlir::Value first_row, int64_t length
     }
     std::vector<mlir::Value> columns;
     for (int64_t j = 0; j < length; ++j) columns.push_back(lane_rows_value(out, j));
+    // Where element j of row l is, as (source, lane): lane l of column j, or, where the rows are
+    // long enough to pay for it, lane j % lanes of vector (j / lanes) lanes + l after each
+    // block of `lanes` columns (the last padded) is transposed in registers: a vector of the
+    // output then draws on two or three rows, not on every column (length - 1 shuffles).
+    std::vector<mlir::Value> sources = columns;
+    std::function<std::pair<int, int>(int64_t, int64_t)> at = [](int64_t l, int64_t j) {
+      return std::pair<int, int>{static_cast<int>(j), static_cast<int>(l)};
+    };
+    if (transposes_lane_rows(length, lanes)) {
+      sources.clear();
+      for (int64_t first = 0; first < length; first += lanes) {
+        std::vector<mlir::Value> square;
+        for (int64_t j = first; j < first + lanes; ++j) square.push_back(columns[std::min(j, length - 1)]);
+        for (mlir::Value row : transpose_in_registers(b_, loc_, square)) sources.push_back(row);
+      }
+      at = [&](int64_t l, int64_t j) {
+        return std::pair<int, int>{static_cast<int>(j / lanes * lanes + l), static_cast<int>(j % lanes)};
+      };
+    }
     // Vector v of the rows' block: lane m is element v lanes + m, of row (v lanes + m) / length.
     for (int64_t v = 0; v < length; ++v) {
       std::vector<std::pair<int, int>> picks;
       for (int64_t m = 0; m < lanes; ++m) {
         int64_t e = v * lanes + m;
-        picks.push_back({static_cast<int>(e % length), static_cast<int>(e / length)});
+        picks.push_back(at(e / length, e % length));
       }
-      store_or_stream(streaming[o], output_slot_[o], n.dtype, add(block, i64(v * lanes)), pick_lanes(columns, picks), lanes);
+      store_or_stream(streaming[o], output_slot_[o], n.dtype, add(block, i64(v * lanes)), pick_lanes(sources, picks), lanes);
     }
   }
   scalar_.share_divisors(nullptr, nullptr);
