@@ -927,9 +927,11 @@ TEST_CASE("short cheap rows and few columns run code specialized to their length
     REQUIRE(exe.program().kernels.size() == 1);
     const ir::Kernel& k = exe.program().kernels[0];
     REQUIRE(k.schedule.form == ir::LoopForm::ColumnReduction);
-    int64_t up_to = std::min<int64_t>(ir::kMaxNarrowColumns, k.schedule.cpu.vector_width - 1);
+    // Fewer than a vector (narrow columns), and up to ir::kColumnWalkVectors vectors (one walk).
+    int64_t lanes = k.schedule.cpu.vector_width;
+    int64_t up_to = std::max<int64_t>(std::min<int64_t>(ir::kMaxNarrowColumns, lanes - 1), ir::kColumnWalkVectors * lanes);
     int expected = 0;
-    for (int64_t c : {2, 3, 7, 8, 9, 16}) {
+    for (int64_t c : std::vector<int64_t>{2, 3, 7, 8, 9, 16, 4 * lanes, 4 * lanes + 1}) {
       check_runs(exe, g, 40'000, c, 3);
       expected += c <= up_to;
       CHECK(exe.specialization_count() == expected);
@@ -1350,6 +1352,33 @@ TEST_CASE("column reductions end in a masked vector of the columns past the last
           inputs["x"].set_f64(5 * n + n - 1, std::numeric_limits<double>::quiet_NaN());
           inputs["x"].set_f64((m - 1) * n + n - 2, std::numeric_limits<double>::infinity());
         }
+        ir::TensorMap expected = ir::interpret(g.ir(), inputs);
+        // From the second run, N up to ir::kColumnWalkVectors vectors runs code specialized to
+        // it: a whole row's vectors and its masked last one in one walk down the rows.
+        for (int run = 0; run < 2; ++run) CHECK(testing::compare_outputs(expected, exe.run(inputs), 1e-5, 1e-6) == "");
+      }
+    }
+  }
+}
+
+// A column reduction over a known count of columns of at most ir::kColumnWalkVectors vectors,
+// not whole ones, walks its rows once: the whole vectors and the masked last one together
+// (emit_columns). Literal widths, one and several kept dims (tasks that take a piece of a row go
+// the general way), against the interpreter.
+TEST_CASE("column reductions of a few vectors and a partial one walk the rows once", "[cpu][reduce][threads]") {
+  for (DType t : {DType::F32, DType::F64, DType::I64}) {
+    for (int64_t n : {9, 17, 20, 40, 50, 63}) {
+      Graph g;
+      Tensor x = g.input("x", t, {sym("M"), n});
+      g.output("sum", sum(x * x + x, 0));
+      g.output("max", max(x, 0, true));
+      g.output("planes", min(g.input("z", t, {sym("M"), 3, n}), 0));
+      runtime::Executable exe = compile(g);
+      for (const ir::Kernel& k : exe.program().kernels) CHECK(k.schedule.form == ir::LoopForm::ColumnReduction);
+      for (int64_t m : {1, 7, 1023, 30'000}) {
+        INFO(ir::dtype_name(t) << ", M = " << m << ", N = " << n);
+        ir::TensorMap inputs = inputs_of(g.ir(), {{"M", m}}, 31);
+        if (t != DType::I64 && m > 7) inputs["x"].set_f64(5 * n + n - 1, std::numeric_limits<double>::quiet_NaN());
         CHECK(testing::compare_outputs(ir::interpret(g.ir(), inputs), exe.run(inputs), 1e-5, 1e-6) == "");
       }
     }

@@ -596,8 +596,10 @@ class CpuKernelEmitter : public KernelEmitterBase {
   mlir::Value column_partial_offset(size_t q, mlir::Value chunk, mlir::Value column);
   // Outputs at kept positions [row_start + c, + lanes * vectors): every reduction down its
   // columns, `vectors` adjacent vectors at a time (a row then supplies whole cache lines).
+  // With `last_mask`, the last vector's loads and stores are masked by it (the row's partial
+  // last vector, in the same walk as its whole ones).
   void emit_column_lanes(const std::vector<mlir::Value>& outer, mlir::Value row_start, mlir::Value c, int lanes,
-                         int vectors = 1);
+                         int vectors = 1, mlir::Value last_mask = {});
   // The outputs at kept positions [row_start + column, + lanes) from the reductions' values
   // there (`accs`, reduce_nodes()' order): a mean's division, the epilogue, the stores.
   void store_column_outputs(mlir::Value row_start, mlir::Value column, int lanes, const std::vector<mlir::Value>& accs);

@@ -1693,6 +1693,23 @@ void CpuKernelEmitter::emit_columns(mlir::Value begin, mlir::Value end, int lane
   for_each_row_piece(begin, end, kept.back(), outer_shape,
                      [&](const std::vector<mlir::Value>& outer, mlir::Value row_start, mlir::Value from, mlir::Value to) {
                        mlir::Value vector_end = from;
+                       if (std::optional<int64_t> width = known_size(kept.back());
+                           lanes > 1 && width && *width > lanes && *width % lanes != 0 &&
+                           *width <= ir::kColumnWalkVectors * lanes) {
+                         // A whole row of a known width of a few vectors, the last partial: its
+                         // whole vectors and the masked last one in one walk down the rows; a
+                         // task's piece of a row (from or to within it) as below.
+                         mlir::Value whole_row = b_.create<mlir::arith::AndIOp>(
+                             loc_, cmpi(mlir::arith::CmpIPredicate::eq, from, i64(0)),
+                             cmpi(mlir::arith::CmpIPredicate::eq, to, i64(*width)));
+                         auto one_walk = b_.create<mlir::scf::IfOp>(loc_, whole_row, /*withElseRegion=*/true);
+                         b_.setInsertionPointToStart(&one_walk.getThenRegion().front());
+                         clear_caches();
+                         emit_column_lanes(outer, row_start, i64(0), lanes, static_cast<int>(*width / lanes + 1),
+                                           lanes_below(i64(*width % lanes), lanes));
+                         clear_caches();
+                         b_.setInsertionPointToStart(&one_walk.getElseRegion().front());
+                       }
                        if (lanes > 1) {
                          vector_end = whole_steps_end(from, to, lanes);
                          int64_t block = lanes * kColumnVectors;
@@ -1781,7 +1798,7 @@ void CpuKernelEmitter::emit_columns_by_rows(const std::vector<mlir::Value>& oute
 // Outputs at kept positions [row_start + c, + lanes * vectors): every reduction down its
 // columns, `vectors` adjacent vectors at a time (a row then supplies whole cache lines).
 void CpuKernelEmitter::emit_column_lanes(const std::vector<mlir::Value>& outer, mlir::Value row_start, mlir::Value c, int lanes,
-                       int vectors) {
+                       int vectors, mlir::Value last_mask) {
   std::vector<NodeId> ids = reduce_nodes();
   int last = static_cast<int>(k_.space.size()) - 1;
   std::vector<mlir::Value> init;
@@ -1799,10 +1816,13 @@ void CpuKernelEmitter::emit_column_lanes(const std::vector<mlir::Value>& outer, 
       clear_caches();
       std::vector<mlir::Value> idx0 = full_index(kept0, delinearize(down.getInductionVar(), reduced_dims()));
       mlir::Value column = add(c, i64(static_cast<int64_t>(v) * lanes));
+      mlir::Value caller_mask = mask_;  // (a caller's mask covers every vector)
+      if (last_mask && v == vectors - 1) mask_ = last_mask;
       for (size_t q = 0; q < ids.size(); ++q) {
         mlir::Value x = to_accumulator(ids[q], lane_value(k_.body.node(ids[q]).inputs[0], idx0, last, column, lanes), lanes);
         next.push_back(combine(ids[q], down.getRegionIterArgs()[v * ids.size() + q], x));
       }
+      mask_ = caller_mask;
     }
     b_.create<mlir::scf::YieldOp>(loc_, next);
     clear_caches();
@@ -1810,7 +1830,10 @@ void CpuKernelEmitter::emit_column_lanes(const std::vector<mlir::Value>& outer, 
   for (int v = 0; v < vectors; ++v) {
     std::vector<mlir::Value> accs;
     for (size_t q = 0; q < ids.size(); ++q) accs.push_back(down.getResult(v * ids.size() + q));
+    mlir::Value caller_mask = mask_;
+    if (last_mask && v == vectors - 1) mask_ = last_mask;
     store_column_outputs(row_start, add(c, i64(static_cast<int64_t>(v) * lanes)), lanes, accs);
+    mask_ = caller_mask;
   }
 }
 
