@@ -71,9 +71,9 @@ void CpuKernelEmitter::emit(mlir::func::FuncOp func) {
       RowPlan plan = row_plan();
       row_scratch_ = row_stash_scratch(plan);  // acquired once per task, before the rows
       if (int64_t length = lane_rows_length(lanes); length > 0) {
-        // Short rows, `lanes` at a time from a multiple of `lanes` on (their
-        // outputs' whole lines then start on lines, for streaming stores; codegen/cpu/lane_rows.cpp);
-        // the rows before, one at a time, and the task's last rows, fewer than `lanes`, as below.
+        // Short rows, `lanes` at a time (codegen/cpu/lane_rows.cpp) from a multiple of `lanes` on
+        // (a group's output then starts on a line, for streaming stores); the rows before that,
+        // one at a time, and the task's last rows, fewer than `lanes`, as below.
         mlir::Value first = min_i64(round_up(begin, lanes), end);
         mlir::Value whole = add(first, mul(div(sub(end, first), i64(lanes)), i64(lanes)));
         loop(begin, first, 1, [&](mlir::Value row) { emit_reduction_row(row, plan); });
