@@ -550,9 +550,13 @@ class CpuKernelEmitter : public KernelEmitterBase {
   // Row by row, a row of C elements paid a whole masked vector's work (an exp of 16 lanes for
   // 3 elements), the folds across its lanes and a scalar epilogue (a call to log): see
   // bench/README.md. lane_rows_length(): the rows' length where the form applies, else 0: rows
-  // shorter than a vector, and rows of up to 1.75 vectors but one (a row of a whole vector runs
-  // as fast row by row). Softmax, 12M f32, rows of 17 to 28 on the Intel Xeon: 5.1-8.4 ms row
-  // by row (a masked tail), 4.3-4.6 across lanes; of 31 4.6-4.7 either way.
+  // up to 1.75 vectors. Softmax, 12M f32, rows of 17 to 28 on the Intel Xeon: 5.1-8.4 ms row by
+  // row (a masked tail), 4.3-4.6 across lanes; of 31 4.6-4.7 either way. Rows of exactly one
+  // vector (read as a square of vectors transposed in registers, not gathered) go across lanes
+  // on 16 lanes, or where every output is reduced (row by row, each row's epilogue was scalar):
+  // 12M f32, rows of 16: softmax 3.8 -> 3.3 ms, layernorm 4.2-4.3 -> 3.1, logsumexp 17-20 ->
+  // 2.6; f64 logsumexp over rows of 8 40-44 -> 9.8; but f64 softmax over rows of 8 9.1-9.5 ->
+  // 10.2-10.9 and AVX2's f32 softmax over rows of 8 5.3-5.4 either way (kept row by row).
   int64_t lane_rows_length(int lanes);
   // Rows of at least this many elements gather element j of theirs (one vgatherdps), shorter ones
   // shuffle it out of their vectors (length - 1 shuffles). Softmax, 12M f32, two threads on the

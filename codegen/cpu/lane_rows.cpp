@@ -17,7 +17,12 @@ using ir::OpKind;
 int64_t CpuKernelEmitter::lane_rows_length(int lanes) {
   if (lanes < 4 || !ir::rows_across_lanes(k_)) return 0;
   std::optional<int64_t> length = known_size(ir::num_elements(reduced_dims()));
-  if (!length || *length < 1 || *length == lanes || *length > lanes + lanes * 3 / 4) return 0;
+  if (!length || *length < 1 || *length > lanes + lanes * 3 / 4) return 0;
+  if (*length == lanes) {  // rows of one vector (see emitter.h)
+    bool full_space_output = false;
+    for (const ir::GraphOutput& o : k_.body.outputs) full_space_output = full_space_output || k_.body.node(o.node).shape == k_.space;
+    if (lanes < 16 && full_space_output) return 0;
+  }
   lane_reads_ = ir::lane_reads(k_);
   return *length;
 }
@@ -141,6 +146,13 @@ mlir::Value CpuKernelEmitter::lane_rows_value(NodeId id, int64_t j) {
         // The rows' whole vectors, taken apart into their elements once: element j of row l is
         // lane (l length + j) % lanes of vector (l length + j) / lanes.
         mlir::Value block = mul(lane_first_row_, i64(length));
+        if (length == lanes) {  // the rows' vectors are a square: transposed in registers
+          std::vector<mlir::Value> rows;
+          for (int64_t w = 0; w < length; ++w) rows.push_back(load(input_slot_.at(id), n.dtype, add(block, i64(w * lanes)), lanes));
+          std::vector<mlir::Value> columns = transpose_in_registers(b_, loc_, rows);
+          for (int64_t e = 0; e < length; ++e) lane_values_[{id, e}] = columns[e];
+          return lane_values_.at(key);
+        }
         if (length >= kMinGatheredLaneRow) {
           // Element j of the rows gathered (lanes l length + j), not shuffled out of the rows'
           // vectors: length - 1 shuffles each.
