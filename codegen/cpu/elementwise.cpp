@@ -349,16 +349,7 @@ mlir::Value CpuKernelEmitter::gathered_row_value(NodeId id, int lanes) {
   NodeId leaf = ir::row_ordered_input(k_.body, k_.body.node(id).inputs[0]);
   DType t = k_.body.node(leaf).dtype;
   mlir::Value offsets = load(row_index_table_, DType::I32, mul(flat_row_rem_, i64(lanes)), lanes);
-  mlir::Value first = element_address(input_slot_.at(leaf), t, flat_row_);
-  mlir::Type pointers = mlir::LLVM::getFixedVectorType(ptr_type(), static_cast<unsigned>(lanes));
-  mlir::Value addresses = b_.create<mlir::LLVM::GEPOp>(loc_, pointers, memory_type(t), first, mlir::ValueRange{offsets});
-  mlir::Value mask = mask_ ? mask_ : constant(DType::Bool, 0, 1, lanes);
-  mlir::Value ones = t == DType::Bool ? constant_i8(1, lanes) : constant(t, 1, 1, lanes);
-  mlir::Value v = b_.create<mlir::LLVM::masked_gather>(loc_, lane_type(memory_type(t), lanes), addresses, mask,
-                                                       mlir::ValueRange{ones},
-                                                       b_.getI32IntegerAttr(static_cast<int32_t>(ir::dtype_size(t))));
-  if (t == DType::Bool) v = cmpi(mlir::arith::CmpIPredicate::ne, v, zero_i8(lanes));
-  return v;
+  return gather(element_address(input_slot_.at(leaf), t, flat_row_), t, offsets, lanes);
 }
 
 void CpuKernelEmitter::emit_flat(mlir::Value begin, mlir::Value end, int lanes, const ir::FlatBroadcasts& flat) {

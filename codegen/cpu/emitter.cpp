@@ -173,6 +173,18 @@ mlir::Value CpuKernelEmitter::load(int slot, DType t, mlir::Value offset, int la
   return v;
 }
 
+mlir::Value CpuKernelEmitter::gather(mlir::Value first, DType t, mlir::Value offsets, int lanes) {
+  mlir::Type pointers = mlir::LLVM::getFixedVectorType(ptr_type(), static_cast<unsigned>(lanes));
+  mlir::Value addresses = b_.create<mlir::LLVM::GEPOp>(loc_, pointers, memory_type(t), first, mlir::ValueRange{offsets});
+  mlir::Value mask = mask_ ? mask_ : constant(DType::Bool, 0, 1, lanes);
+  mlir::Value ones = t == DType::Bool ? constant_i8(1, lanes) : constant(t, 1, 1, lanes);
+  mlir::Value v = b_.create<mlir::LLVM::masked_gather>(loc_, lane_type(memory_type(t), lanes), addresses, mask,
+                                                       mlir::ValueRange{ones},
+                                                       b_.getI32IntegerAttr(static_cast<int32_t>(ir::dtype_size(t))));
+  if (t == DType::Bool) v = cmpi(mlir::arith::CmpIPredicate::ne, v, zero_i8(lanes));
+  return v;
+}
+
 mlir::Value CpuKernelEmitter::constant_i8(int64_t value, int lanes) {
   mlir::TypedAttr attr = b_.getIntegerAttr(b_.getI8Type(), value);
   if (lanes > 1) attr = mlir::DenseElementsAttr::get(mlir::cast<mlir::ShapedType>(lane_type(b_.getI8Type(), lanes)), attr);
@@ -209,6 +221,12 @@ void CpuKernelEmitter::store_or_stream(mlir::Value streaming, int slot, DType t,
   store(slot, t, offset, v, lanes, /*streaming=*/true);
   b_.setInsertionPointToStart(&branch.getElseRegion().front());
   store(slot, t, offset, v, lanes);
+}
+
+int CpuKernelEmitter::full_space_outputs() const {
+  int count = 0;
+  for (const ir::GraphOutput& o : k_.body.outputs) count += k_.body.node(o.node).shape == k_.space;
+  return count;
 }
 
 int64_t CpuKernelEmitter::bytes_moved_per_element(DType out) const {

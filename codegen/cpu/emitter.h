@@ -121,6 +121,9 @@ class CpuKernelEmitter : public KernelEmitterBase {
   // Byte address of element `offset` of the buffer in `slot`.
   mlir::Value element_address(int slot, DType t, mlir::Value offset);
   mlir::Value load(int slot, DType t, mlir::Value offset, int lanes);
+  // Lane j of `lanes` elements of t at `first` + offsets[j] (an i32 vector), under mask_ where
+  // set (masked-off lanes read nothing and hold ones).
+  mlir::Value gather(mlir::Value first, DType t, mlir::Value offsets, int lanes);
   mlir::Value constant_i8(int64_t value, int lanes);
   mlir::Value zero_i8(int lanes);
   // `streaming`: a non-temporal store (the address must be 64-byte aligned), which writes
@@ -132,6 +135,8 @@ class CpuKernelEmitter : public KernelEmitterBase {
   // Bytes a kernel moves per element of its space: an output of `out` and the inputs laid out
   // like the space.
   int64_t bytes_moved_per_element(DType out) const;
+  // How many of the kernel's outputs are shaped like its space.
+  int full_space_outputs() const;
   // Whether the output in `slot` can be written row by row with non-temporal stores: the kernel
   // moves more than streaming_bytes() (`bytes_per_element` per element of the space), the output
   // starts on a 64-byte line and its rows of `row_length` elements are whole lines.

@@ -18,11 +18,7 @@ int64_t CpuKernelEmitter::lane_rows_length(int lanes) {
   if (lanes < 4 || !ir::rows_across_lanes(k_)) return 0;
   std::optional<int64_t> length = known_size(ir::num_elements(reduced_dims()));
   if (!length || *length < 1 || *length > lanes + lanes * 3 / 4) return 0;
-  if (*length == lanes) {  // rows of one vector (see emitter.h)
-    bool full_space_output = false;
-    for (const ir::GraphOutput& o : k_.body.outputs) full_space_output = full_space_output || k_.body.node(o.node).shape == k_.space;
-    if (lanes < 16 && full_space_output) return 0;
-  }
+  if (*length == lanes && lanes < 16 && full_space_outputs() > 0) return 0;  // rows of one vector (see emitter.h)
   lane_reads_ = ir::lane_reads(k_);
   return *length;
 }
@@ -62,11 +58,9 @@ mlir::Value CpuKernelEmitter::pick_lanes(const std::vector<mlir::Value>& sources
 
 void CpuKernelEmitter::emit_lane_rows(mlir::Value from, mlir::Value to, int64_t length, int lanes) {
   std::vector<mlir::Value> streaming(k_.body.outputs.size());
-  int full_space_outputs = 0;
-  for (const ir::GraphOutput& o : k_.body.outputs) full_space_outputs += k_.body.node(o.node).shape == k_.space;
   for (size_t o = 0; o < k_.body.outputs.size(); ++o) {
     DType t = k_.body.node(k_.body.outputs[o].node).dtype;
-    if (full_space_outputs == 1 && k_.body.node(k_.body.outputs[o].node).shape == k_.space &&
+    if (full_space_outputs() == 1 && k_.body.node(k_.body.outputs[o].node).shape == k_.space &&
         streams_whole_lines(static_cast<int64_t>(ir::dtype_size(t)) * lanes))
       streaming[o] = streams_rows(output_slot_[o], t, bytes_moved_per_element(t), i64(length * lanes));
   }
@@ -156,20 +150,14 @@ mlir::Value CpuKernelEmitter::lane_rows_value(NodeId id, int64_t j) {
         if (length >= kMinGatheredLaneRow) {
           // Element j of the rows gathered (lanes l length + j), not shuffled out of the rows'
           // vectors: length - 1 shuffles each.
-          DType t = n.dtype;
-          mlir::Value first = element_address(input_slot_.at(id), t, block);
-          mlir::Type pointers = mlir::LLVM::getFixedVectorType(ptr_type(), static_cast<unsigned>(lanes));
-          mlir::Value all = constant(DType::Bool, 0, 1, lanes), ones = constant(t, 1, 1, lanes);
+          mlir::Value first = element_address(input_slot_.at(id), n.dtype, block);
+          auto offsets_type = mlir::VectorType::get({lanes}, b_.getI32Type());
           for (int64_t e = 0; e < length; ++e) {
             std::vector<int32_t> offsets;
             for (int64_t l = 0; l < lanes; ++l) offsets.push_back(static_cast<int32_t>(l * length + e));
-            auto offsets_type = mlir::VectorType::get({lanes}, b_.getI32Type());
             mlir::Value offset_vector =
                 b_.create<mlir::arith::ConstantOp>(loc_, mlir::DenseElementsAttr::get(offsets_type, llvm::ArrayRef<int32_t>(offsets)));
-            mlir::Value addresses = b_.create<mlir::LLVM::GEPOp>(loc_, pointers, memory_type(t), first, mlir::ValueRange{offset_vector});
-            lane_values_[{id, e}] = b_.create<mlir::LLVM::masked_gather>(
-                loc_, lane_type(memory_type(t), lanes), addresses, all, mlir::ValueRange{ones},
-                b_.getI32IntegerAttr(static_cast<int32_t>(ir::dtype_size(t))));
+            lane_values_[{id, e}] = gather(first, n.dtype, offset_vector, lanes);
           }
           return lane_values_.at(key);
         }
@@ -196,10 +184,12 @@ mlir::Value CpuKernelEmitter::lane_rows_value(NodeId id, int64_t j) {
       mlir::Value acc = f32_sum ? constant(DType::F32, 0, 0, lanes) : accumulator_identity(id, lanes);
       for (int64_t e = 0; e < length; ++e) {
         mlir::Value x = lane_rows_value(n.inputs[0], e);
-        if (!f32_sum) x = to_accumulator(id, x, lanes);
         if (f32_sum) {
           acc = b_.create<mlir::arith::AddFOp>(loc_, acc, x);
-        } else if (r.kind == ir::ReduceKind::Custom) {
+          continue;
+        }
+        x = to_accumulator(id, x, lanes);
+        if (r.kind == ir::ReduceKind::Custom) {
           acc = scalar_fn(r.combiner, {acc, x}, lanes);
         } else if (ordered_max_min(id)) {  // a NaN sticks; of equal values the first stays
           bool max = r.kind == ir::ReduceKind::Max;

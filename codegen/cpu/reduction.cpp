@@ -262,9 +262,7 @@ std::vector<mlir::Value> CpuKernelEmitter::emit_reduction_row(mlir::Value row, c
   // inputs, as a split reduction's do: a prefetch never faults). On the Intel Xeon, layernorm
   // of 2M x 64 f32 (in DRAM, `fusec run --bench=10`, alternated) took 53-54 ms against 69-76,
   // 512K x 256 42-53 against 56-70; softmax of 2M x 64 80-101 against 89-102.
-  int full_space_outputs = 0;
-  for (const ir::GraphOutput& o : k_.body.outputs) full_space_outputs += k_.body.node(o.node).shape == k_.space;
-  size_t passes = plan.moments.size() + (full_space_outputs > 0 ? 1 : 0);
+  size_t passes = plan.moments.size() + (full_space_outputs() > 0 ? 1 : 0);
   for (const std::vector<NodeId>& group : groups) passes += group.empty() ? 0 : 1;
   mlir::Value next_row;
   if (passes > 1 && lanes > 1 && ir::trailing_axes(k_)) {
@@ -363,7 +361,7 @@ std::vector<mlir::Value> CpuKernelEmitter::emit_reduction_row(mlir::Value row, c
         // when every row starts on a 64-byte line (an ordinary store first reads the line it
         // overwrites: a third more memory traffic); the part the stash filled is in cache.
         mlir::Value streaming;  // (null: never)
-        if (full_space_outputs == 1 && streams_whole_lines(static_cast<int64_t>(ir::dtype_size(n.dtype)) * lanes))
+        if (full_space_outputs() == 1 && streams_whole_lines(static_cast<int64_t>(ir::dtype_size(n.dtype)) * lanes))
           streaming = streams_rows(output_slot_[o], n.dtype, bytes_moved_per_element(n.dtype), dim(row_length));
         mlir::Value computed_from = i64(0);
         if (stash.node >= 0 && static_cast<int>(o) == stash.output) {
