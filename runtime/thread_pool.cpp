@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -25,25 +26,51 @@ int64_t guided_chunk(int64_t left, int64_t unit, int64_t max_units, int threads)
   return units >= left / unit ? left : units * unit;  // (no rest shorter than a unit; no overflow)
 }
 
-int threads_from_environment() {
-  if (const char* env = std::getenv("FUSE_NUM_THREADS")) {
-    int n = 0;
-    const char* last = env + std::strlen(env);
-    auto [end, ec] = std::from_chars(env, last, n);
-    if (ec != std::errc() || end != last || n < 1 || n > kMaxThreads)
-      throw ir::Error("FUSE_NUM_THREADS must be an integer from 1 to " +
-                      std::to_string(kMaxThreads) + ", got '" + env + "'");
-    return n;
+constexpr int kMaxSpinMicroseconds = 1'000'000;
+
+/// The environment variable `name` as an integer in [lo, hi], or `fallback` when it is unset.
+int integer_from_environment(const char* name, int lo, int hi, int fallback) {
+  const char* env = std::getenv(name);
+  if (!env) return fallback;
+  int n = 0;
+  const char* last = env + std::strlen(env);
+  auto [end, ec] = std::from_chars(env, last, n);
+  if (ec != std::errc() || end != last || n < lo || n > hi)
+    throw ir::Error(std::string(name) + " must be an integer from " + std::to_string(lo) + " to " +
+                    std::to_string(hi) + ", got '" + env + "'");
+  return n;
+}
+
+/// Tells the core this thread is spinning: on x86 `pause` lets a hyperthread sibling run and
+/// keeps the loop from flooding the memory system with loads.
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+/// Spins until done() holds or `budget` has passed; whether done() held. The clock is read
+/// every 64 tries only.
+template <class Done>
+bool spin_until(std::chrono::nanoseconds budget, Done done) {
+  if (budget.count() <= 0) return done();
+  auto start = std::chrono::steady_clock::now();
+  for (int tries = 1;; ++tries) {
+    if (done()) return true;
+    cpu_relax();
+    if (tries % 64 == 0 && std::chrono::steady_clock::now() - start > budget) return done();
   }
-  return std::max(1u, std::thread::hardware_concurrency());
 }
 
 }  // namespace
 
-ThreadPool::ThreadPool(int num_threads) {
+ThreadPool::ThreadPool(int num_threads, std::chrono::microseconds spin) : spin_(spin) {
   if (num_threads < 1 || num_threads > kMaxThreads)
     throw ir::Error("a thread pool needs 1 to " + std::to_string(kMaxThreads) + " threads, got " +
                     std::to_string(num_threads));
+  if (spin.count() < 0) throw ir::Error("a thread pool's spin time cannot be negative");
   workers_.reserve(num_threads - 1);
   for (int i = 1; i < num_threads; ++i) workers_.emplace_back([this] { worker_loop(); });
 }
@@ -56,7 +83,15 @@ ThreadPool::~ThreadPool() {
 }
 
 ThreadPool& ThreadPool::global() {
-  static ThreadPool pool(threads_from_environment());
+  static ThreadPool pool = [] {
+    int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    int threads = integer_from_environment("FUSE_NUM_THREADS", 1, kMaxThreads, cores);
+    // More threads than cores: a spinning thread may hold the core that the thread it waits
+    // for needs (as libgomp, which then spins 1000 rounds instead of 300000).
+    int spin = integer_from_environment("FUSE_SPIN_US", 0, kMaxSpinMicroseconds,
+                                        threads <= cores ? static_cast<int>(kDefaultSpin.count()) : 0);
+    return ThreadPool(threads, std::chrono::microseconds(spin));
+  }();
   return pool;
 }
 
@@ -76,7 +111,9 @@ void ThreadPool::worker_loop() {
       if (Job* job = slot.job.load()) worked |= run_chunks(*job);
       slot.users.fetch_sub(1);
     }
-    if (!worked) generation_.wait(seen);
+    // A caller often publishes the next job a few microseconds later: spin before sleeping.
+    if (!worked && !spin_until(spin_, [&] { return generation_.load(std::memory_order_relaxed) != seen; }))
+      generation_.wait(seen);
   }
 }
 
@@ -166,6 +203,8 @@ void ThreadPool::run(Job& job) {
     for (int64_t i = 1; i < std::min<int64_t>(job.num_chunks, num_threads()); ++i) generation_.notify_one();
   }
   run_chunks(job);
+  // The others' last chunks are usually a few microseconds from done: spin before sleeping.
+  spin_until(spin_, [&] { return job.all_done.load(std::memory_order_acquire) != 0; });
   while (job.all_done.load(std::memory_order_acquire) == 0) job.all_done.wait(0, std::memory_order_acquire);
   if (slot) {
     slot->job.store(nullptr);

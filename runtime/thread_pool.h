@@ -3,6 +3,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <exception>
 #include <functional>
@@ -13,22 +14,32 @@ namespace fuse::runtime {
 
 /// A fixed set of worker threads that run the chunks of parallel_for calls.
 ///
-/// Idle workers block (C++20 atomic waits, futexes on Linux); they never spin. Kernels are launched one after
-/// another with host work (and often nothing at all) in between, so a spinning pool would burn
-/// every core of the machine between and after launches for the sake of a few microseconds of
-/// wake-up latency; blocking keeps an idle process at ~0% CPU, which matters more for a library
-/// that lives inside other programs.
+/// Idle threads spin for a short while (`spin`, 100 us by default), then block (C++20 atomic
+/// waits, futexes on Linux): a worker after its last chunk, waiting for the next job; a caller
+/// waiting for the other threads' chunks. Kernels are launched one after another with little
+/// host work in between, and a thread that blocks costs far more than a futex call to wake: on
+/// the 2-vCPU Intel Xeon VM a parallel_for over 4 MB took 158 us with threads that block at once
+/// and 55 us with 10-100 us of spinning (its halted virtual CPU takes ~100 us to run again).
+/// Spinning no longer than that keeps an idle process at ~0% CPU, which matters for a library
+/// that lives inside other programs; FUSE_SPIN_US=0 turns it off (a machine shared with other
+/// busy processes).
 class ThreadPool {
  public:
+  /// How long an idle thread spins before it blocks, unless FUSE_SPIN_US says otherwise.
+  static constexpr std::chrono::microseconds kDefaultSpin{100};
+
   /// A pool in which `num_threads` threads take part in each parallel_for: the caller and
-  /// num_threads - 1 workers. num_threads must be >= 1.
-  explicit ThreadPool(int num_threads);
+  /// num_threads - 1 workers; idle threads spin for `spin` before they block. num_threads must
+  /// be >= 1 and spin >= 0.
+  explicit ThreadPool(int num_threads, std::chrono::microseconds spin = kDefaultSpin);
   ~ThreadPool();  // wakes and joins the workers
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   /// The process-wide pool, created on first use: std::thread::hardware_concurrency() threads,
-  /// or FUSE_NUM_THREADS when set (a positive integer; anything else throws ir::Error).
+  /// or FUSE_NUM_THREADS when set (a positive integer; anything else throws ir::Error), spinning
+  /// FUSE_SPIN_US microseconds when set (an integer from 0 to 1000000; anything else throws
+  /// ir::Error), else kDefaultSpin, or 0 with more threads than the hardware has.
   static ThreadPool& global();
 
   /// Threads taking part in a parallel_for, the caller included.
@@ -95,6 +106,7 @@ class ThreadPool {
   std::vector<Slot> slots_ = std::vector<Slot>(kSlots);
   std::atomic<uint32_t> generation_{0};  // bumped when a job is published or the pool stops
   std::atomic<bool> stopping_{false};
+  const std::chrono::nanoseconds spin_;  // how long an idle thread spins before it blocks
   std::vector<std::thread> workers_;
 };
 

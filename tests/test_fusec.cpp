@@ -434,6 +434,31 @@ TEST_CASE("flag mistakes are user errors with suggestions", "[fusec][errors]") {
   }
 }
 
+TEST_CASE("the thread pool's environment variables are checked", "[fusec][errors]") {
+  std::string run = "run " + kExamples + "hypot.expr --random --dim N=100";
+  struct Case {
+    std::string env, message;
+  };
+  std::vector<Case> cases = {
+      {"FUSE_NUM_THREADS=0", "FUSE_NUM_THREADS must be an integer from 1 to 4096, got '0'"},
+      {"FUSE_NUM_THREADS=two", "FUSE_NUM_THREADS must be an integer from 1 to 4096, got 'two'"},
+      {"FUSE_SPIN_US=-5", "FUSE_SPIN_US must be an integer from 0 to 1000000, got '-5'"},
+      {"FUSE_SPIN_US=100us", "FUSE_SPIN_US must be an integer from 0 to 1000000, got '100us'"},
+      {"FUSE_SPIN_US=2000000", "FUSE_SPIN_US must be an integer from 0 to 1000000, got '2000000'"},
+  };
+  for (const Case& c : cases) {
+    INFO(c.env);
+    Result r = fusec_env(c.env + " ", run);
+    CHECK(r.status == 1);
+    CHECK(r.err.find(c.message) != std::string::npos);
+  }
+  for (const char* env : {"FUSE_SPIN_US=0 ", "FUSE_SPIN_US=1000000 "}) {
+    INFO(env);
+    Result r = fusec_env(env, run + " --check");
+    CHECK(r.status == 0);
+  }
+}
+
 TEST_CASE("compile errors print diagnostics and exit 1", "[fusec][errors]") {
   fs::path dir = scratch("diagnostics");
   std::ofstream((dir / "bad.expr").string()) << "input x: f32[N]\noutput y = x +* 2\n";

@@ -95,7 +95,11 @@ double process_cpu_seconds() {
 TEST_CASE("parallel_for covers every index exactly once", "[runtime][thread_pool]") {
   ThreadPool four(4);
   ThreadPool one(1);
-  for (ThreadPool* pool : {&ThreadPool::global(), &four, &one})
+  // Idle threads that block at once, and ones that spin far longer than any chunk here takes:
+  // the waits end on the work being done, whichever way a thread waits.
+  ThreadPool four_blocking(4, std::chrono::microseconds(0));
+  ThreadPool three_spinning(3, std::chrono::seconds(10));
+  for (ThreadPool* pool : {&ThreadPool::global(), &four, &one, &four_blocking, &three_spinning})
     for (int64_t begin : {-5, 0, 7})
       for (int64_t size : {-3, 0, 1, 2, 3, 7, 64, 1000, 4097})
         for (int64_t grain : {-1, 0, 1, 2, 3, 16, 1000, 100000})
@@ -202,7 +206,8 @@ TEST_CASE("more threads calling parallel_for at once than the pool has slots", "
 }
 
 TEST_CASE("an idle pool uses no CPU", "[runtime][thread_pool]") {
-  // "Does not spin" as a property: after work, sleeping workers cost (almost) no CPU time.
+  // Spins briefly at most (ThreadPool::kDefaultSpin): after work, sleeping workers cost (almost)
+  // no CPU time.
   ThreadPool eight(8);
   std::atomic<int64_t> sum{0};
   for (ThreadPool* pool : {&ThreadPool::global(), &eight})
@@ -292,6 +297,7 @@ TEST_CASE("parallel_for_guided leaves no work waiting for a slow thread", "[runt
 
 TEST_CASE("a thread pool needs at least one thread", "[runtime][thread_pool]") {
   REQUIRE_THROWS_AS(ThreadPool(0), Error);
+  REQUIRE_THROWS_WITH(ThreadPool(2, std::chrono::microseconds(-1)), "error: a thread pool's spin time cannot be negative");
   REQUIRE(ThreadPool::global().num_threads() >= 1);
 }
 
