@@ -31,6 +31,7 @@
 #include <cblas.h>
 
 #include "bench/openblas_core.h"
+#include "bench/peer_threads.h"
 #include "bench/peers.h"
 #include "bench/stream.h"
 #include "frontends/api.h"
@@ -1003,18 +1004,7 @@ void print_summary(const MedianReporter& rep, const std::string& load_before) {
 
 int main(int argc, char** argv) {
   using namespace fuse::bench;
-  // OpenMP's threads (Eigen, the loops, oneDNN) spin for milliseconds after each parallel region
-  // by default, and OpenBLAS's own pool for 2^28 cycles (about 0.1 s) after each call, taking a
-  // core from whichever row runs next; fuse's pool sleeps. Measured on the 2-vCPU EPYC VM
-  // (2026-11-25), the transformer block's fused row took 7.02 ms after OpenBLAS rows and 4.29 ms
-  // with OPENBLAS_THREAD_TIMEOUT=4 (2^4 cycles). Both libraries read these when they are loaded,
-  // so this sets them and starts again.
-  bool restart = false;
-  for (auto [name, value] : {std::pair{"OMP_WAIT_POLICY", "passive"}, std::pair{"OPENBLAS_THREAD_TIMEOUT", "4"}}) {
-    if (std::getenv(name)) continue;
-    setenv(name, value, 1);
-    restart = true;
-  }
+  bool restart = set_peer_thread_environment();  // (bench/peer_threads.h)
   if (const char* core = openblas_core_override()) {  // (bench/openblas_core.h)
     setenv("OPENBLAS_CORETYPE", core, 1);
     restart = true;

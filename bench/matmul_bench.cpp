@@ -36,6 +36,7 @@
 #endif
 
 #include "bench/openblas_core.h"
+#include "bench/peer_threads.h"
 #include "frontends/compile.h"
 #include "runtime/thread_pool.h"
 
@@ -286,19 +287,7 @@ std::string load_average() {
 
 int main(int argc, char** argv) {
   using namespace fuse::bench;
-  // OpenBLAS's threads spin for 2^28 cycles (about 0.1 s) after each call, taking a core from
-  // the fuse row that runs next; 2^4 cycles and they sleep, as fuse's pool does. OpenBLAS reads
-  // this when it is loaded, so this sets it and starts again (as fuse_bench does).
-  bool restart = false;
-  if (!std::getenv("OPENBLAS_THREAD_TIMEOUT")) {
-    setenv("OPENBLAS_THREAD_TIMEOUT", "4", 1);
-    restart = true;
-  }
-  // oneDNN's OpenMP threads likewise spin after each parallel region unless passive.
-  if (kOneDnn && !std::getenv("OMP_WAIT_POLICY")) {
-    setenv("OMP_WAIT_POLICY", "passive", 1);
-    restart = true;
-  }
+  bool restart = set_peer_thread_environment();  // (bench/peer_threads.h), as fuse_bench does
   if (const char* core = openblas_core_override()) {  // (bench/openblas_core.h)
     setenv("OPENBLAS_CORETYPE", core, 1);
     restart = true;
