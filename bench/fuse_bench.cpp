@@ -37,6 +37,7 @@
 #include "frontends/api.h"
 #include "frontends/compile.h"
 #include "frontends/expr/compile.h"
+#include "ir/target.h"
 #include "runtime/thread_pool.h"
 
 extern char** environ;
@@ -182,13 +183,28 @@ double total_bytes(const ir::TensorMap& arrays) {
 
 // ---- The bandwidth limit ----
 
-// 3 arrays of 128 MB: 4x the 32 MB L3, STREAM's rule. No larger: a trial (8-12 ms) should last
-// about as long as a workload's run, since on a shared machine a long trial is more likely to
-// share the cores or the memory with someone than a short one, and its best rate is lower.
-constexpr int64_t kStreamFloats = int64_t{32} << 20;
+// STREAM's rule: each of the 3 arrays at least 4x the last-level cache, so that no trial reads
+// from cache, and at least 128 MB (4x a 32 MB L3). Not larger than the rule asks: on a shared
+// machine a long trial is more likely to share the cores or the memory with someone than a
+// short one, and its best rate is lower. On the Intel Xeon VM (480 MiB L3, of which 128-256 MB
+// serve one process) arrays of 128 MB were read from cache in part: a read of 128 MB ran at
+// 51 GB/s, of 512 MB or more at 29-33; triad's best 45.8 GB/s over 128 MB, 40.6-41.0 over 512
+// MB to 1 GB (2026-11-30). FUSE_BENCH_STREAM_MB sets the size of an array (to compare).
+int64_t stream_floats() {
+  int64_t bytes = std::max<int64_t>(int64_t{128} << 20, 4 * ir::Target::host().l3_bytes);
+  if (const char* env = std::getenv("FUSE_BENCH_STREAM_MB")) {
+    char* end = nullptr;
+    long long mb = std::strtoll(env, &end, 10);
+    if (end == env || *end || mb < 1) throw ir::Error(std::string("FUSE_BENCH_STREAM_MB must be a positive integer, got '") + env + "'");
+    bytes = static_cast<int64_t>(mb) << 20;
+  } else if (long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE); pages > 0 && page > 0) {
+    bytes = std::min(bytes, static_cast<int64_t>(pages) * page / 16);  // 3 arrays: 3/16 of the memory at most
+  }
+  return std::max<int64_t>(16, bytes / 4 / 16 * 16);  // (whole 64-byte lines)
+}
 
 Stream& stream() {
-  static Stream s(kStreamFloats);
+  static Stream s(stream_floats());
   return s;
 }
 
@@ -982,8 +998,9 @@ void print_summary(const MedianReporter& rep, const std::string& load_before) {
               cpu_model().c_str(), runtime::ThreadPool::global().num_threads(), load_before.c_str(),
               load_average().c_str(), openblas_get_corename());
   std::printf("bandwidth limit: %.1f GB/s, the best rate of STREAM copy or triad (non-temporal %s stores, "
-              "%zu trials each over the run)\n",
-              limit_gbs(), stream().isa(), g_stream_gbs[kCopy].size());
+              "%zu trials each over the run, arrays of %lld MB; L3 %lld MB)\n",
+              limit_gbs(), stream().isa(), g_stream_gbs[kCopy].size(),
+              static_cast<long long>(stream().floats() * 4 >> 20), static_cast<long long>(ir::Target::host().l3_bytes >> 20));
   std::printf("STREAM GB/s, best / median:");
   for (int k = 0; k < kNumStreamKernels; ++k)
     std::printf("%s %s %.1f / %.1f", k ? "," : "", kStreamKernels[k].name, best_gbs(k), median_gbs(k));

@@ -27,6 +27,9 @@ class Stream {
   /// the bytes it counts (1 array).
   double read();
 
+  /// The floats in each of the 3 arrays.
+  int64_t floats() const { return n_; }
+
   /// Which non-temporal store instructions copy() and triad() use: "avx512" or "sse".
   const char* isa() const;
 
