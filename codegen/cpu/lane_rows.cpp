@@ -192,10 +192,12 @@ mlir::Value CpuKernelEmitter::lane_rows_value(NodeId id, int64_t j) {
         if (r.kind == ir::ReduceKind::Custom) {
           acc = scalar_fn(r.combiner, {acc, x}, lanes);
         } else if (ordered_max_min(id)) {  // a NaN sticks; of equal values the first stays
+          // Where a NaN reaches every output anyway (softmax's max, tracks_nan()), `x > acc ? x :
+          // acc` alone: one vmaxps, not four instructions.
           bool max = r.kind == ir::ReduceKind::Max;
-          mlir::Value nan = cmpf(mlir::arith::CmpFPredicate::UNO, x, x);
           mlir::Value beyond = cmpf(max ? mlir::arith::CmpFPredicate::OGT : mlir::arith::CmpFPredicate::OLT, x, acc);
-          acc = select(b_.create<mlir::arith::OrIOp>(loc_, nan, beyond), x, acc);
+          if (tracks_nan(id)) beyond = b_.create<mlir::arith::OrIOp>(loc_, cmpf(mlir::arith::CmpFPredicate::UNO, x, x), beyond);
+          acc = select(beyond, x, acc);
         } else {
           acc = combine(id, acc, x);
         }
