@@ -104,15 +104,20 @@ class Partitioner {
   // A row reduction read by several kernels, one of them row-wise over its rows: computed in that
   // row-wise kernel and stored there for the others (a multi-output kernel), rather than in a
   // kernel of its own. Layernorm's backward: the row-wise kernel computing dx also computes the
-  // mean and variance that the column reductions for dgamma and dbeta read. Refused when the
-  // row-wise kernel depends on one of the other consumers (a cycle).
+  // mean and variance that the column reductions for dgamma and dbeta read. The consumer may also
+  // be a reduction over the same rows that the result is broadcast back into, which it then makes
+  // row-wise: cross-entropy's max, read by sum(exp(logits - max)) and by max + log(sum), is computed
+  // with that sum (one pass over the logits, not two). Refused when the row-wise kernel depends on
+  // one of the other consumers (a cycle).
   // Likewise a matmul read by several kernels joins an elementwise one as its epilogue and is
   // stored for the others (a dense layer's forward+backward: the relu gradient is the forward
   // matmul's epilogue while the loss reduction reads the stored product).
   bool export_from_consumer(NodeId id, const std::set<int>& consumer_groups) {
     const KernelKind wanted = node(id).kind == OpKind::Matmul ? KernelKind::Matmul : KernelKind::RowWise;
     for (int gi : consumer_groups) {
-      if (groups_[gi].group.kind != (wanted == KernelKind::Matmul ? KernelKind::Elementwise : KernelKind::RowWise))
+      KernelKind kind = groups_[gi].group.kind;
+      if (wanted == KernelKind::Matmul ? kind != KernelKind::Elementwise
+                                       : kind != KernelKind::RowWise && kind != KernelKind::Reduction)
         continue;
       FusionGroup updated = groups_[gi].group;
       if (!check_join(id, groups_[gi], updated).empty() || updated.kind != wanted) continue;

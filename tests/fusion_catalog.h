@@ -84,6 +84,16 @@ inline const std::vector<Case>& catalog() {
          g.output("y", log(sum(exp(x - m), -1, true)) + m);
        },
        1, {ir::KernelKind::RowWise}},
+      // Cross-entropy's shape: the rows' max read by their sum of exps and by the per-row loss
+      // that a mean over the rows reads. The max is computed with the sum and stored for the
+      // mean's kernel (3 kernels before: the max on its own, reading the rows once more).
+      {"logsumexp_then_mean_over_rows",
+       [](Graph& g) {
+         Tensor x = g.input("x", DType::F32, {sym("R"), sym("C")});
+         Tensor m = max(x, -1, true);
+         g.output("loss", mean(m + log(sum(exp(x - m), -1, true))));
+       },
+       2, {ir::KernelKind::RowWise, ir::KernelKind::Reduction}},
       {"softmax_without_keepdims",
        [](Graph& g) {
          Tensor x = g.input("x", DType::F32, {sym("R"), sym("C")});
