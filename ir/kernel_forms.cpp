@@ -78,6 +78,20 @@ NodeId row_ordered_input(const Graph& body, NodeId id) {
   return keeps_order ? row_ordered_input(body, n.inputs[0]) : -1;
 }
 
+bool picks_along_rows(const Kernel& k, NodeId id) {
+  const Node& n = k.body.node(id);
+  if (n.kind != OpKind::TakeAlongAxis || !(n.shape == k.space) || k.space.empty() || !(k.space.back() == Dim(1)))
+    return false;
+  int rank = static_cast<int>(k.space.size());
+  if (n.as<GatherAttrs>().axis != rank - 1) return false;
+  const Node& x = k.body.node(n.inputs[0]);
+  if (x.kind != OpKind::Input || static_cast<int>(x.shape.size()) != rank) return false;
+  for (int d = 0; d + 1 < rank; ++d)
+    if (!(x.shape[d] == k.space[d])) return false;
+  NodeId indices = row_ordered_input(k.body, n.inputs[1]);
+  return indices >= 0 && num_elements(k.body.node(indices).shape) == num_elements(k.space);
+}
+
 int per_row_broadcast_axis(const Kernel& k, NodeId id) {
   const Node& n = k.body.node(id);
   if (n.kind != OpKind::BroadcastTo || !(n.shape == k.space)) return -1;

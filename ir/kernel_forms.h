@@ -30,6 +30,12 @@ int per_row_broadcast_axis(const Kernel& k, NodeId id);
 /// The input that node `id` is, or views in row-major order (expand_dims, squeeze, reshape) of
 /// (r[M] as r[M, 1]): element i of `id` is the input's element i. -1: none.
 NodeId row_ordered_input(const Graph& body, NodeId id);
+/// Whether node `id` is a take_along_axis that picks one element from each row of an input laid
+/// out along the space (cross-entropy's logits[n, label[n]]): shaped like the space, which ends
+/// in a dim of 1, along the input's last axis, the input x[..., C] agreeing with the space on
+/// every other dim, its indices a row_ordered_input as many as the space's elements. Element i
+/// of the space is then x's element i * C + j, j the i-th index (negative ones counted from C).
+bool picks_along_rows(const Kernel& k, NodeId id);
 /// A kernel that is elementwise_contiguous but for periodic and per-row broadcasts (at least
 /// one): every node on the outputs' paths is an input, constant or elementwise op shaped like the
 /// space, a broadcast of a single element, a periodic broadcast or a per-row one, the per-row

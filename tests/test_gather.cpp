@@ -10,6 +10,7 @@
 #include <optional>
 #include <random>
 
+#include "codegen/cpu_codegen.h"
 #include "codegen/cuda_codegen.h"
 #include "frontends/api.h"
 #include "frontends/compile.h"
@@ -143,6 +144,53 @@ TEST_CASE("takes in reduction prologues: rows, columns, to one element, row-wise
                   {"i", random_indices(DType::I64, {n}, 9, 12)},
                   {"j", random_indices(DType::I32, {n, 5}, 9, 13)}});
   }
+}
+
+// Cross-entropy's pick, logits[n, label[n]] read in a reduction over the rows, runs as vectors
+// of gathers (ir::picks_along_rows): odd row counts (the masked tail), negative labels, every
+// value and index dtype, and the scalar form's results and errors.
+TEST_CASE("a pick of one element per row in a reduction over the rows runs as gathers", "[gather][cpu][sim]") {
+  for (DType value : {DType::F32, DType::F64, DType::I32})
+    for (DType index : kIndexTypes)
+      for (int64_t n : {1, 7, 17, 1023}) {
+        INFO(ir::dtype_name(value) << " values, " << ir::dtype_name(index) << " labels, n = " << n);
+        Graph g;
+        Tensor x = g.input("x", value, {ir::Dim::symbol("N"), 10});
+        Tensor labels = g.input("labels", index, {ir::Dim::symbol("N")});
+        Tensor picked = take_along_axis(x, expand_dims(labels, 1), 1);  // [N, 1]
+        g.output("total", sum(picked));
+        g.output("largest", max(picked * 2));
+        if (ir::is_float(value)) {
+          Tensor m = max(x, 1, true);
+          g.output("loss", mean(m + log(sum(exp(x - m), 1, true)) - picked));
+        }
+        REQUIRE(kernel_count(g) == (ir::is_float(value) ? 2 : 1));
+        check_cpu(g, {{"x", random_values(value, {n, 10}, 21)}, {"labels", random_indices(index, {n}, 10, 22)}});
+#if defined(__x86_64__)
+        // As vectors: the picks are gathers (vgatherqps/vgatherqpd/vpgatherqd), not scalar loads.
+        if (__builtin_cpu_supports("avx2"))
+          CHECK(codegen::emit_cpu_asm(passes::run_pipeline(g.ir()).program).find("gatherq") != std::string::npos);
+#endif
+      }
+}
+
+TEST_CASE("a bad label in a pick of one element per row is the interpreter's error", "[gather][errors]") {
+  Graph g;
+  Tensor x = g.input("x", DType::F32, {ir::Dim::symbol("N"), 10});
+  Tensor labels = g.input("labels", DType::I64, {ir::Dim::symbol("N")});
+  g.output("total", sum(take_along_axis(x, expand_dims(labels, 1), 1)));
+  runtime::Executable exe = compile(g);
+  for (int64_t n : {1, 9, 100})
+    for (int64_t bad : {int64_t{10}, int64_t{-11}, int64_t{1} << 40}) {
+      INFO("n = " << n << ", bad label " << bad << " in the last row");
+      TensorMap inputs = {{"x", random_values(DType::F32, {n, 10}, 23)}, {"labels", random_indices(DType::I64, {n}, 10, 24)}};
+      inputs["labels"].set_i64(n - 1, bad);
+      std::string want = "take_along_axis: index " + std::to_string(bad) + " is out of range for axis 1 of size 10";
+      CHECK_THROWS_WITH(ir::interpret(g.ir(), inputs), Catch::EndsWith(want));
+      CHECK_THROWS_WITH(exe.run(inputs), Catch::EndsWith(want));
+      inputs["labels"].set_i64(n - 1, -10);
+      CHECK(testing::compare_outputs(ir::interpret_with_bounds(g.ir(), inputs), exe.run(inputs)) == "");
+    }
 }
 
 TEST_CASE("takes beside a reduction's or matmul's result, in its epilogue", "[gather][cpu][sim]") {

@@ -318,6 +318,9 @@ class CpuKernelEmitter : public KernelEmitterBase {
   mlir::Value walk_table_length_;     // L
   // The value of `id` at elements [j, j + lanes) of the row starting at `row_base`.
   mlir::Value row_value(NodeId id, const std::vector<mlir::Value>& kept, mlir::Value row_base, mlir::Value j, int lanes);
+  // A take_along_axis that picks one element of each row (ir::picks_along_rows()) at elements
+  // [at, at + lanes) of the space: gathered, indices checked.
+  mlir::Value picked_along_rows(NodeId id, mlir::Value at, int lanes);
   // The horizontal (across lanes) form of a reduction's combine.
   mlir::vector::CombiningKind lane_combining_kind(NodeId id);
   // A SIMD accumulator's lanes folded into one value (float sums and products as a tree).

@@ -920,6 +920,8 @@ CpuKernelEmitter::RowAccess CpuKernelEmitter::row_access(NodeId id) {
     a = RowAccess::Contiguous;
     for (NodeId in : n.inputs)
       if (row_access(in) == RowAccess::Invalid) a = RowAccess::Invalid;
+  } else if (ir::picks_along_rows(k_, id)) {
+    a = RowAccess::Contiguous;  // (picked_along_rows())
   } else if (n.shape == k_.space && n.kind == OpKind::BroadcastTo) {
     const ir::Shape& from = k_.body.node(n.inputs[0]).shape;
     size_t offset = n.shape.size() - from.size();
@@ -1023,6 +1025,8 @@ mlir::Value CpuKernelEmitter::row_value(NodeId id, const std::vector<mlir::Value
     std::vector<mlir::Value> args;
     for (NodeId in : n.inputs) args.push_back(row_value(in, kept, row_base, j, lanes));
     v = elementwise(id, args, lanes);
+  } else if (n.kind == OpKind::TakeAlongAxis) {  // (row_access() Contiguous: ir::picks_along_rows())
+    v = picked_along_rows(id, add(row_base, j), lanes);
   } else if (row_access(id) == RowAccess::RowLocal) {
     NodeId leaf = n.inputs[0];
     // j within the row, or within the split reduction's period (plus where that starts in this
@@ -1050,6 +1054,61 @@ mlir::Value CpuKernelEmitter::row_value(NodeId id, const std::vector<mlir::Value
   }
   row_cache_[id] = v;
   return v;
+}
+
+// The elements [at, at + lanes) of the space of the take_along_axis `id` (ir::picks_along_rows):
+// x's elements (at + l) * C + j[at + l], gathered under the lanes' mask and where j is within
+// [0, C) after counting a negative one from C; 0 elsewhere, as the scalar form gives. Indices
+// out of range are reported one lane at a time (check_index), only when there is one.
+mlir::Value CpuKernelEmitter::picked_along_rows(NodeId id, mlir::Value at, int lanes) {
+  using P = mlir::arith::CmpIPredicate;
+  const Node& n = k_.body.node(id);
+  const Node& x = k_.body.node(n.inputs[0]);
+  NodeId leaf = ir::row_ordered_input(k_.body, n.inputs[1]);
+  DType index_type = k_.body.node(leaf).dtype;
+  mlir::Value index = cast(load(input_slot_.at(leaf), index_type, at, lanes), index_type, DType::I64, lanes);
+  mlir::Value size = dim(x.shape.back());
+  auto splat = [&](mlir::Value s) {
+    return lanes > 1 ? b_.create<mlir::vector::BroadcastOp>(loc_, lane_type(b_.getI64Type(), lanes), s).getResult() : s;
+  };
+  mlir::Value sizes = splat(size), zero = constant(DType::I64, 0, 0, lanes);
+  mlir::Value j = select(cmpi(P::slt, index, zero), add(index, sizes), index);
+  mlir::Value in_range = cmpi(P::ult, j, sizes);  // unsigned: a negative j is out of range too
+  mlir::Value live = mask_ ? mask_ : constant(DType::Bool, 0, 1, lanes);
+  mlir::Value wanted = b_.create<mlir::arith::AndIOp>(loc_, in_range, live);
+  if (lanes == 1) {
+    check_index(id, index, size);
+  } else {
+    mlir::Value bad = b_.create<mlir::arith::XOrIOp>(loc_, wanted, live);  // live and out of range
+    mlir::Value any = b_.create<mlir::vector::ReductionOp>(loc_, mlir::vector::CombiningKind::OR, bad);
+    auto report = b_.create<mlir::scf::IfOp>(loc_, any, /*withElseRegion=*/false);
+    mlir::OpBuilder::InsertionGuard guard(b_);
+    b_.setInsertionPointToStart(&report.getThenRegion().front());
+    for (int l = 0; l < lanes; ++l) {
+      auto lane = b_.create<mlir::scf::IfOp>(loc_, b_.create<mlir::vector::ExtractOp>(loc_, bad, l), /*withElseRegion=*/false);
+      mlir::OpBuilder::InsertionGuard lane_guard(b_);
+      b_.setInsertionPointToStart(&lane.getThenRegion().front());
+      check_index(id, b_.create<mlir::vector::ExtractOp>(loc_, index, l), size);
+    }
+  }
+  mlir::Value positions = splat(at);
+  if (lanes > 1) {
+    std::vector<mlir::Attribute> iota;
+    for (int l = 0; l < lanes; ++l) iota.push_back(b_.getI64IntegerAttr(l));
+    auto type = mlir::cast<mlir::ShapedType>(lane_type(b_.getI64Type(), lanes));
+    positions = add(positions, b_.create<mlir::arith::ConstantOp>(loc_, mlir::DenseElementsAttr::get(type, iota)));
+  }
+  mlir::Value offsets = add(b_.create<mlir::arith::MulIOp>(loc_, positions, sizes), select(wanted, j, zero));
+  mlir::Value zeros = constant(n.dtype, 0, 0, lanes);
+  if (lanes == 1) {
+    return if_else(wanted, scalar_type(n.dtype), [&] { return load(input_slot_.at(n.inputs[0]), x.dtype, offsets, 1); },
+                   [&] { return zeros; });
+  }
+  mlir::Value saved_mask = mask_;
+  mask_ = wanted;
+  mlir::Value v = gather(element_address(input_slot_.at(n.inputs[0]), x.dtype, i64(0)), x.dtype, offsets, lanes);
+  mask_ = saved_mask;
+  return select(wanted, v, zeros);
 }
 
 // The horizontal (across lanes) form of a reduction's combine.
