@@ -174,6 +174,21 @@ TEST_CASE("a pick of one element per row in a reduction over the rows runs as ga
       }
 }
 
+// The same picks reduced down the column and along rows of one element: forms that read them
+// element by element; their results must not change with the vector form's analysis.
+TEST_CASE("a pick of one element per row in column and row-wise reductions", "[gather][cpu][sim]") {
+  for (int64_t n : {1, 7, 33, 1000}) {
+    INFO("n = " << n);
+    Graph g;
+    Tensor x = g.input("x", DType::F32, {ir::Dim::symbol("N"), 10});
+    Tensor labels = g.input("labels", DType::I32, {ir::Dim::symbol("N")});
+    Tensor picked = take_along_axis(x, expand_dims(labels, 1), 1);  // [N, 1]
+    g.output("columns", sum(picked, 0));
+    g.output("rows", picked - max(picked, 1, true) + sum(exp(picked), 1, true));
+    check_cpu(g, {{"x", random_values(DType::F32, {n, 10}, 25)}, {"labels", random_indices(DType::I32, {n}, 10, 26)}});
+  }
+}
+
 TEST_CASE("a bad label in a pick of one element per row is the interpreter's error", "[gather][errors]") {
   Graph g;
   Tensor x = g.input("x", DType::F32, {ir::Dim::symbol("N"), 10});
