@@ -5,7 +5,10 @@
 // ptxas); the kernel counts of the fusion claims; the run-time error's exact text with the
 // caller's outputs left as they were (host arrays and device buffers).
 #include <catch2/catch.hpp>
+#include <sys/mman.h>
+#include <unistd.h>
 
+#include <cstring>
 #include <filesystem>
 #include <optional>
 #include <random>
@@ -172,6 +175,39 @@ TEST_CASE("a pick of one element per row in a reduction over the rows runs as ga
           CHECK(codegen::emit_cpu_asm(passes::run_pipeline(g.ir()).program).find("gatherq") != std::string::npos);
 #endif
       }
+}
+
+// The lanes past the last row read nothing: x ends where an unreadable page starts, so a gather
+// lane left unmasked past the rows would fault.
+TEST_CASE("a pick of one element per row reads nothing past the last row", "[gather][cpu]") {
+  Graph g;
+  Tensor x = g.input("x", DType::F32, {ir::Dim::symbol("N"), 10});
+  Tensor labels = g.input("labels", DType::I64, {ir::Dim::symbol("N")});
+  g.output("total", sum(take_along_axis(x, expand_dims(labels, 1), 1)));
+  runtime::Executable exe = compile(g);
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  for (int64_t n : {1, 7, 23, 1001}) {
+    INFO("n = " << n);
+    size_t bytes = static_cast<size_t>(n) * 10 * sizeof(float);
+    size_t total = (bytes + page - 1) / page * page + page;
+    void* region = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    REQUIRE(region != MAP_FAILED);
+    char* guard = static_cast<char*>(region) + total - page;
+    REQUIRE(mprotect(guard, page, PROT_NONE) == 0);
+    auto* xs = reinterpret_cast<float*>(guard - bytes);  // the last row ends at the guard page
+    TensorMap inputs = {{"x", random_values(DType::F32, {n, 10}, 27)}, {"labels", random_indices(DType::I64, {n}, 10, 28)}};
+    std::memcpy(xs, inputs.at("x").data(), bytes);
+    const int64_t x_shape[] = {n, 10}, labels_shape[] = {n};
+    std::vector<runtime::Executable::InputView> views;
+    for (const ir::ProgramIO& in : exe.program().inputs)
+      views.push_back(in.name == "x" ? runtime::Executable::InputView{DType::F32, x_shape, 2, xs}
+                                     : runtime::Executable::InputView{DType::I64, labels_shape, 1, inputs.at("labels").data()});
+    std::vector<ir::HostArray> outputs;
+    exe.run_views(views, outputs);
+    REQUIRE(outputs.size() == 1);
+    CHECK(testing::compare_outputs(ir::interpret_with_bounds(g.ir(), inputs), {{"total", outputs[0]}}) == "");
+    munmap(region, total);
+  }
 }
 
 // The same picks reduced down the column and along rows of one element: forms that read them
