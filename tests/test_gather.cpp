@@ -70,6 +70,13 @@ void check_cpu(const Graph& g, const TensorMap& inputs) {
   CHECK(testing::compare_outputs(expected, compile_cuda(g, Target::cuda_sim())->run_host(inputs)) == "");
 }
 
+/// total = sum(x[n, labels[n]]) over x[N, 10] f32 and labels[N] i64: one pick per row.
+void add_pick_total(Graph& g) {
+  Tensor x = g.input("x", DType::F32, {ir::Dim::symbol("N"), 10});
+  Tensor labels = g.input("labels", DType::I64, {ir::Dim::symbol("N")});
+  g.output("total", sum(take_along_axis(x, expand_dims(labels, 1), 1)));
+}
+
 }  // namespace
 
 TEST_CASE("CPU take equals the interpreter for every dtype, index dtype and size 1, 7, 1023", "[gather][cpu][sim]") {
@@ -181,9 +188,7 @@ TEST_CASE("a pick of one element per row in a reduction over the rows runs as ga
 // lane left unmasked past the rows would fault.
 TEST_CASE("a pick of one element per row reads nothing past the last row", "[gather][cpu]") {
   Graph g;
-  Tensor x = g.input("x", DType::F32, {ir::Dim::symbol("N"), 10});
-  Tensor labels = g.input("labels", DType::I64, {ir::Dim::symbol("N")});
-  g.output("total", sum(take_along_axis(x, expand_dims(labels, 1), 1)));
+  add_pick_total(g);
   runtime::Executable exe = compile(g);
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   for (int64_t n : {1, 7, 23, 1001}) {
@@ -227,9 +232,7 @@ TEST_CASE("a pick of one element per row in column and row-wise reductions", "[g
 
 TEST_CASE("a bad label in a pick of one element per row is the interpreter's error", "[gather][errors]") {
   Graph g;
-  Tensor x = g.input("x", DType::F32, {ir::Dim::symbol("N"), 10});
-  Tensor labels = g.input("labels", DType::I64, {ir::Dim::symbol("N")});
-  g.output("total", sum(take_along_axis(x, expand_dims(labels, 1), 1)));
+  add_pick_total(g);
   runtime::Executable exe = compile(g);
   for (int64_t n : {1, 9, 100})
     for (int64_t bad : {int64_t{10}, int64_t{-11}, int64_t{1} << 40}) {
