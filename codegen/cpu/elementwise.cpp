@@ -67,20 +67,15 @@ void CpuKernelEmitter::emit_contiguous_loops(mlir::Value begin, mlir::Value end,
   // Whole vectors from `aligned` on, unmasked; the elements before it and after the last whole
   // vector are one masked vector each (no scalar copy of the body: compile time).
   mlir::Value vector_end = whole_steps_end(aligned, end, lanes);
-  mlir::Type lane_index = mlir::VectorType::get({lanes}, b_.getI64Type());
-  std::vector<mlir::Attribute> iota;
-  for (int l = 0; l < lanes; ++l) iota.push_back(b_.getI64IntegerAttr(l));
-  mlir::Value lane_numbers = b_.create<mlir::arith::ConstantOp>(
-      loc_, mlir::DenseElementsAttr::get(mlir::cast<mlir::ShapedType>(lane_index), iota));
+  mlir::Value numbers = lane_numbers(lanes);
   // Lanes [lo, hi) of the vector at i, under a mask; nothing when the range is empty.
   auto masked_vector = [&](mlir::Value i, mlir::Value lo, mlir::Value hi) {
     auto branch = b_.create<mlir::scf::IfOp>(loc_, cmpi(mlir::arith::CmpIPredicate::slt, lo, hi), /*withElseRegion=*/false);
     mlir::OpBuilder::InsertionGuard guard(b_);
     b_.setInsertionPointToStart(&branch.getThenRegion().front());
     clear_caches();
-    auto splat = [&](mlir::Value v) { return b_.create<mlir::vector::BroadcastOp>(loc_, lane_index, v).getResult(); };
-    mask_ = b_.create<mlir::arith::AndIOp>(loc_, cmpi(mlir::arith::CmpIPredicate::sge, lane_numbers, splat(lo)),
-                                           cmpi(mlir::arith::CmpIPredicate::slt, lane_numbers, splat(hi)));
+    mask_ = b_.create<mlir::arith::AndIOp>(loc_, cmpi(mlir::arith::CmpIPredicate::sge, numbers, splat_i64(lo, lanes)),
+                                           cmpi(mlir::arith::CmpIPredicate::slt, numbers, splat_i64(hi, lanes)));
     emit_contiguous(i, lanes);
     mask_ = {};
     clear_caches();

@@ -173,10 +173,10 @@ mlir::Value CpuKernelEmitter::load(int slot, DType t, mlir::Value offset, int la
   return v;
 }
 
-mlir::Value CpuKernelEmitter::gather(mlir::Value first, DType t, mlir::Value offsets, int lanes) {
+mlir::Value CpuKernelEmitter::gather(mlir::Value first, DType t, mlir::Value offsets, int lanes, mlir::Value mask) {
   mlir::Type pointers = mlir::LLVM::getFixedVectorType(ptr_type(), static_cast<unsigned>(lanes));
   mlir::Value addresses = b_.create<mlir::LLVM::GEPOp>(loc_, pointers, memory_type(t), first, mlir::ValueRange{offsets});
-  mlir::Value mask = mask_ ? mask_ : constant(DType::Bool, 0, 1, lanes);
+  if (!mask) mask = mask_ ? mask_ : constant(DType::Bool, 0, 1, lanes);
   mlir::Value ones = t == DType::Bool ? constant_i8(1, lanes) : constant(t, 1, 1, lanes);
   mlir::Value v = b_.create<mlir::LLVM::masked_gather>(loc_, lane_type(memory_type(t), lanes), addresses, mask,
                                                        mlir::ValueRange{ones},
@@ -285,13 +285,19 @@ void CpuKernelEmitter::release_scratch() {
            mlir::ValueRange{i64(static_cast<int64_t>(i)), base_[scratch_slot_[i]]});
 }
 
-mlir::Value CpuKernelEmitter::lanes_below(mlir::Value count, int lanes) {
-  mlir::Type lane_index = mlir::VectorType::get({lanes}, b_.getI64Type());
+mlir::Value CpuKernelEmitter::lane_numbers(int lanes) {
   std::vector<mlir::Attribute> iota;
   for (int l = 0; l < lanes; ++l) iota.push_back(b_.getI64IntegerAttr(l));
-  mlir::Value numbers = b_.create<mlir::arith::ConstantOp>(
-      loc_, mlir::DenseElementsAttr::get(mlir::cast<mlir::ShapedType>(lane_index), iota));
-  return cmpi(mlir::arith::CmpIPredicate::slt, numbers, b_.create<mlir::vector::BroadcastOp>(loc_, lane_index, count));
+  auto type = mlir::cast<mlir::ShapedType>(lane_type(b_.getI64Type(), lanes));
+  return b_.create<mlir::arith::ConstantOp>(loc_, mlir::DenseElementsAttr::get(type, iota));
+}
+
+mlir::Value CpuKernelEmitter::splat_i64(mlir::Value v, int lanes) {
+  return b_.create<mlir::vector::BroadcastOp>(loc_, lane_type(b_.getI64Type(), lanes), v);
+}
+
+mlir::Value CpuKernelEmitter::lanes_below(mlir::Value count, int lanes) {
+  return cmpi(mlir::arith::CmpIPredicate::slt, lane_numbers(lanes), splat_i64(count, lanes));
 }
 
 // The transpose of the square matrix whose rows are `rows` (n vectors of n elements, n a power

@@ -121,9 +121,9 @@ class CpuKernelEmitter : public KernelEmitterBase {
   // Byte address of element `offset` of the buffer in `slot`.
   mlir::Value element_address(int slot, DType t, mlir::Value offset);
   mlir::Value load(int slot, DType t, mlir::Value offset, int lanes);
-  // Lane j of `lanes` elements of t at `first` + offsets[j] (an i32 vector), under mask_ where
-  // set (masked-off lanes read nothing and hold ones).
-  mlir::Value gather(mlir::Value first, DType t, mlir::Value offsets, int lanes);
+  // Lane j of `lanes` elements of t at `first` + offsets[j] (an integer vector), under `mask`,
+  // else mask_ where set (masked-off lanes read nothing and hold ones).
+  mlir::Value gather(mlir::Value first, DType t, mlir::Value offsets, int lanes, mlir::Value mask = {});
   mlir::Value constant_i8(int64_t value, int lanes);
   mlir::Value zero_i8(int lanes);
   // `streaming`: a non-temporal store (the address must be 64-byte aligned), which writes
@@ -679,6 +679,9 @@ class CpuKernelEmitter : public KernelEmitterBase {
   // (a periodic broadcast): built one element at a time.
   int period_table(NodeId id, int axis, mlir::Value elements);
   mlir::Value lanes_below(mlir::Value count, int lanes);
+  // The i64 vector 0, 1, ..., lanes - 1; an i64 value in every lane.
+  mlir::Value lane_numbers(int lanes);
+  mlir::Value splat_i64(mlir::Value v, int lanes);
   // An scf.if yielding what `branch(0)` (then) and `branch(1)` (else) return, types known only
   // once they are emitted: drafted without results, then moved into one with them. Both must
   // yield the same types (else an internal error naming `what`).

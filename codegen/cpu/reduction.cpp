@@ -1058,9 +1058,11 @@ mlir::Value CpuKernelEmitter::row_value(NodeId id, const std::vector<mlir::Value
 
 // The elements [at, at + lanes) of the space of the take_along_axis `id` (ir::picks_along_rows):
 // x's elements (at + l) * C + j[at + l], gathered under the lanes' mask and where j is within
-// [0, C) after counting a negative one from C; 0 elsewhere, as the scalar form gives. Indices
-// out of range are reported one lane at a time (check_index), only when there is one.
+// [0, C) after counting a negative one from C; 0 elsewhere, as the scalar form (gather_value())
+// gives, which one lane takes. Indices out of range are reported one lane at a time
+// (check_index), only when there is one.
 mlir::Value CpuKernelEmitter::picked_along_rows(NodeId id, mlir::Value at, int lanes) {
+  if (lanes == 1) return gather_value(id, delinearize(at, k_.space));
   using P = mlir::arith::CmpIPredicate;
   const Node& n = k_.body.node(id);
   const Node& x = k_.body.node(n.inputs[0]);
@@ -1068,17 +1070,12 @@ mlir::Value CpuKernelEmitter::picked_along_rows(NodeId id, mlir::Value at, int l
   DType index_type = k_.body.node(leaf).dtype;
   mlir::Value index = cast(load(input_slot_.at(leaf), index_type, at, lanes), index_type, DType::I64, lanes);
   mlir::Value size = dim(x.shape.back());
-  auto splat = [&](mlir::Value s) {
-    return lanes > 1 ? b_.create<mlir::vector::BroadcastOp>(loc_, lane_type(b_.getI64Type(), lanes), s).getResult() : s;
-  };
-  mlir::Value sizes = splat(size), zero = constant(DType::I64, 0, 0, lanes);
+  mlir::Value sizes = splat_i64(size, lanes), zero = constant(DType::I64, 0, 0, lanes);
   mlir::Value j = select(cmpi(P::slt, index, zero), add(index, sizes), index);
   mlir::Value in_range = cmpi(P::ult, j, sizes);  // unsigned: a negative j is out of range too
   mlir::Value live = mask_ ? mask_ : constant(DType::Bool, 0, 1, lanes);
   mlir::Value wanted = b_.create<mlir::arith::AndIOp>(loc_, in_range, live);
-  if (lanes == 1) {
-    check_index(id, index, size);
-  } else {
+  {
     mlir::Value bad = b_.create<mlir::arith::XOrIOp>(loc_, wanted, live);  // live and out of range
     mlir::Value any = b_.create<mlir::vector::ReductionOp>(loc_, mlir::vector::CombiningKind::OR, bad);
     auto report = b_.create<mlir::scf::IfOp>(loc_, any, /*withElseRegion=*/false);
@@ -1091,24 +1088,10 @@ mlir::Value CpuKernelEmitter::picked_along_rows(NodeId id, mlir::Value at, int l
       check_index(id, b_.create<mlir::vector::ExtractOp>(loc_, index, l), size);
     }
   }
-  mlir::Value positions = splat(at);
-  if (lanes > 1) {
-    std::vector<mlir::Attribute> iota;
-    for (int l = 0; l < lanes; ++l) iota.push_back(b_.getI64IntegerAttr(l));
-    auto type = mlir::cast<mlir::ShapedType>(lane_type(b_.getI64Type(), lanes));
-    positions = add(positions, b_.create<mlir::arith::ConstantOp>(loc_, mlir::DenseElementsAttr::get(type, iota)));
-  }
+  mlir::Value positions = add(splat_i64(at, lanes), lane_numbers(lanes));
   mlir::Value offsets = add(b_.create<mlir::arith::MulIOp>(loc_, positions, sizes), select(wanted, j, zero));
-  mlir::Value zeros = constant(n.dtype, 0, 0, lanes);
-  if (lanes == 1) {
-    return if_else(wanted, scalar_type(n.dtype), [&] { return load(input_slot_.at(n.inputs[0]), x.dtype, offsets, 1); },
-                   [&] { return zeros; });
-  }
-  mlir::Value saved_mask = mask_;
-  mask_ = wanted;
-  mlir::Value v = gather(element_address(input_slot_.at(n.inputs[0]), x.dtype, i64(0)), x.dtype, offsets, lanes);
-  mask_ = saved_mask;
-  return select(wanted, v, zeros);
+  mlir::Value v = gather(element_address(input_slot_.at(n.inputs[0]), x.dtype, i64(0)), x.dtype, offsets, lanes, wanted);
+  return select(wanted, v, constant(n.dtype, 0, 0, lanes));
 }
 
 // The horizontal (across lanes) form of a reduction's combine.
